@@ -1,0 +1,93 @@
+"""Graph wiring only: ``build_graph(...)`` returns the uncompiled diagnosis graph."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langgraph.graph import END, START, StateGraph
+
+from graph.models import make_model_factory
+from graph.routing import after_executor, after_verifier
+from nodes.audit import make_audit
+from nodes.common import GetModel
+from nodes.composer import make_composer
+from nodes.evidence import make_evidence
+from nodes.executor import make_executor
+from nodes.gatekeeper import make_gatekeeper
+from nodes.intake import make_intake
+from nodes.planner import make_planner
+from nodes.retry import make_retry
+from nodes.tool_calls import make_tools
+from nodes.verifier import make_verifier
+from state.audit import AuditStore, InMemoryAuditStore
+from state.context import Context
+from state.graph_state import DiagnosisState, InputState, OutputState
+from tools.backend import EvidenceBackend
+from tools.ledger import InMemoryLedger, InvocationLedger
+from tools.runner import ToolRunner
+from tools.sample import SampleBackend, default_environment
+
+NODES = (
+    "intake",
+    "planner",
+    "executor",
+    "tools",
+    "evidence",
+    "gatekeeper",
+    "verifier",
+    "retry",
+    "composer",
+    "audit",
+)
+
+
+def build_graph(
+    *,
+    get_model: GetModel | None = None,
+    backend: EvidenceBackend | None = None,
+    ledger: InvocationLedger | None = None,
+    audit: AuditStore | None = None,
+    gatekeeper_catalog: dict[str, Any] | None = None,
+) -> StateGraph[DiagnosisState, Context, InputState, OutputState]:
+    """Build the diagnosis graph (uncompiled).
+
+    Args:
+        get_model: ``get_model(role, context)``; defaults to the environment-configured
+            OpenAI-compatible models, or the offline rule-based models.
+        backend: where evidence comes from; defaults to the bundled sample environment.
+        ledger: where tool invocations are recorded; defaults to an in-memory ledger.
+        audit: where diagnoses are recorded; defaults to an in-memory audit store.
+        gatekeeper_catalog: a rule catalog; defaults to the bundled one.
+    """
+    get_model = get_model or make_model_factory()
+    backend = backend or SampleBackend(default_environment())
+    ledger = ledger or InMemoryLedger()
+    audit = audit or InMemoryAuditStore()
+    runner = ToolRunner(backend, ledger)
+
+    builder = StateGraph(
+        DiagnosisState, context_schema=Context, input_schema=InputState, output_schema=OutputState
+    )
+    builder.add_node("intake", make_intake(get_model, audit))
+    builder.add_node("planner", make_planner(get_model, backend.services))
+    builder.add_node("executor", make_executor(get_model))
+    builder.add_node("tools", make_tools(runner))
+    builder.add_node("evidence", make_evidence(ledger))
+    builder.add_node("gatekeeper", make_gatekeeper(ledger, audit, gatekeeper_catalog))
+    builder.add_node("verifier", make_verifier(get_model, backend.services))
+    builder.add_node("retry", make_retry())
+    builder.add_node("composer", make_composer(get_model))
+    builder.add_node("audit", make_audit(audit))
+
+    builder.add_edge(START, "intake")
+    builder.add_edge("intake", "planner")
+    builder.add_edge("planner", "executor")
+    builder.add_conditional_edges("executor", after_executor)
+    builder.add_edge("tools", "executor")
+    builder.add_edge("evidence", "gatekeeper")
+    builder.add_edge("gatekeeper", "verifier")
+    builder.add_conditional_edges("verifier", after_verifier)
+    builder.add_edge("retry", "planner")
+    builder.add_edge("composer", "audit")
+    builder.add_edge("audit", END)
+    return builder

@@ -1,0 +1,86 @@
+"""Small helpers shared by the node factories."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import BaseMessage
+from langgraph.config import get_config, get_stream_writer
+from langgraph.runtime import Runtime
+
+from state.context import Context
+
+GetModel = Callable[[str, Context], BaseChatModel]
+"""Model factory handed to node factories: ``get_model(role, context)``."""
+
+
+def context_of(runtime: Runtime[Context] | None) -> Context:
+    """The run's ``Context``: the one passed by the caller, or defaults from the environment."""
+    ctx: Any = getattr(runtime, "context", None)
+    if isinstance(ctx, Context):
+        return ctx
+    if isinstance(ctx, dict):
+        names = {f.name for f in dataclasses.fields(Context)}
+        return Context(**{k: v for k, v in ctx.items() if k in names})
+    return Context()
+
+
+def thread_id() -> str:
+    """The LangGraph thread id of the current run, or ``"-"`` without a checkpointer."""
+    try:
+        configurable = get_config().get("configurable", {})
+    except RuntimeError:
+        return "-"
+    value = configurable.get("thread_id")
+    return str(value) if value is not None else "-"
+
+
+def emit(stage: str, **fields: Any) -> None:
+    """Send a progress event on the ``custom`` stream (a no-op when nobody listens)."""
+    try:
+        writer = get_stream_writer()
+    except RuntimeError:
+        return
+    writer({"stage": stage, **fields})
+
+
+def message_text(message: BaseMessage | None) -> str:
+    """Plain text of a message, joining text blocks of list content."""
+    if message is None:
+        return ""
+    content = message.content
+    if isinstance(content, str):
+        return content
+    parts: list[str] = []
+    for block in content:
+        if isinstance(block, str):
+            parts.append(block)
+        elif isinstance(block, dict) and block.get("type") == "text":
+            parts.append(str(block.get("text", "")))
+    return "".join(parts)
+
+
+def model_label(model: BaseChatModel) -> str:
+    """A label naming the model for audit (offline models say so)."""
+    for attr in ("model_name", "model"):
+        value = getattr(model, attr, None)
+        if isinstance(value, str) and value:
+            return value
+    return model._llm_type
+
+
+def dumps(data: Any) -> str:
+    """Compact JSON text that keeps non-ASCII characters readable."""
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+class Node(Protocol):
+    """A graph node: reads the state and the run's context, returns the keys it changes."""
+
+    def __call__(self, state: Any, *, runtime: Runtime[Context]) -> dict[str, Any]:
+        """Run the node."""
+        ...

@@ -1,0 +1,124 @@
+"""Composer: the user-facing answer from Verifier-allowed material only (contracts 6).
+
+Template mode renders the fixed safe template. Model mode asks the composer model for a short
+summary that cites claim ids; code checks it (only confirmed claims, no number or name that those
+claims do not state, nothing from gaps or directions, no root cause on REJECT) and renders the
+final text. Any violation or unreadable reply falls back to the template.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
+from langgraph.runtime import Runtime
+
+from graph.routing import composer_mode
+from nodes.common import GetModel, Node, context_of, emit, message_text
+from nodes.compose_template import render_template, select_material
+from nodes.evidence import parse_executor_output
+from nodes.gatekeeper import extract_specifics, normalize_text
+from nodes.prompts import load_prompt
+from state.context import Context
+from state.graph_state import DiagnosisState
+
+_SUMMARY_HEADING = {"zh": "【摘要】", "en": "## Summary"}
+
+
+def check_composer_reply(
+    reply: dict[str, Any] | None, material: dict[str, Any], verdict: str
+) -> list[str]:
+    """Violations of the composer contract in a parsed model reply (empty when usable)."""
+    if reply is None:
+        return ["the reply is not one JSON object"]
+    problems: list[str] = []
+    summary = reply.get("summary")
+    if not isinstance(summary, str) or not summary.strip():
+        return ["summary is missing or empty"]
+    confirmed = {
+        str(c.get("claim_id")): str(c.get("claim_text", "")) for c in material["confirmed"]
+    }
+    cited = reply.get("summary_claim_ids")
+    if not isinstance(cited, list) or not cited:
+        problems.append("summary_claim_ids must list the confirmed claims the summary states")
+        cited = []
+    for claim_id in cited:
+        if str(claim_id) not in confirmed:
+            problems.append(f"summary cites {claim_id!r}, which is not a confirmed claim")
+    for item in reply.get("confirmed") or []:
+        claim_id = item.get("claim_id") if isinstance(item, dict) else None
+        if str(claim_id) not in confirmed:
+            problems.append(f"{claim_id!r} is presented as confirmed but was not confirmed")
+    allowed = normalize_text(" ".join(confirmed[str(c)] for c in cited if str(c) in confirmed))
+    for token in extract_specifics(summary):
+        if normalize_text(token) not in allowed:
+            problems.append(f"summary states {token!r}, which no cited confirmed claim states")
+    norm_summary = normalize_text(summary)
+    for section in ("directions", "gaps"):
+        for item in material[section]:
+            text = normalize_text(str(item.get("text", "")))
+            if len(text) >= 8 and text in norm_summary:
+                problems.append(f"summary presents a {section[:-1]} as established: {text[:60]!r}")
+    if verdict == "REJECT" and reply.get("directions"):
+        problems.append("a REJECT answer must not give directions or a root cause")
+    return problems
+
+
+def _parse_reply(text: str) -> dict[str, Any] | None:
+    status, data = parse_executor_output(text)
+    return data if status["status"] == "valid" else None
+
+
+def make_composer(
+    get_model: GetModel,
+) -> Node:
+    """Build the composer node."""
+    prompt = load_prompt("composer")
+
+    def composer(state: DiagnosisState, *, runtime: Runtime[Context]) -> dict[str, Any]:
+        ctx = context_of(runtime)
+        verdict = state.get("verdict") or "REJECT"
+        score = float(state.get("groundedness_score") or 0.0)
+        mode = composer_mode(verdict)
+        emit("composer", round=state.get("round", 1), mode=mode, verdict=verdict)
+        material = select_material(
+            state.get("verifier_result") or {},
+            state.get("structured_output"),
+            state.get("gatekeeper_result") or {},
+        )
+        offline = bool((state.get("run_info") or {}).get("offline"))
+        answer = render_template(
+            material, verdict=verdict, score=score, language=ctx.language, offline=offline
+        )
+        output: dict[str, Any] = {
+            "mode": "template",
+            "parse_status": "not_applicable",
+            "language": ctx.language,
+            "composer_mode": mode,
+        }
+        if ctx.composer_mode == "model" and not offline and material["confirmed"]:
+            request = {"verdict": verdict, "language": ctx.language, **material}
+            reply = get_model("composer", ctx).invoke(
+                [SystemMessage(prompt.text), HumanMessage(json.dumps(request, ensure_ascii=False))]
+            )
+            parsed = _parse_reply(message_text(reply))
+            problems = check_composer_reply(parsed, material, verdict)
+            if problems or parsed is None:
+                output.update(
+                    mode="fallback",
+                    parse_status="invalid" if parsed is None else "valid",
+                    violations=problems,
+                )
+            else:
+                heading = _SUMMARY_HEADING[ctx.language]
+                answer = f"{heading}\n{parsed['summary'].strip()}\n\n{answer}"
+                output.update(mode="model", parse_status="valid", violations=[])
+        return {
+            "answer": answer,
+            "composer_output": output,
+            "messages": [AIMessage(content=answer)],
+            "route": ["composer"],
+        }
+
+    return composer

@@ -1,0 +1,70 @@
+"""Intake: start a new diagnosis for the last human message of the thread."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from langchain_core.messages import HumanMessage
+from langgraph.runtime import Runtime
+
+from nodes.common import GetModel, Node, context_of, emit, message_text, model_label, thread_id
+from state.audit import AuditStore
+from state.context import ROLES, Context
+from state.graph_state import RESET, DiagnosisState
+
+_NAMESPACE = uuid.UUID("6f1c7e0a-52c4-4f0e-9a55-3f4f3c1b9d21")
+
+
+def diagnosis_id_for(thread: str, message_id: str) -> str:
+    """Deterministic diagnosis id, so a re-executed intake yields the same id."""
+    return "diag-" + uuid.uuid5(_NAMESPACE, f"{thread}:{message_id}").hex[:20]
+
+
+def make_intake(get_model: GetModel, audit: AuditStore) -> Node:
+    """Build the intake node: question, diagnosis id, reset of per-diagnosis fields."""
+
+    def intake(state: DiagnosisState, *, runtime: Runtime[Context]) -> dict[str, Any]:
+        ctx = context_of(runtime)
+        human = next(
+            (m for m in reversed(state.get("messages", [])) if isinstance(m, HumanMessage)), None
+        )
+        question = message_text(human).strip()
+        if human is None or not question:
+            raise ValueError(
+                "no question: send the question as a human message, e.g. "
+                '{"messages": [{"role": "user", "content": "is order-service failing?"}]}'
+            )
+        thread = thread_id()
+        diagnosis_id = diagnosis_id_for(thread, str(human.id))
+        models = {
+            role: "offline-rules" if ctx.offline else model_label(get_model(role, ctx))
+            for role in ROLES
+            if role != "composer" or ctx.composer_mode == "model"
+        }
+        audit.start_diagnosis(diagnosis_id, thread_id=thread, question=question)
+        emit("intake", round=1, diagnosis_id=diagnosis_id, offline=ctx.offline)
+        return {
+            "diagnosis_id": diagnosis_id,
+            "question": question,
+            "run_info": {"offline": ctx.offline, "language": ctx.language, "models": models},
+            "round": 1,
+            "plan": "",
+            "tool_calls_used": 0,
+            "executor_final_answer": "",
+            "parse_status": {},
+            "structured_output": None,
+            "trace_summary": [],
+            "gatekeeper_result": {},
+            "rule_evaluation": {},
+            "verifier_result": {},
+            "verdict": "",
+            "groundedness_score": 0.0,
+            "retry_context": None,
+            "composer_output": {},
+            "answer": "",
+            "rounds": [RESET],
+            "route": [RESET, "intake"],
+        }
+
+    return intake

@@ -1,0 +1,151 @@
+"""Verifier: the model classifies each claim; code derives score and verdicts (contracts 5)."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from typing import Any
+
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from langgraph.runtime import Runtime
+
+from nodes.claim_checker import check_claims
+from nodes.common import GetModel, Node, context_of, emit, message_text, model_label
+from nodes.prompts import load_prompt
+from nodes.verdict import VERDICTS, finalize
+from nodes.verifier_payload import build_payload, render_payload
+from state.context import Context
+from state.graph_state import DiagnosisState
+
+MAX_REPAIRS = 2
+
+_FENCE = re.compile(r"^```[A-Za-z0-9_-]*[ \t]*\n(?P<body>.*)\n```$", re.DOTALL)
+
+
+def parse_verifier_reply(text: str) -> tuple[dict[str, Any] | None, bool, str | None]:
+    """Strictly parse one Verifier reply.
+
+    Returns:
+        ``(object, fence_stripped, error)``: the object when the reply is exactly one JSON
+        object with a ``claim_checks`` list and a known ``verdict``; otherwise None and the
+        reason, worded for the model to repair its reply.
+    """
+    body = text.strip()
+    fenced = _FENCE.match(body)
+    if fenced:
+        body = fenced.group("body").strip()
+    if not body:
+        return None, bool(fenced), "the reply was empty"
+    try:
+        data = json.loads(body)
+    except json.JSONDecodeError as exc:
+        return (
+            None,
+            bool(fenced),
+            (f"not a single JSON object ({exc.msg} at line {exc.lineno} column {exc.colno})"),
+        )
+    if not isinstance(data, dict):
+        return None, bool(fenced), f"expected a JSON object, got {type(data).__name__}"
+    if not isinstance(data.get("claim_checks"), list):
+        return None, bool(fenced), "the object has no claim_checks array"
+    if data.get("verdict") not in VERDICTS:
+        return None, bool(fenced), "verdict must be one of PASS, LOW_CONFID, REJECT"
+    return data, bool(fenced), None
+
+
+def make_verifier(get_model: GetModel, services: Callable[[], list[str]]) -> Node:
+    """Build the verifier node."""
+    prompt = load_prompt("verifier")
+    repair = load_prompt("verifier_repair")
+
+    def verifier(state: DiagnosisState, *, runtime: Runtime[Context]) -> dict[str, Any]:
+        ctx = context_of(runtime)
+        round_no = state.get("round", 1)
+        emit("verifier", round=round_no)
+        structured = state.get("structured_output")
+        parse_status = state.get("parse_status") or {"status": "missing"}
+        gatekeeper_result = state.get("gatekeeper_result") or {}
+        trace_summary = state.get("trace_summary") or []
+        payload = build_payload(
+            question=state.get("question", ""),
+            final_answer=state.get("executor_final_answer", ""),
+            parse_status=parse_status,
+            structured_output=structured,
+            trace_summary=trace_summary,
+            gatekeeper_result=gatekeeper_result,
+            retry_context=state.get("retry_context"),
+            round_no=round_no,
+        )
+        model = get_model("verifier", ctx)
+        offline = bool(getattr(model, "offline", False))
+        messages: list[BaseMessage] = [
+            SystemMessage(prompt.text),
+            HumanMessage(render_payload(payload)),
+        ]
+        errors: list[str] = []
+        fence_stripped = False
+        raw: dict[str, Any] | None = None
+        for attempt in range(MAX_REPAIRS + 1):
+            reply = model.invoke(messages)
+            text = message_text(reply)
+            raw, fenced, error = parse_verifier_reply(text)
+            fence_stripped = fence_stripped or fenced
+            if raw is not None:
+                break
+            errors.append(str(error))
+            if attempt < MAX_REPAIRS:
+                messages = [
+                    *messages,
+                    AIMessage(content=text),
+                    HumanMessage(repair.text.replace("{error}", str(error))),
+                ]
+        if raw is None:
+            raw = check_claims(
+                structured, gatekeeper_result, trace_summary, known_services=services()
+            )
+            mode = "fallback"
+        else:
+            mode = "offline" if offline else "model"
+        result = finalize(
+            raw,
+            structured_output=structured,
+            parse_status=parse_status,
+            gatekeeper_result=gatekeeper_result,
+            trace_summary=trace_summary,
+            mode=mode,
+        )
+        if mode == "fallback":
+            # The model's verdict could not be read; it is not reported as the model's.
+            result["model_verdict"] = None
+        result["reply_parse"] = {
+            "fence_stripped": fence_stripped,
+            "repair_attempts": min(len(errors), MAX_REPAIRS),
+            "errors": errors,
+        }
+        result["model"] = "offline-rules" if offline else model_label(model)
+        summary = {
+            "round": round_no,
+            "verdict": result["verdict"],
+            "model_verdict": result.get("model_verdict"),
+            "derived_verdict": result.get("derived_verdict"),
+            "groundedness_score": result["groundedness_score"],
+            "verifier_mode": mode,
+            "executor_output_parse_status": parse_status.get("status"),
+            "gatekeeper_status": gatekeeper_result.get("status"),
+            "gatekeeper_severity": gatekeeper_result.get("severity"),
+            "failed_rules": gatekeeper_result.get("failed_rules", []),
+            "claims": len(result.get("claim_checks", [])),
+        }
+        emit(
+            "verdict", round=round_no, verdict=result["verdict"], score=result["groundedness_score"]
+        )
+        return {
+            "verifier_result": result,
+            "verdict": result["verdict"],
+            "groundedness_score": result["groundedness_score"],
+            "rounds": [summary],
+            "route": ["verifier"],
+        }
+
+    return verifier

@@ -1,0 +1,799 @@
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nodes import gatekeeper
+from nodes.gatekeeper import (
+    DEFAULT_RULE_SET_VERSION,
+    KNOWN_RULE_IDS,
+    CatalogError,
+    extract_specifics,
+    fallback_pass,
+    load_catalog,
+    run_gatekeeper,
+)
+
+VALID = {"status": "valid", "fence_stripped": False, "error": None}
+
+LOG_TEXT_0 = (
+    "2026-03-01T10:05:00Z ERROR order-service order-1: "
+    "Cannot acquire connection from pool after 30s, HTTP 500 returned, pool usage 12%"
+)
+LOG_TEXT_1 = (
+    "2026-03-01T10:06:00Z ERROR order-service order-2: "
+    "java.lang.NullPointerException at OrderController.create"
+)
+LOG_SUMMARY = "query_logs level=ERROR service=order-service matched 2 of 2 (complete)"
+ALERT_TEXT = (
+    "HighErrorRate service=order-service severity=critical state=firing value=0.12 "
+    "threshold=0.05 active_at=2026-03-01T10:04:00Z: error rate above 5%"
+)
+
+
+def make_invocation(
+    number: int,
+    tool_name: str,
+    refs: list[tuple[str, str]] | None,
+    *,
+    arguments: dict[str, Any] | None = None,
+    status: str = "ok",
+    round_number: int = 1,
+) -> dict[str, Any]:
+    details: dict[str, Any] = {}
+    if refs is not None:
+        details["evidence_refs"] = [
+            {"raw_path": path, "text": text, "source_type": "log"} for path, text in refs
+        ]
+    return {
+        "invocation_id": f"inv-{number}",
+        "diagnosis_id": "diag-1",
+        "thread_id": "thread-1",
+        "round": round_number,
+        "tool_name": tool_name,
+        "arguments": arguments or {},
+        "status": status,
+        "output": {},
+        "retrieval_details": details,
+        "idempotency_key": f"call-{number}",
+        "started_at": "2026-03-01T10:30:00Z",
+        "duration_ms": 5,
+        "error": None,
+    }
+
+
+def default_invocations() -> list[dict[str, Any]]:
+    return [
+        make_invocation(1, "get_current_time", None),
+        make_invocation(
+            2,
+            "query_logs",
+            [("logs[0]", LOG_TEXT_0), ("logs[1]", LOG_TEXT_1), ("summary", LOG_SUMMARY)],
+            arguments={"service": "order-service", "level": "ERROR"},
+        ),
+        make_invocation(
+            3,
+            "query_metrics",
+            [("alerts[0]", ALERT_TEXT), ("summary", "query_metrics matched 1 of 1 (complete)")],
+        ),
+    ]
+
+
+def binding(
+    invocation_id: str | None = "inv-2",
+    raw_path: str | None = "logs[0]",
+    excerpt: str = "Cannot acquire connection from pool",
+    tool_name: str = "query_logs",
+    **extra: Any,
+) -> dict[str, Any]:
+    result: dict[str, Any] = {"source_type": "log", "tool_name": tool_name}
+    if invocation_id is not None:
+        result["source_invocation_id"] = invocation_id
+    if raw_path is not None:
+        result["raw_path"] = raw_path
+    result["evidence_excerpt"] = excerpt
+    result.update(extra)
+    return result
+
+
+def claim(
+    claim_id: str = "c1",
+    text: str = "order-service logs show it cannot acquire connections from its pool",
+    bindings: list[Any] | None = None,
+) -> dict[str, Any]:
+    return {
+        "claim_id": claim_id,
+        "claim_type": "observation",
+        "claim_text": text,
+        "support_level": "direct",
+        "evidence_bindings": [binding()] if bindings is None else bindings,
+    }
+
+
+def output(*claims: dict[str, Any], **overrides: Any) -> dict[str, Any]:
+    result: dict[str, Any] = {
+        "answer_version": "executor_evidence_v2",
+        "claims": list(claims) if claims else [claim()],
+        "hypotheses": [],
+        "recommended_actions": [],
+        "missing_info": [],
+    }
+    result.update(overrides)
+    return result
+
+
+def check(structured: Any, invocations: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    return run_gatekeeper(
+        VALID, structured, default_invocations() if invocations is None else invocations
+    )
+
+
+def rule_ids(items: list[dict[str, str]]) -> list[str]:
+    return [item["rule_id"] for item in items]
+
+
+# --------------------------------------------------------------------------- pass path
+
+
+def test_gatekeeper_precise_binding_passes_with_full_shape() -> None:
+    result = check(output())
+
+    assert result["status"] == "pass"
+    assert result["severity"] == "none"
+    assert result["failed_rules"] == []
+    assert result["errors"] == []
+    assert result["warnings"] == []
+    assert result["checked_bindings"] == 1
+    assert result["rule_set_version"] == DEFAULT_RULE_SET_VERSION
+    assert [rule["id"] for rule in result["rules"]] == list(KNOWN_RULE_IDS)
+    assert all(set(rule) == {"id", "enabled", "default_severity"} for rule in result["rules"])
+
+
+def test_gatekeeper_verified_excerpts_carry_full_ref_text() -> None:
+    second = binding(raw_path="logs[1]", excerpt="NullPointerException")
+    result = check(output(claim(bindings=[binding(), second])))
+
+    assert result["verified_excerpts"] == {
+        "c1": [
+            {
+                "binding": 0,
+                "invocation_id": "inv-2",
+                "tool_name": "query_logs",
+                "raw_path": "logs[0]",
+                "text": LOG_TEXT_0,
+            },
+            {
+                "binding": 1,
+                "invocation_id": "inv-2",
+                "tool_name": "query_logs",
+                "raw_path": "logs[1]",
+                "text": LOG_TEXT_1,
+            },
+        ]
+    }
+    assert result["checked_bindings"] == 2
+
+
+def test_gatekeeper_negative_observation_binds_to_summary() -> None:
+    negative = claim(
+        text="No other ERROR logs in the window",
+        bindings=[binding(raw_path="summary", excerpt="matched 2 of 2")],
+    )
+    negative["claim_type"] = "negative_observation"
+
+    result = check(output(negative))
+
+    assert result["status"] == "pass"
+    assert result["verified_excerpts"]["c1"][0]["text"] == LOG_SUMMARY
+
+
+def test_gatekeeper_recommended_action_bindings_are_not_checked() -> None:
+    structured = output(
+        recommended_actions=[
+            {
+                "text": "restart the pool",
+                "source": "runbook",
+                "evidence_bindings": [binding(invocation_id="inv-99", raw_path="nowhere")],
+            }
+        ]
+    )
+
+    result = check(structured)
+
+    assert result["status"] == "pass"
+    assert result["checked_bindings"] == 1
+
+
+# --------------------------------------------------------------------------- schema.executor_v2
+
+
+def _without(data: dict[str, Any], key: str) -> dict[str, Any]:
+    return {k: v for k, v in data.items() if k != key}
+
+
+SCHEMA_FAILURES = [
+    pytest.param(output(diagnosis_summary="x"), "diagnosis_summary", id="forbidden-summary"),
+    pytest.param(output(user_facing_answer="x"), "user_facing_answer", id="forbidden-answer"),
+    pytest.param(output(answer_version="executor_evidence_v1"), "answer_version", id="version"),
+    pytest.param(_without(output(), "answer_version"), "answer_version", id="no-version"),
+    pytest.param(output(claims={"c1": {}}), "claims", id="claims-not-array"),
+    pytest.param(_without(output(), "claims"), "claims", id="claims-missing"),
+    pytest.param(_without(output(), "hypotheses"), "hypotheses", id="hypotheses-missing"),
+    pytest.param(output(missing_info="none"), "missing_info", id="missing-info-not-array"),
+    pytest.param(output(recommended_actions=None), "recommended_actions", id="actions-not-array"),
+    pytest.param(output(claim(bindings=[])), "claims[0].evidence_bindings", id="empty-bindings"),
+    pytest.param(
+        output(_without(claim(), "evidence_bindings")),
+        "claims[0].evidence_bindings",
+        id="no-bindings",
+    ),
+    pytest.param(output(_without(claim(), "claim_id")), "claims[0].claim_id", id="no-claim-id"),
+    pytest.param(
+        output(_without(claim(), "claim_type")), "claims[0].claim_type", id="no-claim-type"
+    ),
+    pytest.param(
+        output(_without(claim(), "claim_text")), "claims[0].claim_text", id="no-claim-text"
+    ),
+    pytest.param(
+        output(_without(claim(), "support_level")),
+        "claims[0].support_level",
+        id="no-support-level",
+    ),
+    pytest.param(
+        output({**claim(), "claim_type": "root_cause"}), "claims[0].claim_type", id="bad-type"
+    ),
+    pytest.param(
+        output({**claim(), "support_level": "strong"}),
+        "claims[0].support_level",
+        id="bad-support-level",
+    ),
+    pytest.param(output(claim(), claim()), "claims[1].claim_id", id="repeated-claim-id"),
+    pytest.param(output(claims=["c1"]), "claims[0]", id="claim-not-object"),
+    pytest.param(
+        output(claim(bindings=["inv-2"])), "claims[0].evidence_bindings[0]", id="binding-string"
+    ),
+    pytest.param(["not", "an", "object"], "executor_output", id="output-not-object"),
+]
+
+
+@pytest.mark.parametrize(("structured", "target"), SCHEMA_FAILURES)
+def test_gatekeeper_schema_rule_fails_with_low_confid(structured: Any, target: str) -> None:
+    result = check(structured)
+
+    assert result["status"] == "fail"
+    assert result["failed_rules"] == ["schema.executor_v2"]
+    assert result["severity"] == "low_confid"
+    assert target in [error["target"] for error in result["errors"]]
+
+
+@pytest.mark.parametrize("status", ["missing", "malformed"])
+def test_gatekeeper_schema_rule_fails_when_parse_not_valid(status: str) -> None:
+    parse_status = {"status": status, "fence_stripped": False, "error": "Expecting value"}
+
+    result = run_gatekeeper(parse_status, None, default_invocations())
+
+    assert result["status"] == "fail"
+    assert result["severity"] == "low_confid"
+    assert result["failed_rules"] == ["schema.executor_v2"]
+    assert result["errors"][0]["target"] == "executor_output"
+    assert status in result["errors"][0]["message"]
+
+
+def test_gatekeeper_schema_rule_fails_when_valid_status_has_no_object() -> None:
+    result = run_gatekeeper(VALID, None, default_invocations())
+
+    assert result["failed_rules"] == ["schema.executor_v2"]
+    assert result["checked_bindings"] == 0
+
+
+def test_gatekeeper_schema_failure_still_checks_other_claims() -> None:
+    broken = claim("c1", bindings=[])
+    good = claim("c2")
+    fabricated = claim("c3", bindings=[binding(invocation_id="inv-42")])
+
+    result = check(output(broken, good, fabricated))
+
+    assert result["failed_rules"] == ["schema.executor_v2", "evidence.invocation_ref"]
+    assert result["severity"] == "reject"
+    assert list(result["verified_excerpts"]) == ["c2"]
+    assert result["checked_bindings"] == 2
+    ref_error = next(e for e in result["errors"] if e["rule_id"] == "evidence.invocation_ref")
+    assert ref_error["target"] == "claims[2].evidence_bindings[0]"
+
+
+def test_gatekeeper_garbage_types_fail_schema_without_raising() -> None:
+    structured = output(
+        claims=[None, 7, {"claim_id": 3, "evidence_bindings": "inv-2"}, claim(bindings=[None, 1])]
+    )
+
+    result = check(structured)
+
+    assert result["failed_rules"] == ["schema.executor_v2"]
+    targets = {error["target"] for error in result["errors"]}
+    assert {
+        "claims[0]",
+        "claims[1]",
+        "claims[2].claim_id",
+        "claims[2].evidence_bindings",
+    } <= targets
+    assert "claims[3].evidence_bindings[1]" in targets
+    assert result["checked_bindings"] == 2
+
+
+# ---------------------------------------------------------------------- evidence.invocation_ref
+
+
+@pytest.mark.parametrize(
+    ("bad_binding", "fragment"),
+    [
+        pytest.param(binding(invocation_id="inv-99"), "inv-99", id="unknown-id"),
+        pytest.param(binding(tool_name="query_metrics"), "query_metrics", id="tool-mismatch"),
+        pytest.param(binding(source_invocation_id=42), "string", id="id-not-string"),
+    ],
+)
+def test_gatekeeper_invocation_ref_fails_with_reject(
+    bad_binding: dict[str, Any], fragment: str
+) -> None:
+    result = check(output(claim(bindings=[bad_binding])))
+
+    assert result["status"] == "fail"
+    assert result["severity"] == "reject"
+    assert "evidence.invocation_ref" in result["failed_rules"]
+    assert result["verified_excerpts"] == {}
+    error = next(e for e in result["errors"] if e["rule_id"] == "evidence.invocation_ref")
+    assert error["target"] == "claims[0].evidence_bindings[0]"
+    assert fragment in error["message"]
+
+
+def test_gatekeeper_binding_without_tool_name_fails_invocation_ref() -> None:
+    bare = binding()
+    del bare["tool_name"]
+
+    result = check(output(claim(bindings=[bare])))
+
+    assert result["failed_rules"] == ["evidence.invocation_ref"]
+
+
+def test_gatekeeper_backfills_id_from_single_candidate_with_warning() -> None:
+    result = check(output(claim(bindings=[binding(invocation_id=None)])))
+
+    assert result["status"] == "warn"
+    assert result["severity"] == "none"
+    assert result["failed_rules"] == []
+    assert rule_ids(result["warnings"]) == ["evidence.invocation_ref"]
+    assert result["warnings"][0]["target"] == "claims[0].evidence_bindings[0]"
+    assert "inv-2" in result["warnings"][0]["message"]
+    assert result["verified_excerpts"]["c1"][0]["invocation_id"] == "inv-2"
+
+
+def test_gatekeeper_backfill_refused_with_two_candidates() -> None:
+    invocations = default_invocations() + [
+        make_invocation(4, "query_logs", [("logs[0]", LOG_TEXT_0)], round_number=2)
+    ]
+
+    result = check(output(claim(bindings=[binding(invocation_id=None)])), invocations)
+
+    assert result["status"] == "fail"
+    assert result["severity"] == "reject"
+    assert result["failed_rules"] == ["evidence.invocation_ref"]
+    assert result["warnings"] == []
+    assert "inv-2" in result["errors"][0]["message"]
+    assert "inv-4" in result["errors"][0]["message"]
+
+
+def test_gatekeeper_backfill_refused_without_candidates() -> None:
+    no_logs = [inv for inv in default_invocations() if inv["tool_name"] != "query_logs"]
+
+    result = check(output(claim(bindings=[binding(invocation_id=None)])), no_logs)
+
+    assert result["failed_rules"] == ["evidence.invocation_ref"]
+    assert result["warnings"] == []
+
+
+def test_gatekeeper_backfill_never_synthesises_raw_path() -> None:
+    result = check(output(claim(bindings=[binding(invocation_id=None, raw_path=None)])))
+
+    assert result["failed_rules"] == ["evidence.raw_path_missing"]
+    assert result["severity"] == "low_confid"
+    assert rule_ids(result["warnings"]) == ["evidence.invocation_ref"]
+    assert result["verified_excerpts"] == {}
+
+
+# --------------------------------------------------------------------------- legacy plural ids
+
+
+def test_gatekeeper_legacy_single_id_with_raw_path_is_treated_as_singular() -> None:
+    legacy = binding(invocation_id=None, source_invocation_ids=["inv-2"])
+
+    result = check(output(claim(bindings=[legacy])))
+
+    assert result["status"] == "pass"
+    assert result["verified_excerpts"]["c1"][0]["invocation_id"] == "inv-2"
+
+
+def test_gatekeeper_legacy_single_id_without_raw_path_fails_raw_path_missing() -> None:
+    legacy = binding(invocation_id=None, raw_path=None, source_invocation_ids=["inv-2"])
+
+    result = check(output(claim(bindings=[legacy])))
+
+    assert result["status"] == "fail"
+    assert result["failed_rules"] == ["evidence.raw_path_missing"]
+    assert result["severity"] == "low_confid"
+
+
+def test_gatekeeper_legacy_several_ids_fail_raw_path_missing() -> None:
+    legacy = binding(invocation_id=None, source_invocation_ids=["inv-2", "inv-3"])
+    legacy["tool_name"] = "query_logs"
+    invocations = default_invocations()
+    invocations[2]["tool_name"] = "query_logs"
+
+    result = check(output(claim(bindings=[legacy])), invocations)
+
+    assert result["failed_rules"] == ["evidence.raw_path_missing"]
+    assert result["severity"] == "low_confid"
+    assert result["verified_excerpts"] == {}
+
+
+def test_gatekeeper_legacy_unknown_id_fails_invocation_ref() -> None:
+    legacy = binding(invocation_id=None, source_invocation_ids=["inv-77"])
+
+    result = check(output(claim(bindings=[legacy])))
+
+    assert result["failed_rules"] == ["evidence.invocation_ref"]
+    assert result["severity"] == "reject"
+    assert "inv-77" in result["errors"][0]["message"]
+
+
+def test_gatekeeper_legacy_ids_each_checked_for_tool_name() -> None:
+    legacy = binding(invocation_id=None, source_invocation_ids=["inv-2", "inv-3"])
+
+    result = check(output(claim(bindings=[legacy])))
+
+    assert result["failed_rules"] == ["evidence.invocation_ref", "evidence.raw_path_missing"]
+    assert result["severity"] == "reject"
+
+
+# --------------------------------------------------------------------------- raw path rules
+
+
+def test_gatekeeper_missing_raw_path_fails_with_low_confid() -> None:
+    result = check(output(claim(bindings=[binding(raw_path=None)])))
+
+    assert result["status"] == "fail"
+    assert result["failed_rules"] == ["evidence.raw_path_missing"]
+    assert result["severity"] == "low_confid"
+    assert result["verified_excerpts"] == {}
+
+
+def test_gatekeeper_invocation_without_refs_fails_refs_missing() -> None:
+    invocations = default_invocations()
+    invocations[1]["retrieval_details"] = {}
+
+    result = check(output(), invocations)
+
+    assert result["failed_rules"] == ["evidence.refs_missing"]
+    assert result["severity"] == "low_confid"
+    assert result["verified_excerpts"] == {}
+
+
+def test_gatekeeper_unknown_raw_path_fails_with_reject() -> None:
+    result = check(output(claim(bindings=[binding(raw_path="logs[7]")])))
+
+    assert result["failed_rules"] == ["evidence.raw_path"]
+    assert result["severity"] == "reject"
+    assert "logs[7]" in result["errors"][0]["message"]
+
+
+# --------------------------------------------------------------------------- excerpt rule
+
+
+def test_gatekeeper_excerpt_not_in_ref_text_fails_with_reject() -> None:
+    result = check(output(claim(bindings=[binding(excerpt="Connection refused by database")])))
+
+    assert result["failed_rules"] == ["evidence.excerpt_mismatch"]
+    assert result["severity"] == "reject"
+    assert result["verified_excerpts"] == {}
+
+
+def test_gatekeeper_excerpt_from_another_ref_fails() -> None:
+    result = check(output(claim(bindings=[binding(raw_path="logs[1]")])))
+
+    assert result["failed_rules"] == ["evidence.excerpt_mismatch"]
+
+
+@pytest.mark.parametrize("excerpt", ["", "   \n\t "])
+def test_gatekeeper_empty_excerpt_fails(excerpt: str) -> None:
+    result = check(output(claim(bindings=[binding(excerpt=excerpt)])))
+
+    assert result["failed_rules"] == ["evidence.excerpt_mismatch"]
+
+
+@pytest.mark.parametrize(
+    "excerpt",
+    [
+        pytest.param("ＣＡＮＮＯＴ ａｃｑｕｉｒｅ connection", id="full-width-letters"),
+        pytest.param("HTTP ５００ returned", id="full-width-digits"),
+        pytest.param("cannot ACQUIRE Connection FROM pool", id="case"),
+        pytest.param("  Cannot   acquire\nconnection\tfrom pool  ", id="whitespace"),
+    ],
+)
+def test_gatekeeper_excerpt_matching_normalises_text(excerpt: str) -> None:
+    result = check(output(claim(bindings=[binding(excerpt=excerpt)])))
+
+    assert result["status"] == "pass"
+    assert "c1" in result["verified_excerpts"]
+
+
+# --------------------------------------------------------------------------- unbound specifics
+
+
+@pytest.mark.parametrize(
+    ("claim_text", "token"),
+    [
+        pytest.param("order-service returned HTTP 503 errors", "503", id="status-code"),
+        pytest.param("connections wait 45s before failing", "45s", id="duration"),
+        pytest.param("pool usage reached 95%", "95%", id="percentage"),
+        pytest.param("requests fail with IllegalStateException", "IllegalStateException", id="exc"),
+    ],
+)
+def test_gatekeeper_unbound_specifics_flags_invented_details(claim_text: str, token: str) -> None:
+    result = check(output(claim(text=claim_text)))
+
+    assert result["status"] == "fail"
+    assert result["failed_rules"] == ["evidence.unbound_specifics"]
+    assert result["severity"] == "low_confid"
+    error = result["errors"][0]
+    assert error["target"] == "claims[0].claim_text"
+    assert token in error["message"]
+    assert "c1" in result["verified_excerpts"]
+
+
+def test_gatekeeper_unbound_specifics_lists_every_unbound_token_once() -> None:
+    text = "HTTP 503 after 45s, 95% usage, HTTP 503 again"
+
+    result = check(output(claim(text=text)))
+
+    assert len(result["errors"]) == 1
+    message = result["errors"][0]["message"]
+    assert message.endswith("503, 45s, 95%")
+
+
+def test_gatekeeper_unbound_specifics_passes_when_specifics_are_in_verified_text() -> None:
+    text = (
+        "order-service returned HTTP 500. Connections waited 30s, pool usage 12%: "
+        "NullPointerException thrown"
+    )
+    second = binding(raw_path="logs[1]", excerpt="NullPointerException")
+
+    result = check(output(claim(text=text, bindings=[binding(), second])))
+
+    assert result["status"] == "pass"
+    assert result["errors"] == []
+
+
+def test_gatekeeper_unbound_specifics_ignores_specifics_only_in_unverified_binding() -> None:
+    text = "order-service returned HTTP 500 and NullPointerException"
+    unverified = binding(raw_path="logs[1]", excerpt="not in the text")
+
+    result = check(output(claim(text=text, bindings=[binding(), unverified])))
+
+    assert "evidence.excerpt_mismatch" in result["failed_rules"]
+    assert "evidence.unbound_specifics" in result["failed_rules"]
+    unbound = next(e for e in result["errors"] if e["rule_id"] == "evidence.unbound_specifics")
+    assert "NullPointerException" in unbound["message"]
+    assert "500" not in unbound["message"]
+
+
+def test_gatekeeper_unbound_specifics_skips_claims_without_verified_binding() -> None:
+    result = check(output(claim(text="HTTP 503 everywhere", bindings=[binding(raw_path="x[0]")])))
+
+    assert result["failed_rules"] == ["evidence.raw_path"]
+
+
+def test_extract_specifics_finds_numbers_and_exception_names() -> None:
+    text = "返回 ５００, p99 30s, 12%. java.lang.NullPointerException: TimeoutError at 10:30."
+
+    found = extract_specifics(text)
+
+    assert found == [
+        "500",
+        "p99",
+        "30s",
+        "12%",
+        "java.lang.NullPointerException",
+        "TimeoutError",
+        "10:30",
+    ]
+    assert extract_specifics("An Error occurred, the error rate rose") == []
+
+
+# --------------------------------------------------------------------------- aggregation
+
+
+def test_gatekeeper_aggregates_mixed_errors_and_warnings() -> None:
+    backfilled = binding(invocation_id=None)
+    no_path = binding(raw_path=None)
+    wrong_path = binding(raw_path="logs[9]")
+    structured = output(
+        claim("c1", bindings=[backfilled]),
+        claim("c2", bindings=[no_path]),
+        claim("c3", bindings=[wrong_path]),
+        claim("c4", bindings=[]),
+    )
+
+    result = check(structured)
+
+    assert result["status"] == "fail"
+    assert result["severity"] == "reject"
+    assert result["failed_rules"] == [
+        "schema.executor_v2",
+        "evidence.raw_path_missing",
+        "evidence.raw_path",
+    ]
+    assert rule_ids(result["warnings"]) == ["evidence.invocation_ref"]
+    assert result["checked_bindings"] == 3
+
+
+def test_gatekeeper_low_confid_errors_with_warning_give_low_confid() -> None:
+    structured = output(
+        claim("c1", bindings=[binding(invocation_id=None)]),
+        claim("c2", bindings=[binding(raw_path=None)]),
+        claim("c3", bindings=[binding(raw_path=None)]),
+    )
+
+    result = check(structured)
+
+    assert result["status"] == "fail"
+    assert result["severity"] == "low_confid"
+    assert result["failed_rules"] == ["evidence.raw_path_missing"]
+    assert len(result["errors"]) == 2
+
+
+# --------------------------------------------------------------------------- catalog
+
+
+def test_gatekeeper_disabled_rule_is_skipped() -> None:
+    catalog = load_catalog()
+    for rule in catalog["rules"]:
+        if rule["id"] == "evidence.excerpt_mismatch":
+            rule["enabled"] = False
+
+    result = run_gatekeeper(
+        VALID,
+        output(claim(bindings=[binding(excerpt="made up")])),
+        default_invocations(),
+        catalog,
+    )
+
+    assert result["status"] == "pass"
+    assert "c1" in result["verified_excerpts"]
+    summary = {rule["id"]: rule["enabled"] for rule in result["rules"]}
+    assert summary["evidence.excerpt_mismatch"] is False
+    assert summary["evidence.raw_path"] is True
+
+
+def test_gatekeeper_severity_comes_from_catalog() -> None:
+    catalog = load_catalog()
+    catalog["rule_set_version"] = "custom.v9"
+    for rule in catalog["rules"]:
+        if rule["id"] == "evidence.raw_path_missing":
+            rule["default_severity"] = "reject"
+
+    result = run_gatekeeper(
+        VALID, output(claim(bindings=[binding(raw_path=None)])), default_invocations(), catalog
+    )
+
+    assert result["severity"] == "reject"
+    assert result["rule_set_version"] == "custom.v9"
+
+
+def test_load_catalog_bundled_has_all_rules() -> None:
+    catalog = load_catalog()
+
+    assert catalog["rule_set_version"] == DEFAULT_RULE_SET_VERSION
+    assert [rule["id"] for rule in catalog["rules"]] == list(KNOWN_RULE_IDS)
+    assert all(rule["enabled"] for rule in catalog["rules"])
+
+
+def test_load_catalog_reads_a_path(tmp_path: Path) -> None:
+    catalog = load_catalog()
+    catalog["rule_set_version"] = "file.v2"
+    path = tmp_path / "catalog.json"
+    path.write_text(json.dumps(catalog), encoding="utf-8")
+
+    assert load_catalog(path)["rule_set_version"] == "file.v2"
+
+
+def _broken_catalogs() -> list[Any]:
+    base = load_catalog()
+    missing_rule = copy.deepcopy(base)
+    missing_rule["rules"] = missing_rule["rules"][1:]
+    unknown = copy.deepcopy(base)
+    unknown["rules"].append({**base["rules"][0], "id": "evidence.magic"})
+    bad_severity = copy.deepcopy(base)
+    bad_severity["rules"][0]["default_severity"] = "fatal"
+    bad_enabled = copy.deepcopy(base)
+    bad_enabled["rules"][0]["enabled"] = "yes"
+    no_version = copy.deepcopy(base)
+    del no_version["rule_set_version"]
+    bad_parameter = copy.deepcopy(base)
+    bad_parameter["rules"][0]["parameters"]["forbidden_keys"] = "diagnosis_summary"
+    return [missing_rule, unknown, bad_severity, bad_enabled, no_version, bad_parameter]
+
+
+@pytest.mark.parametrize(
+    "index", range(6), ids=["missing", "unknown", "severity", "enabled", "version", "param"]
+)
+def test_load_catalog_rejects_bad_shapes(tmp_path: Path, index: int) -> None:
+    path = tmp_path / "catalog.json"
+    path.write_text(json.dumps(_broken_catalogs()[index]), encoding="utf-8")
+
+    with pytest.raises(CatalogError):
+        load_catalog(path)
+
+
+def test_load_catalog_rejects_invalid_json(tmp_path: Path) -> None:
+    path = tmp_path / "catalog.json"
+    path.write_text("{not json", encoding="utf-8")
+
+    with pytest.raises(CatalogError, match="not valid JSON"):
+        load_catalog(path)
+
+
+# --------------------------------------------------------------------------- fail closed, fallback
+
+
+def test_gatekeeper_fails_closed_on_internal_exception(monkeypatch: pytest.MonkeyPatch) -> None:
+    def explode(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(gatekeeper, "_check_binding", explode)
+
+    result = check(output())
+
+    assert result["status"] == "fail"
+    assert result["severity"] == "reject"
+    assert result["failed_rules"] == ["gatekeeper.internal_error"]
+    assert result["errors"] == [
+        {
+            "rule_id": "gatekeeper.internal_error",
+            "target": "gatekeeper",
+            "message": "RuntimeError: boom",
+        }
+    ]
+    assert result["rule_set_version"] == DEFAULT_RULE_SET_VERSION
+    assert len(result["rules"]) == len(KNOWN_RULE_IDS)
+    assert result["verified_excerpts"] == {}
+
+
+def test_gatekeeper_fails_closed_on_invalid_catalog() -> None:
+    result = run_gatekeeper(VALID, output(), default_invocations(), {"rules": "nope"})
+
+    assert result["status"] == "fail"
+    assert result["severity"] == "reject"
+    assert result["failed_rules"] == ["gatekeeper.internal_error"]
+    assert result["errors"][0]["message"].startswith("CatalogError: ")
+    assert result["rule_set_version"] == DEFAULT_RULE_SET_VERSION
+
+
+def test_gatekeeper_fallback_pass_carries_rule_metadata() -> None:
+    result = fallback_pass()
+
+    assert result["fallback"] is True
+    assert result["status"] == "pass"
+    assert result["severity"] == "none"
+    assert result["failed_rules"] == []
+    assert result["rule_set_version"] == DEFAULT_RULE_SET_VERSION
+    assert [rule["id"] for rule in result["rules"]] == list(KNOWN_RULE_IDS)
+
+
+def test_gatekeeper_rules_summary_present_on_fail() -> None:
+    result = check(output(claim(bindings=[binding(invocation_id="inv-404")])))
+
+    assert result["status"] == "fail"
+    assert result["rule_set_version"] == DEFAULT_RULE_SET_VERSION
+    assert [rule["id"] for rule in result["rules"]] == list(KNOWN_RULE_IDS)

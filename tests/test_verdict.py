@@ -1,0 +1,589 @@
+"""Verdict arithmetic: claim check normalisation, legacy facts, score, derived/effective verdict."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from nodes.verdict import (
+    LABELS,
+    LEGACY_MAP,
+    VALUES,
+    VERDICTS,
+    claims_with_ids,
+    derive_verdict,
+    effective_verdict,
+    facts_from_checks,
+    finalize,
+    groundedness_score,
+    normalize_claim_checks,
+)
+
+VALID = {"status": "valid", "fence_stripped": False, "error": None}
+MALFORMED = {"status": "malformed", "fence_stripped": False, "error": "Expecting value"}
+MISSING = {"status": "missing", "fence_stripped": False, "error": None}
+
+TRACE: list[dict[str, Any]] = [
+    {
+        "trace_ref": "t1",
+        "tool_name": "query_logs",
+        "round": 1,
+        "success": True,
+        "evidence_level": "direct",
+        "input_summary": "service=order-service level=ERROR",
+        "output_summary": "HTTP 500 Cannot acquire connection from pool",
+        "source_invocation_ids": ["inv-1", "inv-3"],
+    },
+    {
+        "trace_ref": "t2",
+        "tool_name": "query_metrics",
+        "round": 1,
+        "success": True,
+        "evidence_level": "direct",
+        "input_summary": "service=order-service",
+        "output_summary": "HighErrorRate firing value=12.5",
+        "source_invocation_ids": ["inv-2"],
+    },
+]
+
+
+def _claim(claim_id: str, text: str) -> dict[str, Any]:
+    return {
+        "claim_id": claim_id,
+        "claim_type": "observation",
+        "claim_text": text,
+        "support_level": "direct",
+        "evidence_bindings": [
+            {
+                "source_type": "log",
+                "tool_name": "query_logs",
+                "source_invocation_id": "inv-1",
+                "raw_path": "logs[0]",
+                "evidence_excerpt": "HTTP 500",
+            }
+        ],
+    }
+
+
+def _output(*claim_ids: str) -> dict[str, Any]:
+    return {
+        "answer_version": "executor_evidence_v2",
+        "claims": [_claim(cid, f"claim {cid} text") for cid in claim_ids],
+        "hypotheses": [],
+        "recommended_actions": [],
+        "missing_info": [],
+    }
+
+
+def _gatekeeper(
+    verified: tuple[str, ...], *, status: str = "pass", severity: str = "none"
+) -> dict[str, Any]:
+    return {
+        "status": status,
+        "severity": severity,
+        "checked_bindings": len(verified),
+        "failed_rules": [],
+        "warnings": [],
+        "errors": [],
+        "verified_excerpts": {
+            cid: [
+                {
+                    "binding": 0,
+                    "invocation_id": "inv-1",
+                    "tool_name": "query_logs",
+                    "raw_path": "logs[0]",
+                    "text": "2026-03-01T10:01:00Z ERROR order-service order-1: HTTP 500",
+                }
+            ]
+            for cid in verified
+        },
+    }
+
+
+def _check(claim_id: str, label: Any, trace_ref: str = "t1", ids: Any = None) -> dict[str, Any]:
+    return {
+        "claim_id": claim_id,
+        "verification": label,
+        "detail": f"model says {label}",
+        "evidence_refs": [
+            {
+                "trace_ref": trace_ref,
+                "tool_name": "query_logs",
+                "source_invocation_ids": ["inv-1"] if ids is None else ids,
+            }
+        ],
+    }
+
+
+def _labels(checks: list[dict[str, Any]]) -> list[str]:
+    return [c["verification"] for c in checks]
+
+
+def _run(
+    labels: dict[str, str],
+    *,
+    verified: tuple[str, ...] | None = None,
+    model_verdict: str = "PASS",
+    parse_status: dict[str, Any] | None = None,
+    mode: str = "model",
+    status: str = "pass",
+    severity: str = "none",
+) -> dict[str, Any]:
+    claim_ids = tuple(labels)
+    raw = {
+        "verdict": model_verdict,
+        "groundedness_score": 0.99,
+        "critical_fact_count": len(labels),
+        "claim_checks": [_check(cid, label) for cid, label in labels.items()],
+        "rationale": "because",
+    }
+    return finalize(
+        raw,
+        structured_output=_output(*claim_ids),
+        parse_status=VALID if parse_status is None else parse_status,
+        gatekeeper_result=_gatekeeper(
+            claim_ids if verified is None else verified, status=status, severity=severity
+        ),
+        trace_summary=TRACE,
+        mode=mode,
+    )
+
+
+# --- constants -------------------------------------------------------------------------------
+
+
+def test_verdict_constants_cover_the_contract() -> None:
+    assert set(VERDICTS) == {"PASS", "LOW_CONFID", "REJECT"}
+    assert set(LABELS) == set(LEGACY_MAP)
+    assert VALUES == {"direct_evidence": 1.0, "indirect_support": 0.6, "no_evidence": 0.0}
+
+
+@pytest.mark.parametrize(
+    ("label", "legacy"),
+    [
+        ("direct_observation", "direct_evidence"),
+        ("reasonable_inference", "indirect_support"),
+        ("overstated", "indirect_support"),
+        ("unsupported", "no_evidence"),
+        ("external_unknown", "no_evidence"),
+        ("contradicted", "contradicted"),
+    ],
+    ids=lambda v: str(v),
+)
+def test_facts_from_checks_maps_every_label(label: str, legacy: str) -> None:
+    output = _output("c1")
+    checks = [{"claim_id": "c1", "verification": label, "detail": "d", "evidence_refs": [{"x": 1}]}]
+    facts = facts_from_checks(checks, output)
+    assert facts == [
+        {
+            "fact": "claim c1 text",
+            "is_critical": True,
+            "verification": legacy,
+            "detail": "d",
+            "evidence_refs": [{"x": 1}],
+        }
+    ]
+
+
+# --- score and derived verdict ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("labels", "score", "verdict"),
+    [
+        ({"c1": "direct_observation", "c2": "direct_observation"}, 1.0, "PASS"),
+        ({"c1": "direct_observation", "c2": "contradicted"}, 0.0, "REJECT"),
+        ({"c1": "reasonable_inference", "c2": "reasonable_inference"}, 0.6, "LOW_CONFID"),
+        (
+            {"c1": "direct_observation", "c2": "direct_observation", "c3": "unsupported"},
+            0.6667,
+            "LOW_CONFID",
+        ),
+        ({"c1": "direct_observation", "c2": "reasonable_inference"}, 0.8, "PASS"),
+        ({"c1": "direct_observation", "c2": "overstated"}, 0.8, "LOW_CONFID"),
+    ],
+    ids=["all-direct", "contradicted", "inference-only", "one-unsupported", "mixed", "overstated"],
+)
+def test_finalize_score_and_verdict_examples(
+    labels: dict[str, str], score: float, verdict: str
+) -> None:
+    result = _run(labels, model_verdict="PASS")
+    assert result["groundedness_score"] == score
+    assert result["derived_verdict"] == verdict
+    assert result["verdict"] == verdict
+    assert result["critical_fact_count"] == len(labels)
+
+
+def test_finalize_no_claims_scores_zero_low_confid() -> None:
+    result = finalize(
+        {"verdict": "PASS", "claim_checks": []},
+        structured_output=_output(),
+        parse_status=VALID,
+        gatekeeper_result=_gatekeeper(()),
+        trace_summary=TRACE,
+        mode="model",
+    )
+    assert result["groundedness_score"] == 0.0
+    assert result["verdict"] == "LOW_CONFID"
+    assert result["critical_fact_count"] == 0
+    assert result["claim_checks"] == [] and result["facts_checked"] == []
+
+
+def test_groundedness_score_rules() -> None:
+    def fact(v: str, critical: bool = True) -> dict[str, Any]:
+        return {"fact": "f", "is_critical": critical, "verification": v}
+
+    assert groundedness_score([]) == 0.0
+    assert groundedness_score([fact("direct_evidence"), fact("contradicted")]) == 0.0
+    assert groundedness_score([fact("direct_evidence"), fact("no_evidence")]) == 0.5
+    assert groundedness_score([fact("indirect_support")] * 3) == 0.6
+    # non-critical facts do not count; unknown labels count as no evidence
+    assert groundedness_score([fact("direct_evidence"), fact("no_evidence", False)]) == 1.0
+    assert groundedness_score([fact("direct_evidence"), fact("weird")]) == 0.5
+    assert groundedness_score([fact("direct_evidence")] * 2 + [fact("no_evidence")]) == 0.6667
+
+
+def test_derive_verdict_needs_a_direct_observation_and_no_gatekeeper_failure() -> None:
+    direct = {"claim_id": "c1", "verification": "direct_observation"}
+    inference = {"claim_id": "c2", "verification": "reasonable_inference"}
+    assert derive_verdict([direct, inference], 0.8, {"status": "pass"}) == "PASS"
+    assert derive_verdict([direct, inference], 0.8, {"status": "warn"}) == "PASS"
+    assert derive_verdict([direct, inference], 0.8, {"status": "fail"}) == "LOW_CONFID"
+    assert derive_verdict([direct], 1.0, {}) == "LOW_CONFID"
+    assert derive_verdict([inference], 0.6, {"status": "pass"}) == "LOW_CONFID"
+    assert derive_verdict([direct], 0.4, {"status": "pass"}) == "LOW_CONFID"
+    assert derive_verdict([], 0.0, {"status": "pass"}) == "LOW_CONFID"
+
+
+# --- effective verdict -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("severity", "expected"),
+    [("reject", "REJECT"), ("low_confid", "LOW_CONFID"), ("none", "PASS")],
+)
+def test_effective_verdict_gatekeeper_severity_caps(severity: str, expected: str) -> None:
+    verdict = effective_verdict(
+        model_verdict="PASS",
+        derived_verdict="PASS",
+        parse_status=VALID,
+        gatekeeper_result={
+            "status": "pass" if severity == "none" else "fail",
+            "severity": severity,
+        },
+    )
+    assert verdict == expected
+
+
+def test_finalize_model_pass_with_gatekeeper_reject_is_reject() -> None:
+    result = _run(
+        {"c1": "direct_observation"}, model_verdict="PASS", status="fail", severity="reject"
+    )
+    assert result["model_verdict"] == "PASS"
+    assert result["verdict"] == "REJECT"
+
+
+def test_finalize_gatekeeper_low_confid_caps_pass() -> None:
+    result = _run({"c1": "direct_observation"}, status="warn", severity="low_confid")
+    assert result["derived_verdict"] == "PASS"
+    assert result["verdict"] == "LOW_CONFID"
+
+
+@pytest.mark.parametrize(
+    "parse_status", [MALFORMED, MISSING, {}], ids=["malformed", "missing", "empty"]
+)
+def test_finalize_parse_status_not_valid_caps_low_confid(parse_status: dict[str, Any]) -> None:
+    result = _run({"c1": "direct_observation"}, parse_status=parse_status)
+    assert result["derived_verdict"] == "PASS"
+    assert result["verdict"] == "LOW_CONFID"
+
+
+def test_finalize_parse_status_cap_keeps_stricter_reject() -> None:
+    result = _run({"c1": "contradicted"}, parse_status=MALFORMED)
+    assert result["verdict"] == "REJECT"
+
+
+def test_finalize_model_stricter_than_derived_stands() -> None:
+    result = _run({"c1": "direct_observation"}, model_verdict="REJECT")
+    assert result["derived_verdict"] == "PASS"
+    assert result["verdict"] == "REJECT"
+    result = _run({"c1": "direct_observation"}, model_verdict="LOW_CONFID")
+    assert result["verdict"] == "LOW_CONFID"
+
+
+def test_finalize_model_looser_than_derived_does_not_stand() -> None:
+    result = _run({"c1": "direct_observation", "c2": "unsupported"}, model_verdict="PASS")
+    assert result["model_verdict"] == "PASS"
+    assert result["derived_verdict"] == "LOW_CONFID"
+    assert result["verdict"] == "LOW_CONFID"
+
+
+def test_finalize_unknown_model_verdict_is_ignored() -> None:
+    result = _run({"c1": "direct_observation"}, model_verdict="GREAT")
+    assert result["model_verdict"] is None
+    assert result["verdict"] == "PASS"
+    assert any("GREAT" in note for note in result["notes"])
+
+
+def test_effective_verdict_extra_cap_and_unknown_inputs() -> None:
+    common: dict[str, Any] = {"parse_status": VALID}
+    ok = {"status": "pass", "severity": "none"}
+    assert (
+        effective_verdict(
+            model_verdict=None, derived_verdict="PASS", gatekeeper_result=ok, **common
+        )
+        == "PASS"
+    )
+    assert (
+        effective_verdict(
+            model_verdict="PASS",
+            derived_verdict="PASS",
+            gatekeeper_result=ok,
+            cap="LOW_CONFID",
+            **common,
+        )
+        == "LOW_CONFID"
+    )
+    # an unreadable gatekeeper severity cannot let PASS through
+    assert (
+        effective_verdict(
+            model_verdict="PASS", derived_verdict="PASS", gatekeeper_result={}, **common
+        )
+        == "LOW_CONFID"
+    )
+
+
+# --- normalisation ---------------------------------------------------------------------------
+
+
+def test_normalize_unknown_label_becomes_unsupported() -> None:
+    checks, notes = normalize_claim_checks(
+        [_check("c1", "totally_true")], _output("c1"), _gatekeeper(("c1",)), TRACE
+    )
+    assert checks[0]["verification"] == "unsupported"
+    assert checks[0]["model_verification"] == "totally_true"
+    assert any("totally_true" in n for n in notes)
+
+
+def test_normalize_tolerates_label_spelling() -> None:
+    checks, _ = normalize_claim_checks(
+        [_check("c1", " Direct Observation ")], _output("c1"), _gatekeeper(("c1",)), TRACE
+    )
+    assert checks[0]["verification"] == "direct_observation"
+
+
+def test_normalize_missing_check_is_unsupported() -> None:
+    checks, notes = normalize_claim_checks(
+        [_check("c1", "direct_observation")], _output("c1", "c2"), _gatekeeper(("c1", "c2")), TRACE
+    )
+    assert [c["claim_id"] for c in checks] == ["c1", "c2"]
+    assert _labels(checks) == ["direct_observation", "unsupported"]
+    assert checks[1]["detail"] == "not checked by the verifier"
+    assert checks[1]["model_verification"] is None
+    assert any("c2" in n and "not checked" in n for n in notes)
+
+
+def test_normalize_follows_claim_order_and_drops_checks_for_unknown_claims() -> None:
+    raw = [
+        _check("c2", "reasonable_inference"),
+        _check("c9", "direct_observation"),
+        _check("c1", "direct_observation"),
+    ]
+    checks, notes = normalize_claim_checks(
+        raw, _output("c1", "c2"), _gatekeeper(("c1", "c2")), TRACE
+    )
+    assert [c["claim_id"] for c in checks] == ["c1", "c2"]
+    assert _labels(checks) == ["direct_observation", "reasonable_inference"]
+    assert any("c9" in n for n in notes)
+
+
+def test_normalize_invalid_trace_ref_dropped_and_direct_downgraded() -> None:
+    checks, notes = normalize_claim_checks(
+        [_check("c1", "direct_observation", trace_ref="t7")],
+        _output("c1"),
+        _gatekeeper(("c1",)),
+        TRACE,
+    )
+    assert checks[0]["evidence_refs"] == []
+    assert checks[0]["verification"] == "unsupported"
+    assert checks[0]["model_verification"] == "direct_observation"
+    assert any("t7" in n for n in notes)
+
+
+def test_normalize_invalid_trace_ref_keeps_inference_label() -> None:
+    checks, _ = normalize_claim_checks(
+        [_check("c1", "reasonable_inference", trace_ref="t7")],
+        _output("c1"),
+        _gatekeeper(("c1",)),
+        TRACE,
+    )
+    assert checks[0]["verification"] == "reasonable_inference"
+    assert checks[0]["evidence_refs"] == []
+
+
+def test_normalize_drops_invocation_ids_not_in_trace_item_and_fills_tool_name() -> None:
+    raw = _check("c1", "direct_observation", ids=["inv-1", "inv-2", "inv-99"])
+    raw["evidence_refs"][0]["tool_name"] = "made_up_tool"
+    checks, notes = normalize_claim_checks([raw], _output("c1"), _gatekeeper(("c1",)), TRACE)
+    assert checks[0]["evidence_refs"] == [
+        {"trace_ref": "t1", "tool_name": "query_logs", "source_invocation_ids": ["inv-1"]}
+    ]
+    assert checks[0]["verification"] == "direct_observation"
+    assert any("inv-2" in n for n in notes) and any("inv-99" in n for n in notes)
+
+
+def test_normalize_unverified_claim_is_unsupported_but_contradicted_stays() -> None:
+    raw = [_check("c1", "direct_observation"), _check("c2", "contradicted")]
+    checks, notes = normalize_claim_checks(raw, _output("c1", "c2"), _gatekeeper(()), TRACE)
+    assert _labels(checks) == ["unsupported", "contradicted"]
+    assert any("c1" in n and "Gatekeeper" in n for n in notes)
+
+
+def test_normalize_duplicate_checks_keep_the_strictest() -> None:
+    raw = [_check("c1", "direct_observation"), _check("c1", "overstated")]
+    checks, notes = normalize_claim_checks(raw, _output("c1"), _gatekeeper(("c1",)), TRACE)
+    assert len(checks) == 1
+    assert checks[0]["verification"] == "overstated"
+    assert any("more than once" in n for n in notes)
+
+
+@pytest.mark.parametrize(
+    "raw_checks",
+    [None, "garbage", 42, [None, "x", {"claim_id": None}, {"verification": "direct_observation"}]],
+    ids=["none", "string", "number", "junk-items"],
+)
+def test_normalize_never_raises_on_garbage_checks(raw_checks: Any) -> None:
+    checks, _ = normalize_claim_checks(raw_checks, _output("c1"), _gatekeeper(("c1",)), TRACE)
+    assert _labels(checks) == ["unsupported"]
+
+
+@pytest.mark.parametrize(
+    "structured_output",
+    [None, "text", {}, {"claims": "x"}, {"claims": None}],
+    ids=["none", "string", "empty", "claims-string", "claims-none"],
+)
+def test_normalize_no_readable_claims_gives_no_checks(structured_output: Any) -> None:
+    checks, _ = normalize_claim_checks(
+        [_check("c1", "direct_observation")], structured_output, _gatekeeper(("c1",)), TRACE
+    )
+    assert checks == []
+
+
+def test_claims_without_usable_ids_get_positional_ids() -> None:
+    output = {
+        "claims": [
+            {"claim_text": "a"},
+            {"claim_id": "", "claim_text": "b"},
+            {"claim_id": "c1", "claim_text": "c"},
+            {"claim_id": "c1", "claim_text": "d"},
+            "bare text",
+            7,
+        ]
+    }
+    ids = [cid for cid, _ in claims_with_ids(output)]
+    assert ids == ["claims[0]", "claims[1]", "c1", "claims[3]", "claims[4]", "claims[5]"]
+    gatekeeper = _gatekeeper(("claims[0]",))
+    checks, _ = normalize_claim_checks(
+        [_check("claims[0]", "direct_observation")], output, gatekeeper, TRACE
+    )
+    assert _labels(checks)[0] == "direct_observation"
+    assert _labels(checks)[1:] == ["unsupported"] * 5
+    facts = facts_from_checks(checks, output)
+    assert [f["fact"] for f in facts] == ["a", "b", "c", "d", "bare text", ""]
+
+
+def test_normalize_garbage_trace_and_gatekeeper_do_not_raise() -> None:
+    checks, _ = normalize_claim_checks(
+        [_check("c1", "direct_observation")],
+        _output("c1"),
+        {"verified_excerpts": "nope"},
+        [None, {"trace_ref": 3}],  # type: ignore[list-item]
+    )
+    assert _labels(checks) == ["unsupported"]
+
+
+# --- finalize --------------------------------------------------------------------------------
+
+
+def test_finalize_fallback_mode_is_capped_at_low_confid() -> None:
+    result = _run({"c1": "direct_observation"}, mode="fallback")
+    assert result["derived_verdict"] == "PASS"
+    assert result["verdict"] == "LOW_CONFID"
+    assert result["verifier_mode"] == "fallback"
+    assert any("claim checker" in n for n in result["notes"])
+
+
+def test_finalize_offline_mode_is_not_capped() -> None:
+    result = _run({"c1": "direct_observation"}, mode="offline")
+    assert result["verdict"] == "PASS"
+    assert result["verifier_mode"] == "offline"
+
+
+def test_finalize_result_shape_and_score_from_code() -> None:
+    result = _run({"c1": "direct_observation", "c2": "reasonable_inference"})
+    assert set(result) == {
+        "verdict",
+        "model_verdict",
+        "derived_verdict",
+        "groundedness_score",
+        "critical_fact_count",
+        "claim_checks",
+        "facts_checked",
+        "rationale",
+        "verifier_mode",
+        "notes",
+    }
+    assert result["groundedness_score"] == 0.8  # the model said 0.99
+    assert any("0.99" in n for n in result["notes"])
+    assert result["rationale"] == "because"
+    assert [f["verification"] for f in result["facts_checked"]] == [
+        "direct_evidence",
+        "indirect_support",
+    ]
+    assert set(result["claim_checks"][0]) == {
+        "claim_id",
+        "verification",
+        "detail",
+        "evidence_refs",
+        "model_verification",
+    }
+
+
+@pytest.mark.parametrize("raw", [None, "not json", [], {"claim_checks": "x"}], ids=str)
+def test_finalize_garbage_raw_output_is_unsupported_everywhere(raw: Any) -> None:
+    result = finalize(
+        raw,
+        structured_output=_output("c1"),
+        parse_status=VALID,
+        gatekeeper_result=_gatekeeper(("c1",)),
+        trace_summary=TRACE,
+        mode="model",
+    )
+    assert result["model_verdict"] is None
+    assert _labels(result["claim_checks"]) == ["unsupported"]
+    assert result["groundedness_score"] == 0.0
+    assert result["verdict"] == "LOW_CONFID"
+
+
+def test_finalize_unknown_mode_raises() -> None:
+    with pytest.raises(ValueError, match="mode"):
+        finalize(
+            {},
+            structured_output=None,
+            parse_status=VALID,
+            gatekeeper_result={},
+            trace_summary=[],
+            mode="creative",
+        )
+
+
+def test_normalize_keeps_claim_ids_verbatim_for_gatekeeper_lookup() -> None:
+    output = _output("c1")
+    output["claims"][0]["claim_id"] = " c1 "
+    checks, notes = normalize_claim_checks(
+        [_check("c1", "direct_observation")], output, _gatekeeper((" c1 ",)), TRACE
+    )
+    assert [c["claim_id"] for c in checks] == [" c1 "]
+    assert _labels(checks) == ["direct_observation"]
+    assert notes == []
