@@ -69,10 +69,20 @@ def _clip(text: str) -> str:
     return text if len(text) <= MESSAGE_CHARS else text[:MESSAGE_CHARS]
 
 
-def _first_sentence(text: str) -> str:
-    match = re.match(r"(.+?[.。!?！？])(\s|$)", text.strip(), re.DOTALL)
-    sentence = match.group(1) if match else text.strip()
-    return sentence[:240]
+_ADVICE = re.compile(
+    r"\b(check|confirm|restart|increase|reduce|scale|roll ?back|kill|limit|raise|drain|"
+    r"pause|disable|throttle|compare|look)\b",
+    re.IGNORECASE,
+)
+
+
+def _advice(text: str) -> str:
+    """The first sentence of a runbook chunk that tells what to do (else its first sentence)."""
+    sentences = [s.strip() for s in re.split(r"(?<=[.。!?！？])\s+", text.strip()) if s.strip()]
+    if not sentences:
+        return ""
+    chosen = next((s for s in sentences if _ADVICE.search(s)), sentences[0])
+    return chosen[:240]
 
 
 class _Answer:
@@ -225,7 +235,7 @@ class OfflineExecutor(OfflineModel):
                     ans.actions.append(
                         {
                             "text": t["action"].format(
-                                title=doc.group("title"), advice=_first_sentence(doc.group("chunk"))
+                                title=doc.group("title"), advice=_advice(doc.group("chunk"))
                             ),
                             "source": doc.group("source"),
                         }

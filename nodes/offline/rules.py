@@ -87,7 +87,8 @@ def mentioned_services(question: str, known: list[str]) -> list[str]:
 def knowledge_query(question: str, services: list[str]) -> str:
     """Search terms for the runbook lookup, from the question's words."""
     text = question.lower()
-    terms = [w for w in _WORD.findall(text) if len(w) >= 3 and w not in _STOPWORDS]
+    words = [re.sub(r"^(\d+)s$", r"\1", w) for w in _WORD.findall(text)]
+    terms = [w for w in words if len(w) >= 3 and w not in _STOPWORDS]
     terms += [en for zh, en in _ZH_TERMS.items() if zh in question]
     terms = [t for t in terms if t not in {s.lower() for s in services}] + services
     unique = list(dict.fromkeys(terms))
@@ -113,9 +114,8 @@ def plan_steps(facts: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
             if tool in TOOLS and isinstance(args, dict):
                 steps.append((str(tool), dict(args)))
         for service in targets:
-            step = ("query_logs", {"service": service, "limit": 50})
-            if step not in steps:
-                steps.append(step)
+            if not any(t == "query_logs" and a.get("service") == service for t, a in steps):
+                steps.append(("query_logs", {"service": service, "limit": 50}))
         if not steps:
             steps.append(("query_logs", {"limit": 50}))
         return steps
