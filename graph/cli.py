@@ -9,17 +9,27 @@ import uuid
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from langchain_core.messages import HumanMessage
-from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.memory import InMemorySaver
-
 from graph.builder import build_graph
+from graph.persistence import Persistence, open_persistence
+from graph.runner import NothingToResume, run_diagnosis, summary_of
 from state.context import Context
+from state.database import DatabaseError, migrate, open_database
 from tools.sample import EnvironmentFileError, SampleBackend, default_environment, load_environment
+
+DB_HELP = (
+    "database: postgresql://user@host/db, sqlite:///path or a file path "
+    "(default: $SUPERBIZ_DATABASE_URL, else an SQLite file in the user data directory)"
+)
 
 
 class UsageError(Exception):
     """Bad input from the command line; the message is the one-line reason."""
+
+
+def _one_line(exc: BaseException) -> str:
+    """``<Type>: <message>`` on a single line (a multi-line message is joined)."""
+    message = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -36,8 +46,15 @@ def _parser() -> argparse.ArgumentParser:
         "evidence, and print the composed answer with its verdict and score. Progress goes to "
         "stderr. Exit status is 0 for every verdict.",
     )
-    diagnose.add_argument("question", help='the question, e.g. "order-service 为什么报 500？"')
+    diagnose.add_argument(
+        "question", nargs="?", help='the question, e.g. "order-service 为什么报 500？"'
+    )
     diagnose.add_argument("--thread", metavar="ID", help="conversation thread id (default: new)")
+    diagnose.add_argument(
+        "--resume",
+        action="store_true",
+        help="finish the thread's interrupted diagnosis from its last checkpoint (needs --thread)",
+    )
     diagnose.add_argument(
         "--lang", choices=("zh", "en"), default=None, help="answer language (default: zh)"
     )
@@ -63,6 +80,32 @@ def _parser() -> argparse.ArgumentParser:
         "--max-tool-calls", type=int, metavar="N", help="tool calls allowed per round (default 8)"
     )
     diagnose.add_argument("--json", action="store_true", help="print one JSON object instead")
+    diagnose.add_argument("--db", metavar="URL", help=DB_HELP)
+
+    sessions = commands.add_parser(
+        "sessions", help="list and inspect recorded diagnoses", description="Read the audit log."
+    )
+    session_commands = sessions.add_subparsers(dest="sessions_command", metavar="ACTION")
+    session_commands.required = True
+    listing = session_commands.add_parser("list", help="list diagnoses, oldest first")
+    listing.add_argument("--thread", metavar="ID", help="only this thread")
+    listing.add_argument(
+        "--verdict", choices=("PASS", "LOW_CONFID", "REJECT"), help="only this verdict"
+    )
+    listing.add_argument("--json", action="store_true", help="print a JSON array")
+    listing.add_argument("--db", metavar="URL", help=DB_HELP)
+    show = session_commands.add_parser("show", help="show one diagnosis in full")
+    show.add_argument("diagnosis_id", metavar="DIAGNOSIS_ID")
+    show.add_argument("--json", action="store_true", help="print the full record as JSON")
+    show.add_argument("--db", metavar="URL", help=DB_HELP)
+
+    db = commands.add_parser("db", help="database maintenance")
+    db_commands = db.add_subparsers(dest="db_command", metavar="ACTION")
+    db_commands.required = True
+    upgrade = db_commands.add_parser(
+        "upgrade", help="create or migrate the audit tables (also done at every start)"
+    )
+    upgrade.add_argument("--db", metavar="URL", help=DB_HELP)
     return parser
 
 
@@ -108,10 +151,22 @@ def _progress(event: dict[str, Any], err: TextIO) -> None:
     err.flush()
 
 
+def _open(args: argparse.Namespace) -> Persistence:
+    try:
+        return open_persistence(args.db)
+    except DatabaseError as exc:
+        raise UsageError(str(exc)) from exc
+
+
 def diagnose(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    """Run one diagnosis and print it."""
+    """Run (or resume) one diagnosis and print it."""
     question = (args.question or "").strip()
-    if not question:
+    if args.resume:
+        if not args.thread:
+            raise UsageError("--resume needs --thread ID: the thread whose diagnosis to finish")
+        if question:
+            raise UsageError("--resume continues the interrupted question; give no new question")
+    elif not question:
         raise UsageError(
             'the question is empty; ask e.g. superbiz diagnose "is order-service failing?"'
         )
@@ -120,31 +175,29 @@ def diagnose(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         environment = load_environment(args.env) if args.env else default_environment()
     except EnvironmentFileError as exc:
         raise UsageError(str(exc)) from exc
-    graph = build_graph(backend=SampleBackend(environment)).compile(checkpointer=InMemorySaver())
-    thread = args.thread or f"thread-{uuid.uuid4().hex[:12]}"
-    config: RunnableConfig = {"configurable": {"thread_id": thread}}
-    for chunk in graph.stream(
-        {"messages": [HumanMessage(question)]}, config, context=ctx, stream_mode="custom"
-    ):
-        if isinstance(chunk, dict):
-            _progress(chunk, err)
-    state = graph.get_state(config).values
-    gate = state.get("gatekeeper_result") or {}
-    result: dict[str, Any] = {
-        "diagnosis_id": state.get("diagnosis_id"),
-        "thread_id": thread,
-        "verdict": state.get("verdict"),
-        "model_verdict": (state.get("verifier_result") or {}).get("model_verdict"),
-        "groundedness_score": state.get("groundedness_score"),
-        "rounds": state.get("round"),
-        "offline": ctx.offline,
-        "answer": state.get("answer"),
-        "gatekeeper": {
-            "status": gate.get("status"),
-            "severity": gate.get("severity"),
-            "failed_rules": gate.get("failed_rules", []),
-        },
-    }
+    persistence = _open(args)
+    try:
+        app = build_graph(
+            backend=SampleBackend(environment), ledger=persistence.ledger, audit=persistence.audit
+        ).compile(checkpointer=persistence.checkpointer)
+        thread = args.thread or f"thread-{uuid.uuid4().hex[:12]}"
+        try:
+            with persistence.thread_lock(thread):
+                values = run_diagnosis(
+                    app,
+                    thread_id=thread,
+                    context=ctx,
+                    audit=persistence.audit,
+                    question=question,
+                    resume=args.resume,
+                    on_event=lambda event: _progress(event, err),
+                )
+        except (DatabaseError, NothingToResume) as exc:
+            raise UsageError(str(exc)) from exc
+    finally:
+        persistence.close()
+    offline = bool((values.get("run_info") or {}).get("offline", ctx.offline))
+    result = summary_of(values, thread, offline=offline)
     if args.json:
         out.write(json.dumps(result, ensure_ascii=False, indent=2) + "\n")
     else:
@@ -156,18 +209,160 @@ def diagnose(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return 0
 
 
+def _table(rows: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    )
+
+
+def sessions(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """``sessions list`` and ``sessions show``."""
+    persistence = _open(args)
+    try:
+        if args.sessions_command == "list":
+            records = persistence.audit.list(args.thread)
+            if args.verdict:
+                records = [r for r in records if r["verdict"] == args.verdict]
+            if args.json:
+                out.write(json.dumps(records, ensure_ascii=False, indent=2) + "\n")
+                return 0
+            if not records:
+                err.write(
+                    "no diagnoses recorded"
+                    + (f" on thread {args.thread}" if args.thread else "")
+                    + "\n"
+                )
+                return 0
+            rows = [
+                [
+                    "DIAGNOSIS",
+                    "THREAD",
+                    "STATUS",
+                    "VERDICT",
+                    "SCORE",
+                    "ROUNDS",
+                    "CREATED",
+                    "QUESTION",
+                ]
+            ]
+            for r in records:
+                score = "" if r["score"] is None else f"{float(r['score']):.2f}"
+                question = " ".join(str(r["question"]).split())
+                rows.append(
+                    [
+                        r["id"],
+                        r["thread_id"],
+                        r["status"],
+                        r["verdict"] or "",
+                        score,
+                        str(r["rounds"]),
+                        str(r["created_at"])[:19],
+                        question[:60],
+                    ]
+                )
+            out.write(_table(rows) + "\n")
+            return 0
+        record = persistence.audit.get(args.diagnosis_id)
+        if record is None:
+            raise UsageError(
+                f"no diagnosis {args.diagnosis_id!r} in {persistence.db.target.display}; "
+                "see superbiz sessions list"
+            )
+        invocations = persistence.ledger.list(args.diagnosis_id)
+    finally:
+        persistence.close()
+    if args.json:
+        out.write(
+            json.dumps({**record, "invocations": invocations}, ensure_ascii=False, indent=2) + "\n"
+        )
+    else:
+        out.write(render_session(record, invocations) + "\n")
+    return 0
+
+
+def render_session(record: dict[str, Any], invocations: list[dict[str, Any]]) -> str:
+    """A readable view of one audit record."""
+    evaluation = (record.get("self_evaluation") or {}).get("verifier_evaluation") or {}
+    gate = evaluation.get("gatekeeper_result") or {}
+    score = "-" if record.get("score") is None else f"{float(record['score']):.2f}"
+    lines = [
+        f"diagnosis  {record['id']}  (thread {record['thread_id']})",
+        f"question   {record['question']}",
+        f"status     {record['status']}" + (f"  ({record['note']})" if record.get("note") else ""),
+        f"verdict    {record.get('verdict') or '-'}  score {score}  rounds {record.get('rounds')}"
+        + (f"  model verdict {evaluation.get('model_verdict')}" if evaluation else ""),
+        f"created    {record['created_at']}   updated {record['updated_at']}",
+    ]
+    if gate:
+        lines.append(
+            f"gatekeeper {gate.get('status')} / {gate.get('severity')}  "
+            f"failed rules: {', '.join(gate.get('failed_rules') or []) or 'none'}  "
+            f"({gate.get('rule_set_version')})"
+        )
+        for issue in (gate.get("errors") or []) + (gate.get("warnings") or []):
+            lines.append(
+                f"  - {issue.get('rule_id')} {issue.get('target')}: {issue.get('message')}"
+            )
+    checks = evaluation.get("claim_checks") or []
+    if checks:
+        lines.append("claim checks")
+        for check in checks:
+            label = f"  - {check.get('claim_id')}: {check.get('verification')}"
+            lines.append(f"{label}  {check.get('detail', '')}".rstrip())
+    if invocations:
+        lines.append("evidence")
+        for inv in invocations:
+            args_text = " ".join(
+                f"{k}={v}" for k, v in sorted((inv.get("arguments") or {}).items())
+            )
+            head = f"  - {inv['invocation_id']} r{inv['round']} {inv['tool_name']} {args_text}"
+            tail = f" ({inv['error']})" if inv.get("error") else ""
+            lines.append(f"{head} -> {inv['status']}{tail}")
+    if record.get("final_answer"):
+        lines += ["answer", str(record["final_answer"])]
+    return "\n".join(lines)
+
+
+def db_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """``db upgrade``."""
+    try:
+        db = open_database(args.db)
+    except DatabaseError as exc:
+        raise UsageError(str(exc)) from exc
+    try:
+        before, after = migrate(db)
+    finally:
+        db.close()
+    out.write(
+        f"{db.target.display}: schema version {after}"
+        + (" (up to date)" if before == after else f" (from {before})")
+        + "\n"
+    )
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``superbiz`` command."""
     args = _parser().parse_args(argv)
     try:
         if args.command == "diagnose":
             return diagnose(args, sys.stdout, sys.stderr)
+        if args.command == "sessions":
+            return sessions(args, sys.stdout, sys.stderr)
+        if args.command == "db":
+            return db_command(args, sys.stdout, sys.stderr)
     except UsageError as exc:
         print(f"superbiz: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("superbiz: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:
+        # A failure during the run (model endpoint, backend, a bug): one line, no traceback.
+        print(f"superbiz: error: diagnosis failed: {_one_line(exc)}", file=sys.stderr)
+        return 1
     return 0
 
 

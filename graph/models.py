@@ -27,6 +27,10 @@ class OfflineComposerUnavailable(LookupError):
     """Raised when a composer model is asked for in offline mode (the template is used)."""
 
 
+class ModelConfigError(RuntimeError):
+    """Raised when model mode is asked for but no model endpoint can be configured."""
+
+
 def make_model_factory() -> GetModel:
     """Return ``get_model(role, context)`` that builds each distinct model once."""
     cache: dict[tuple[str, str, float, bool], BaseChatModel] = {}
@@ -48,6 +52,11 @@ def _build(role: str, ctx: Context) -> BaseChatModel:
         if role not in _OFFLINE:
             raise OfflineComposerUnavailable(f"no offline model for role {role!r}")
         return _OFFLINE[role]()
+    if not os.environ.get("OPENAI_API_KEY"):
+        raise ModelConfigError(
+            f"the {role} model {ctx.model_for(role)!r} needs OPENAI_API_KEY (any value for a "
+            "local endpoint); set it, or run offline"
+        )
     from langchain_openai import ChatOpenAI
 
     return ChatOpenAI(

@@ -39,6 +39,12 @@ class AuditStore(Protocol):
     ) -> None:
         """Record the outcome of a diagnosis."""
 
+    def mark(self, diagnosis_id: str, *, status: str | None = None, note: str) -> None:
+        """Set a note (and optionally the status) on a diagnosis, e.g. resumed or failed."""
+
+    def abandon_running(self, thread_id: str, *, keep: str | None = None) -> list[str]:
+        """Mark every ``running`` diagnosis of a thread (except ``keep``) as abandoned."""
+
     def get(self, diagnosis_id: str) -> dict[str, Any] | None:
         """Return one diagnosis record, or None."""
 
@@ -70,6 +76,7 @@ class InMemoryAuditStore:
                 "final_answer": None,
                 "created_at": now,
                 "updated_at": now,
+                "note": None,
                 "self_evaluation": None,
             }
 
@@ -109,6 +116,32 @@ class InMemoryAuditStore:
                 final_answer=answer,
                 updated_at=utcnow(),
             )
+
+    def mark(self, diagnosis_id: str, *, status: str | None = None, note: str) -> None:
+        """Set a note (and optionally the status) on a diagnosis, e.g. resumed or failed."""
+        with self._lock:
+            row = self._rows.get(diagnosis_id)
+            if row is None:
+                raise KeyError(f"unknown diagnosis {diagnosis_id!r}")
+            row.update(note=note, updated_at=utcnow())
+            if status is not None:
+                row["status"] = status
+
+    def abandon_running(self, thread_id: str, *, keep: str | None = None) -> list[str]:
+        """Mark every ``running`` diagnosis of a thread (except ``keep``) as abandoned."""
+        with self._lock:
+            ids = [
+                r["id"]
+                for r in self._rows.values()
+                if r["thread_id"] == thread_id and r["status"] == "running" and r["id"] != keep
+            ]
+            for diagnosis_id in ids:
+                self._rows[diagnosis_id].update(
+                    status="abandoned",
+                    note="superseded by a newer question on the same thread",
+                    updated_at=utcnow(),
+                )
+            return ids
 
     def get(self, diagnosis_id: str) -> dict[str, Any] | None:
         """Return a copy of one diagnosis record, or None."""

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import socket
+import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,3 +29,78 @@ def _guarded_connect(self: socket.socket, address: Any) -> Any:
 def _no_network(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(socket.socket, "connect", _guarded_connect)
     yield
+
+
+@pytest.fixture(autouse=True)
+def _isolated_data_dir(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The embedded SQLite default lands in a throw-away data directory, never the user's."""
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path_factory.mktemp("xdg-data")))
+    monkeypatch.delenv("SUPERBIZ_DATABASE_URL", raising=False)
+
+
+POSTGRES_ADMIN_URL = os.environ.get(
+    "SUPERBIZ_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
+)
+
+
+def _postgres_unavailable(reason: str) -> None:
+    if os.environ.get("SUPERBIZ_REQUIRE_POSTGRES"):
+        pytest.fail(f"PostgreSQL is required here (SUPERBIZ_REQUIRE_POSTGRES is set): {reason}")
+    pytest.skip(f"PostgreSQL not reachable: {reason}")
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A throw-away PostgreSQL database for this test session, dropped afterwards."""
+    import psycopg
+
+    name = f"superbiz_test_{uuid.uuid4().hex[:12]}"
+    try:
+        with psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True, connect_timeout=5) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+    except psycopg.Error as exc:
+        _postgres_unavailable(str(exc).strip())
+    base = POSTGRES_ADMIN_URL.rsplit("/", 1)[0]
+    try:
+        yield f"{base}/{name}"
+    finally:
+        with psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True, connect_timeout=5) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+_TABLES = (
+    "diagnosis_session",
+    "tool_invocation",
+    "thread_lock",
+    "checkpoints",
+    "checkpoint_blobs",
+    "checkpoint_writes",
+)
+
+
+def _empty_postgres(url: str) -> None:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        existing = {
+            row[0]
+            for row in conn.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
+            ).fetchall()
+        }
+        tables = [t for t in _TABLES if t in existing]
+        if tables:
+            conn.execute(f"TRUNCATE {', '.join(tables)}")
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """One test body, two databases: an SQLite file and a real PostgreSQL database."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'superbiz.sqlite'}"
+        return
+    url: str = request.getfixturevalue("postgres_url")
+    _empty_postgres(url)
+    yield url

@@ -1,0 +1,288 @@
+"""Database access for the audit tables: PostgreSQL in production, SQLite on a laptop.
+
+One setting selects the database: ``SUPERBIZ_DATABASE_URL`` (or ``--db``). ``postgresql://...``
+selects PostgreSQL; a file path or ``sqlite:///path`` selects SQLite; unset, an SQLite file in
+the user's data directory is used, created on first use. The schema is created and migrated by the
+versioned SQL files in ``state/migrations/<dialect>/``; a database whose schema is newer than this
+code is refused. An unreachable or misconfigured database is an error, never a silent fall-back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+Dialect = Literal["postgres", "sqlite"]
+
+ENV_VAR = "SUPERBIZ_DATABASE_URL"
+_MIGRATION_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
+_PASSWORD = re.compile(r"(://[^:/@]+:)[^@]+@")
+
+
+class DatabaseError(RuntimeError):
+    """The database cannot be used; the message says why and how to fix it."""
+
+
+class SchemaTooNew(DatabaseError):
+    """The database was migrated by a newer version of superbiz."""
+
+
+@dataclass(frozen=True)
+class DatabaseTarget:
+    """Where the data lives."""
+
+    dialect: Dialect
+    conninfo: str = ""
+    path: Path | None = None
+
+    @property
+    def display(self) -> str:
+        """The target for messages, with any password hidden."""
+        if self.dialect == "postgres":
+            return _PASSWORD.sub(r"\1***@", self.conninfo)
+        return f"sqlite:///{self.path}"
+
+
+def default_sqlite_path() -> Path:
+    """The embedded default: ``$XDG_DATA_HOME/superbiz/superbiz.sqlite`` (or ~/.local/share)."""
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "superbiz" / "superbiz.sqlite"
+
+
+def resolve_target(value: str | None = None) -> DatabaseTarget:
+    """Turn ``--db`` / ``SUPERBIZ_DATABASE_URL`` (or nothing) into a database target.
+
+    Raises:
+        DatabaseError: for a URL scheme that is neither PostgreSQL nor SQLite.
+    """
+    raw = (value if value is not None else os.environ.get(ENV_VAR, "")).strip()
+    if not raw:
+        return DatabaseTarget("sqlite", path=default_sqlite_path())
+    if raw.startswith(("postgresql://", "postgres://")):
+        return DatabaseTarget("postgres", conninfo=raw)
+    if raw.startswith("sqlite:///"):
+        return DatabaseTarget("sqlite", path=Path(raw[len("sqlite:///") :]).expanduser())
+    if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", raw):
+        scheme = raw.split("://", 1)[0]
+        raise DatabaseError(
+            f"unsupported database URL scheme {scheme!r}: use postgresql://user@host/db, "
+            "sqlite:///path/to/file.sqlite or a file path"
+        )
+    return DatabaseTarget("sqlite", path=Path(raw).expanduser())
+
+
+class Transaction:
+    """Runs statements inside one transaction; ``%s`` placeholders in both dialects."""
+
+    def __init__(self, dialect: Dialect, cursor: Any) -> None:
+        self.dialect = dialect
+        self._cursor = cursor
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        """Execute one statement and return its rows as dicts (empty for none)."""
+        if self.dialect == "sqlite":
+            self._cursor.execute(sql.replace("%s", "?"), tuple(params))
+            if self._cursor.description is None:
+                return []
+            names = [d[0] for d in self._cursor.description]
+            return [dict(zip(names, row, strict=True)) for row in self._cursor.fetchall()]
+        self._cursor.execute(sql, tuple(params))
+        if self._cursor.description is None:
+            return []
+        return [_plain_row(row) for row in self._cursor.fetchall()]
+
+    def json(self, value: Any) -> Any:
+        """A JSON parameter for this dialect."""
+        if value is None:
+            return None
+        return Jsonb(value) if self.dialect == "postgres" else json.dumps(value, ensure_ascii=False)
+
+
+def _plain_row(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: v.isoformat() if isinstance(v, datetime) else v for k, v in row.items()}
+
+
+def load_json(value: Any) -> Any:
+    """Read a JSON column (text in SQLite, already decoded in PostgreSQL)."""
+    if isinstance(value, str):
+        return json.loads(value)
+    return value
+
+
+class Database:
+    """A connection pool (PostgreSQL) or a shared connection (SQLite) to the audit tables."""
+
+    def __init__(self, target: DatabaseTarget) -> None:
+        self.target = target
+        self.dialect: Dialect = target.dialect
+        self._pool: ConnectionPool[Any] | None = None
+        self._sqlite: sqlite3.Connection | None = None
+        self._lock = threading.RLock()
+        if target.dialect == "postgres":
+            self._pool = _open_pool(target)
+        else:
+            self._sqlite = _open_sqlite(target)
+
+    @contextmanager
+    def transaction(self) -> Iterator[Transaction]:
+        """One transaction: committed when the block ends, rolled back on an exception."""
+        if self._pool is not None:
+            with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+                yield Transaction("postgres", cur)
+            return
+        assert self._sqlite is not None
+        with self._lock:
+            cur = self._sqlite.cursor()
+            cur.execute("BEGIN IMMEDIATE")
+            try:
+                yield Transaction("sqlite", cur)
+            except BaseException:
+                cur.execute("ROLLBACK")
+                raise
+            cur.execute("COMMIT")
+
+    @property
+    def pool(self) -> ConnectionPool[Any] | None:
+        """The PostgreSQL pool (None for SQLite); shared with the checkpointer."""
+        return self._pool
+
+    def ping(self) -> None:
+        """Raise ``DatabaseError`` when the database cannot answer a trivial query."""
+        try:
+            with self.transaction() as tx:
+                tx.execute("SELECT 1")
+        except (psycopg.Error, PoolTimeout, sqlite3.Error) as exc:
+            raise DatabaseError(f"database {self.target.display} is not reachable: {exc}") from exc
+
+    def close(self) -> None:
+        """Close the pool or connection."""
+        if self._pool is not None:
+            self._pool.close()
+        if self._sqlite is not None:
+            self._sqlite.close()
+
+
+def _open_pool(target: DatabaseTarget) -> ConnectionPool[Any]:
+    try:
+        # A direct probe gives the real reason (refused, unknown database, auth) at once.
+        psycopg.connect(target.conninfo, connect_timeout=5).close()
+    except psycopg.Error as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise DatabaseError(
+            f"cannot connect to PostgreSQL at {target.display}: {reason} "
+            f"(check --db or {ENV_VAR})"
+        ) from exc
+    pool: ConnectionPool[Any] = ConnectionPool(
+        target.conninfo,
+        kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
+        min_size=1,
+        max_size=int(os.environ.get("SUPERBIZ_DB_POOL_SIZE", "10")),
+        check=ConnectionPool.check_connection,
+        open=True,
+        name="superbiz",
+    )
+    try:
+        pool.wait(timeout=10)
+    except PoolTimeout as exc:
+        pool.close()
+        raise DatabaseError(f"cannot open a connection pool to {target.display}") from exc
+    return pool
+
+
+def _open_sqlite(target: DatabaseTarget) -> sqlite3.Connection:
+    assert target.path is not None
+    try:
+        target.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(
+            str(target.path), check_same_thread=False, isolation_level=None, timeout=30
+        )
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA busy_timeout=30000")
+    except (OSError, sqlite3.Error) as exc:
+        raise DatabaseError(
+            f"cannot open the SQLite database {target.path}: {exc} (check --db or {ENV_VAR})"
+        ) from exc
+    return conn
+
+
+def migrations(dialect: Dialect) -> list[tuple[int, str, str]]:
+    """The bundled migrations of a dialect: ``(version, name, sql)`` in order."""
+    folder = resources.files("state").joinpath("migrations", dialect)
+    found = []
+    for entry in folder.iterdir():
+        match = _MIGRATION_NAME.match(entry.name)
+        if match:
+            found.append((int(match.group(1)), entry.name, entry.read_text(encoding="utf-8")))
+    return sorted(found)
+
+
+def latest_version(dialect: Dialect) -> int:
+    """The schema version this code expects."""
+    found = migrations(dialect)
+    return found[-1][0] if found else 0
+
+
+def _statements(sql: str) -> list[str]:
+    lines = [line for line in sql.splitlines() if not line.strip().startswith("--")]
+    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
+
+
+def migrate(db: Database) -> tuple[int, int]:
+    """Apply the missing migrations in one transaction; return ``(from, to)`` versions.
+
+    Raises:
+        SchemaTooNew: when the database's schema is newer than this code.
+    """
+    latest = latest_version(db.dialect)
+    with db.transaction() as tx:
+        if db.dialect == "postgres":
+            tx.execute("SELECT pg_advisory_xact_lock(%s)", (0x5B12_0001,))
+        tx.execute("CREATE TABLE IF NOT EXISTS superbiz_schema (version INTEGER NOT NULL)")
+        rows = tx.execute("SELECT version FROM superbiz_schema")
+        current = int(rows[0]["version"]) if rows else 0
+        if current > latest:
+            raise SchemaTooNew(
+                f"database {db.target.display} has schema version {current}, newer than this "
+                f"superbiz (version {latest}); upgrade superbiz before using this database"
+            )
+        for version, _name, sql in migrations(db.dialect):
+            if version <= current:
+                continue
+            for statement in _statements(sql):
+                tx.execute(statement)
+        if not rows:
+            tx.execute("INSERT INTO superbiz_schema (version) VALUES (%s)", (latest,))
+        elif latest != current:
+            tx.execute("UPDATE superbiz_schema SET version = %s", (latest,))
+    return current, latest
+
+
+def open_database(value: str | None = None) -> Database:
+    """Connect to the configured database and bring its schema up to date.
+
+    Raises:
+        DatabaseError: when the database is unreachable, misconfigured or too new.
+    """
+    db = Database(resolve_target(value))
+    try:
+        db.ping()
+        migrate(db)
+    except BaseException:
+        db.close()
+        raise
+    return db
