@@ -9,6 +9,7 @@ final text. Any violation or unreadable reply falls back to the template.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
@@ -25,41 +26,114 @@ from state.graph_state import DiagnosisState
 
 _SUMMARY_HEADING = {"zh": "【摘要】", "en": "## Summary"}
 
+SUMMARY_CHARS = 1000
+"""Longest model summary accepted (the prompt asks for one or two sentences)."""
+
+# Fragments of the executor contract: a summary carrying them leaks executor JSON.
+_CONTRACT_FRAGMENTS = (
+    "answer_version",
+    "executor_evidence_v2",
+    "evidence_bindings",
+    "claim_id",
+    "support_level",
+    "source_invocation_id",
+    "evidence_excerpt",
+    "user_facing_answer",
+    "diagnosis_summary",
+)
+
+
+def model_material(material: dict[str, Any], verdict: str) -> dict[str, Any]:
+    """The material the composer model may use for this verdict.
+
+    On REJECT the answer gives no root cause: no directions, and confirmed claims that are only
+    inferences (possibly causal) are withheld, exactly as the template withholds them.
+    """
+    confirmed = [
+        {k: v for k, v in item.items() if k != "evidence"}
+        for item in material.get("confirmed", [])
+        if verdict != "REJECT" or not item.get("inference")
+    ]
+    return {
+        "confirmed": confirmed,
+        "directions": [] if verdict == "REJECT" else list(material.get("directions", [])),
+        "gaps": list(material.get("gaps", [])),
+        "next_steps": list(material.get("next_steps", [])),
+    }
+
+
+def _whole_token(token: str, text: str) -> bool:
+    """Whether ``token`` occurs in ``text`` not as part of a longer word or number.
+
+    ``5`` does not occur in ``500`` or ``0.5``; ``NullPointerException`` does occur in
+    ``java.lang.NullPointerException``.
+    """
+    before = r"(?<![A-Za-z0-9_.])" if token[:1].isdigit() else r"(?<![A-Za-z0-9_])"
+    pattern = before + re.escape(token) + r"(?![A-Za-z0-9_]|\.[0-9])"
+    return re.search(pattern, text) is not None
+
 
 def check_composer_reply(
     reply: dict[str, Any] | None, material: dict[str, Any], verdict: str
 ) -> list[str]:
-    """Violations of the composer contract in a parsed model reply (empty when usable)."""
+    """Violations of the composer contract in a parsed model reply (empty when usable).
+
+    The summary may only state confirmed claims it cites by id (on REJECT: directly observed
+    ones only), every specific it states (number, code, exception name) must be stated by one of
+    those claims as a whole token, no direction or gap may appear in it, it carries no executor
+    JSON, and a REJECT reply gives no directions.
+    """
     if reply is None:
         return ["the reply is not one JSON object"]
     problems: list[str] = []
     summary = reply.get("summary")
     if not isinstance(summary, str) or not summary.strip():
         return ["summary is missing or empty"]
-    confirmed = {
-        str(c.get("claim_id")): str(c.get("claim_text", "")) for c in material["confirmed"]
+    if len(summary) > SUMMARY_CHARS:
+        problems.append(f"summary is longer than {SUMMARY_CHARS} characters")
+    usable = model_material(material, verdict)
+    confirmed = {str(c.get("claim_id")): str(c.get("claim_text", "")) for c in usable["confirmed"]}
+    withheld = {
+        str(c.get("claim_id")): str(c.get("claim_text", ""))
+        for c in material.get("confirmed", [])
+        if str(c.get("claim_id")) not in confirmed
     }
     cited = reply.get("summary_claim_ids")
     if not isinstance(cited, list) or not cited:
         problems.append("summary_claim_ids must list the confirmed claims the summary states")
         cited = []
     for claim_id in cited:
-        if str(claim_id) not in confirmed:
+        if str(claim_id) in withheld:
+            problems.append(
+                f"summary cites {claim_id!r}, an inference that a REJECT answer must not state"
+            )
+        elif str(claim_id) not in confirmed:
             problems.append(f"summary cites {claim_id!r}, which is not a confirmed claim")
-    for item in reply.get("confirmed") or []:
+    presented = reply.get("confirmed")
+    if presented is not None and not isinstance(presented, list):
+        problems.append("confirmed must be a list")
+        presented = []
+    for item in presented or []:
         claim_id = item.get("claim_id") if isinstance(item, dict) else None
         if str(claim_id) not in confirmed:
             problems.append(f"{claim_id!r} is presented as confirmed but was not confirmed")
     allowed = normalize_text(" ".join(confirmed[str(c)] for c in cited if str(c) in confirmed))
     for token in extract_specifics(summary):
-        if normalize_text(token) not in allowed:
+        if not _whole_token(normalize_text(token), allowed):
             problems.append(f"summary states {token!r}, which no cited confirmed claim states")
     norm_summary = normalize_text(summary)
+    for fragment in _CONTRACT_FRAGMENTS:
+        if fragment in norm_summary:
+            problems.append(f"summary carries executor JSON ({fragment!r})")
     for section in ("directions", "gaps"):
-        for item in material[section]:
+        for item in material.get(section, []):
             text = normalize_text(str(item.get("text", "")))
             if len(text) >= 8 and text in norm_summary:
                 problems.append(f"summary presents a {section[:-1]} as established: {text[:60]!r}")
+    for claim_id, withheld_text in withheld.items():
+        text = normalize_text(withheld_text)
+        if len(text) >= 8 and text in norm_summary:
+            problems.append(f"summary states the inference {claim_id!r} in a REJECT answer")
     if verdict == "REJECT" and reply.get("directions"):
         problems.append("a REJECT answer must not give directions or a root cause")
     return problems
@@ -97,8 +171,9 @@ def make_composer(
             "language": ctx.language,
             "composer_mode": mode,
         }
-        if ctx.composer_mode == "model" and not offline and material["confirmed"]:
-            request = {"verdict": verdict, "language": ctx.language, **material}
+        usable = model_material(material, verdict)
+        if ctx.composer_mode == "model" and not offline and usable["confirmed"]:
+            request = {"verdict": verdict, "language": ctx.language, **usable}
             reply = get_model("composer", ctx).invoke(
                 [SystemMessage(prompt.text), HumanMessage(json.dumps(request, ensure_ascii=False))]
             )

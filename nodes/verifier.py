@@ -1,4 +1,12 @@
-"""Verifier: the model classifies each claim; code derives score and verdicts (contracts 5)."""
+"""Verifier: the model classifies each claim; code derives score and verdicts (contracts 5).
+
+The model sees only the bounded, sanitised payload of ``nodes.verifier_payload``. Its reply is
+parsed strictly (one surrounding fence tolerated), repaired at most ``MAX_REPAIRS`` times, and
+replaced by the deterministic claim checker when still unreadable (verdict capped at LOW_CONFID).
+Besides the rules of ``nodes.verdict``, a claim the Gatekeeper flagged with
+``evidence.unbound_specifics`` (a number, code or exception name in none of its verified
+evidence) is at most ``overstated``, so it is never presented as a confirmed fact.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +21,13 @@ from langgraph.runtime import Runtime
 from nodes.claim_checker import check_claims
 from nodes.common import GetModel, Node, context_of, emit, message_text, model_label
 from nodes.prompts import load_prompt
-from nodes.verdict import VERDICTS, finalize
+from nodes.verdict import (
+    CONFIRMED_LABELS,
+    VERDICTS,
+    claims_with_ids,
+    finalize,
+    normalize_claim_checks,
+)
 from nodes.verifier_payload import build_payload, render_payload
 from state.context import Context
 from state.graph_state import DiagnosisState
@@ -21,6 +35,10 @@ from state.graph_state import DiagnosisState
 MAX_REPAIRS = 2
 
 _FENCE = re.compile(r"^```[A-Za-z0-9_-]*[ \t]*\n(?P<body>.*)\n```$", re.DOTALL)
+
+UNBOUND_RULE = "evidence.unbound_specifics"
+UNBOUND_LABEL = "overstated"
+_CLAIM_TARGET = re.compile(r"^claims\[(\d+)\]")
 
 
 def parse_verifier_reply(text: str) -> tuple[dict[str, Any] | None, bool, str | None]:
@@ -52,6 +70,83 @@ def parse_verifier_reply(text: str) -> tuple[dict[str, Any] | None, bool, str | 
     if data.get("verdict") not in VERDICTS:
         return None, bool(fenced), "verdict must be one of PASS, LOW_CONFID, REJECT"
     return data, bool(fenced), None
+
+
+def unbound_claim_ids(
+    structured_output: dict[str, Any] | None, gatekeeper_result: dict[str, Any]
+) -> list[str]:
+    """Ids of the claims the Gatekeeper flagged with ``evidence.unbound_specifics``.
+
+    Such a claim states a number, code or exception name found in none of its verified evidence.
+    """
+    ids = [claim_id for claim_id, _ in claims_with_ids(structured_output)]
+    errors = gatekeeper_result.get("errors") if isinstance(gatekeeper_result, dict) else None
+    flagged: list[str] = []
+    for error in errors if isinstance(errors, list) else []:
+        if not isinstance(error, dict) or error.get("rule_id") != UNBOUND_RULE:
+            continue
+        found = _CLAIM_TARGET.match(str(error.get("target", "")))
+        if found and int(found.group(1)) < len(ids):
+            claim_id = ids[int(found.group(1))]
+            if claim_id not in flagged:
+                flagged.append(claim_id)
+    return flagged
+
+
+def _label_key(value: Any) -> str:
+    return str(value).strip().lower().replace("-", "_").replace(" ", "_")
+
+
+def cap_unbound_claims(
+    raw: dict[str, Any],
+    structured_output: dict[str, Any] | None,
+    gatekeeper_result: dict[str, Any],
+    trace_summary: list[dict[str, Any]],
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """Cap the labels of claims with unbound specifics at ``overstated`` before scoring.
+
+    A claim the Gatekeeper flagged with ``evidence.unbound_specifics`` states a number, code or
+    exception name found in none of its verified evidence: it overstates that evidence, so it can
+    be neither a direct observation nor a reasonable inference, whatever the model said. Only a
+    label that would still be confirmed after the code-side rules is capped; a stricter outcome
+    (e.g. ``unsupported`` for a direct observation without a valid evidence ref) stands.
+
+    Returns:
+        The adjusted raw output and ``{claim_id: model label}`` of the capped claims.
+    """
+    flagged = unbound_claim_ids(structured_output, gatekeeper_result)
+    checks = raw.get("claim_checks")
+    if not flagged or not isinstance(checks, list):
+        return raw, {}
+    normalized, _ = normalize_claim_checks(
+        checks, structured_output, gatekeeper_result, trace_summary
+    )
+    still_confirmed = {
+        str(check["claim_id"]).strip()
+        for check in normalized
+        if check["verification"] in CONFIRMED_LABELS
+    }
+    capped: dict[str, str] = {}
+    adjusted: list[Any] = []
+    for check in checks:
+        if isinstance(check, dict):
+            claim_id = str(check.get("claim_id", "")).strip()
+            label = check.get("verification")
+            if (
+                claim_id in flagged
+                and claim_id in still_confirmed
+                and _label_key(label) in CONFIRMED_LABELS
+            ):
+                capped[claim_id] = str(label)
+                detail = check.get("detail")
+                reason = "states specifics found in none of its verified evidence"
+                check = {
+                    **check,
+                    "verification": UNBOUND_LABEL,
+                    "detail": f"{detail} [{reason}]" if isinstance(detail, str) else reason,
+                }
+        adjusted.append(check)
+    return {**raw, "claim_checks": adjusted}, capped
 
 
 def make_verifier(get_model: GetModel, services: Callable[[], list[str]]) -> Node:
@@ -107,6 +202,7 @@ def make_verifier(get_model: GetModel, services: Callable[[], list[str]]) -> Nod
             mode = "fallback"
         else:
             mode = "offline" if offline else "model"
+        raw, capped = cap_unbound_claims(raw, structured, gatekeeper_result, trace_summary)
         result = finalize(
             raw,
             structured_output=structured,
@@ -115,6 +211,13 @@ def make_verifier(get_model: GetModel, services: Callable[[], list[str]]) -> Nod
             trace_summary=trace_summary,
             mode=mode,
         )
+        for check in result.get("claim_checks", []):
+            if check.get("claim_id") in capped:
+                check["model_verification"] = capped[check["claim_id"]]
+                result["notes"].append(
+                    f"{check['claim_id']}: {UNBOUND_RULE} failed, "
+                    f"{capped[check['claim_id']]} -> {check['verification']}"
+                )
         if mode == "fallback":
             # The model's verdict could not be read; it is not reported as the model's.
             result["model_verdict"] = None

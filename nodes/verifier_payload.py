@@ -3,6 +3,12 @@
 Tool and executor text is untrusted: zero-width and bidirectional control characters are
 stripped, the quoting markers cannot be forged from inside, and the whole payload is quoted
 between the markers so the model treats it as data.
+
+Every block has a byte budget (UTF-8 of its compact JSON) and every string a length cap, so the
+rendered payload stays under ``PAYLOAD_BYTES`` whatever the executor or the tools produced. When a
+block runs out of budget, its remaining list items and object entries are left out: a claim left
+out of ``executor_structured_output`` is then not checked by the model, which counts as
+``unsupported`` (the safe direction).
 """
 
 from __future__ import annotations
@@ -27,20 +33,57 @@ PAYLOAD_KEYS = (
 FINAL_ANSWER_CHARS = 4000
 EXCERPT_CHARS = 600
 CLAIM_TEXT_CHARS = 600
+TRACE_TEXT_CHARS = 700
+KEY_CHARS = 80
+MAX_DEPTH = 8
 
-_INVISIBLE = re.compile("[\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]")
+BLOCK_BYTES: dict[str, int] = {
+    "original_query": 1_000,
+    "executor_final_answer": 5_000,
+    "executor_output_parse_status": 500,
+    "executor_structured_output": 10_000,
+    "tool_trace_summary": 7_000,
+    "gatekeeper_result": 6_000,
+    "retry_context": 2_000,
+}
+"""Upper bound of each block's compact JSON, in UTF-8 bytes."""
+
+PAYLOAD_BYTES = 32_000
+"""Upper bound of the rendered Verifier message, in UTF-8 bytes (the blocks sum to less)."""
+
+ELLIPSIS = "…"
+_MIN_FIT_BYTES = 16
+
+# Zero-width, invisible-format and bidirectional control characters.
+_INVISIBLE = re.compile("[\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u206f\ufeff]")
+# Runs of angle brackets (ASCII, full-width, small forms) that could spell a marker.
+_OPEN_RUN = re.compile("[<\uff1c\ufe64]{3,}")
+_CLOSE_RUN = re.compile("[>\uff1e\ufe65]{3,}")
+# The marker word in any case, with an ASCII or full-width underscore.
+_MARKER_WORD = re.compile("untrusted[_\uff3f]+data", re.IGNORECASE)
+
+
+class _Drop:
+    """Sentinel: the value did not fit the remaining budget."""
+
+
+_DROP = _Drop()
 
 
 def sanitize_text(text: str) -> str:
     """Strip invisible/bidi control characters and defuse the quoting markers."""
     text = _INVISIBLE.sub("", text)
-    return (
-        text.replace("<<<", "‹‹‹").replace(">>>", "›››").replace("UNTRUSTED_DATA", "UNTRUSTED-DATA")
-    )
+    text = _OPEN_RUN.sub("‹‹‹", text)
+    text = _CLOSE_RUN.sub("›››", text)
+    return _MARKER_WORD.sub(lambda m: m.group(0)[:9] + "-" + m.group(0)[-4:], text)
 
 
 def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[:limit] + "…"
+    return text if len(text) <= limit else text[:limit] + ELLIPSIS
+
+
+def _size(value: Any) -> int:
+    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
 
 
 def _sanitize(value: Any) -> Any:
@@ -48,33 +91,103 @@ def _sanitize(value: Any) -> Any:
         return sanitize_text(value)
     if isinstance(value, dict):
         return {sanitize_text(str(k)): _sanitize(v) for k, v in value.items()}
-    if isinstance(value, list):
+    if isinstance(value, list | tuple):
         return [_sanitize(v) for v in value]
     return value
 
 
+class _Budget:
+    """Bytes left for one block."""
+
+    def __init__(self, limit: int) -> None:
+        self.left = limit
+
+    def take(self, cost: int) -> bool:
+        if cost > self.left:
+            return False
+        self.left -= cost
+        return True
+
+
+def _fit_string(text: str, chars: int, budget: _Budget) -> str | _Drop:
+    clipped = _clip(text, chars)
+    if budget.take(_size(clipped) + 1):
+        return clipped
+    room = budget.left - 1 - len(ELLIPSIS.encode("utf-8")) - 8
+    if room < _MIN_FIT_BYTES:
+        return _DROP
+    # Cut on a character boundary; escaping can make the JSON form longer, so shrink to fit.
+    cut = clipped.encode("utf-8")[:room].decode("utf-8", errors="ignore")
+    while cut:
+        candidate = cut + ELLIPSIS
+        if budget.take(_size(candidate) + 1):
+            return candidate
+        cut = cut[: len(cut) * 3 // 4]
+    return _DROP
+
+
+def _bound(value: Any, budget: _Budget, chars: int, depth: int = 0) -> Any:
+    """Copy ``value`` within ``budget``: strings clipped, items past the budget left out."""
+    if isinstance(value, str):
+        return _fit_string(value, chars, budget)
+    if value is None or isinstance(value, bool | int | float):
+        return value if budget.take(_size(value) + 1) else _DROP
+    if depth >= MAX_DEPTH:
+        return _fit_string(ELLIPSIS, chars, budget)
+    if isinstance(value, list):
+        if not budget.take(2):
+            return _DROP
+        items: list[Any] = []
+        for item in value:
+            bounded = _bound(item, budget, chars, depth + 1)
+            if isinstance(bounded, _Drop):
+                break
+            items.append(bounded)
+        return items
+    if isinstance(value, dict):
+        if not budget.take(2):
+            return _DROP
+        entries: dict[str, Any] = {}
+        for key, item in value.items():
+            name = _clip(str(key), KEY_CHARS)
+            if not budget.take(_size(name) + 1):
+                break
+            bounded = _bound(item, budget, chars, depth + 1)
+            if isinstance(bounded, _Drop):
+                break
+            entries[name] = bounded
+        return entries
+    return _fit_string(str(value), chars, budget)
+
+
+def _bounded_block(name: str, value: Any, chars: int) -> Any:
+    bounded = _bound(value, _Budget(BLOCK_BYTES[name]), chars)
+    if isinstance(bounded, _Drop):
+        return {} if isinstance(value, dict) else [] if isinstance(value, list) else ""
+    return bounded
+
+
 def _bounded_structured(output: dict[str, Any]) -> dict[str, Any]:
-    bounded = dict(output)
-    claims = output.get("claims")
-    if isinstance(claims, list):
-        out = []
-        for claim in claims:
-            if isinstance(claim, dict) and isinstance(claim.get("claim_text"), str):
-                claim = {**claim, "claim_text": _clip(claim["claim_text"], CLAIM_TEXT_CHARS)}
-            out.append(claim)
-        bounded["claims"] = out
+    """The executor's object with claims first, so a tight budget cuts other fields first."""
+    ordered: dict[str, Any] = {}
+    for key in ("answer_version", "claims"):
+        if key in output:
+            ordered[key] = output[key]
+    ordered.update({k: v for k, v in output.items() if k not in ordered})
+    bounded: dict[str, Any] = _bounded_block(
+        "executor_structured_output", ordered, CLAIM_TEXT_CHARS
+    )
     return bounded
 
 
 def _bounded_gatekeeper(result: dict[str, Any]) -> dict[str, Any]:
-    bounded = {k: v for k, v in result.items() if k != "rules"}
-    excerpts = result.get("verified_excerpts") or {}
-    bounded["verified_excerpts"] = {
-        claim_id: [
-            {**item, "text": _clip(str(item.get("text", "")), EXCERPT_CHARS)} for item in items
-        ]
-        for claim_id, items in excerpts.items()
-    }
+    """The Gatekeeper result without its rule catalog; verified excerpts before findings."""
+    ordered: dict[str, Any] = {}
+    for key in ("status", "severity", "checked_bindings", "failed_rules", "verified_excerpts"):
+        if key in result:
+            ordered[key] = result[key]
+    ordered.update({k: v for k, v in result.items() if k not in ordered and k != "rules"})
+    bounded: dict[str, Any] = _bounded_block("gatekeeper_result", ordered, EXCERPT_CHARS)
     return bounded
 
 
@@ -89,20 +202,29 @@ def build_payload(
     retry_context: dict[str, Any] | None,
     round_no: int,
 ) -> dict[str, Any]:
-    """Assemble the Verifier payload from the allowed blocks only."""
+    """Assemble the Verifier payload from the allowed blocks only, sanitised and bounded."""
     payload: dict[str, Any] = {
-        "original_query": question,
-        "executor_final_answer": _clip(final_answer, FINAL_ANSWER_CHARS),
-        "executor_output_parse_status": parse_status,
+        "original_query": _bounded_block(
+            "original_query", sanitize_text(question), FINAL_ANSWER_CHARS
+        ),
+        "executor_final_answer": _bounded_block(
+            "executor_final_answer", sanitize_text(final_answer), FINAL_ANSWER_CHARS
+        ),
+        "executor_output_parse_status": _bounded_block(
+            "executor_output_parse_status", _sanitize(parse_status), EXCERPT_CHARS
+        ),
     }
-    if parse_status.get("status") == "valid" and structured_output is not None:
-        payload["executor_structured_output"] = _bounded_structured(structured_output)
-    payload["tool_trace_summary"] = trace_summary
-    payload["gatekeeper_result"] = _bounded_gatekeeper(gatekeeper_result)
+    if parse_status.get("status") == "valid" and isinstance(structured_output, dict):
+        payload["executor_structured_output"] = _bounded_structured(_sanitize(structured_output))
+    payload["tool_trace_summary"] = _bounded_block(
+        "tool_trace_summary", _sanitize(trace_summary), TRACE_TEXT_CHARS
+    )
+    payload["gatekeeper_result"] = _bounded_gatekeeper(_sanitize(gatekeeper_result))
     if round_no > 1 and retry_context:
-        payload["retry_context"] = retry_context
-    sanitized: dict[str, Any] = _sanitize(payload)
-    return sanitized
+        payload["retry_context"] = _bounded_block(
+            "retry_context", _sanitize(retry_context), EXCERPT_CHARS
+        )
+    return payload
 
 
 def render_payload(payload: dict[str, Any]) -> str:

@@ -1,0 +1,362 @@
+"""Helpers for graph-level tests: environments, executor answers, verifier replies, runs.
+
+A test states an environment (what the sample backend serves), the scripted replies of each role
+and the question; `run_diagnosis` drives the real graph and returns the full final state plus what
+each scripted model received, so tests can assert on both the outcome and the model inputs.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.callbacks import CallbackManagerForLLMRun
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import BaseMessage, HumanMessage
+from langchain_core.outputs import ChatResult
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.memory import InMemorySaver
+from pydantic import Field
+
+from graph.builder import build_graph
+from graph.scripted import ScriptedChatModel, ScriptExhausted, to_message
+from nodes.common import GetModel, message_text
+from state.audit import InMemoryAuditStore
+from state.context import ComposerMode, Context, Language
+from tools.ledger import InMemoryLedger
+from tools.sample import SampleBackend
+
+THREAD: RunnableConfig = {"configurable": {"thread_id": "t1"}}
+
+# --------------------------------------------------------------------------- environment
+
+LOG_500_A = "HTTP 500 Cannot acquire connection from pool (timeout 30000ms)"
+LOG_500_B = "HTTP 500 Cannot acquire connection from pool"
+LOG_OK = "health check ok"
+
+
+def log(
+    message: str,
+    *,
+    timestamp: str = "2026-03-01T10:01:00Z",
+    level: str = "ERROR",
+    service: str = "order-service",
+    instance: str = "order-1",
+) -> dict[str, Any]:
+    """One environment log entry."""
+    return {
+        "timestamp": timestamp,
+        "level": level,
+        "service": service,
+        "instance": instance,
+        "message": message,
+    }
+
+
+def log_ref_text(entry: dict[str, Any]) -> str:
+    """The exact ref text of a log entry (contracts section 2)."""
+    return (
+        f"{entry['timestamp']} {entry['level']} {entry['service']} {entry['instance']}: "
+        f"{entry['message']}"
+    )
+
+
+def default_logs() -> list[dict[str, Any]]:
+    """Two ERROR lines and one INFO line of order-service."""
+    return [
+        log(LOG_500_A, timestamp="2026-03-01T10:01:00Z", instance="order-1"),
+        log(LOG_500_B, timestamp="2026-03-01T10:02:00Z", instance="order-2"),
+        log(LOG_OK, timestamp="2026-03-01T10:03:00Z", level="INFO"),
+    ]
+
+
+def environment(
+    logs: list[dict[str, Any]] | None = None,
+    *,
+    alerts: list[dict[str, Any]] | None = None,
+    series: list[dict[str, Any]] | None = None,
+    documents: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """An environment for the sample backend; logs default to `default_logs()`."""
+    env: dict[str, Any] = {"logs": default_logs() if logs is None else logs}
+    env["alerts"] = (
+        alerts
+        if alerts is not None
+        else [
+            {
+                "alert_name": "OrderService5xxHigh",
+                "service": "order-service",
+                "severity": "critical",
+                "state": "firing",
+                "value": 0.23,
+                "threshold": 0.05,
+                "summary": "5xx ratio above threshold",
+                "active_at": "2026-03-01T10:01:30Z",
+            }
+        ]
+    )
+    env["series"] = series or []
+    env["documents"] = documents or []
+    env["now"] = "2026-03-01T10:30:00Z"
+    return env
+
+
+# --------------------------------------------------------------------------- executor replies
+
+ERROR_LOGS_CALL = {
+    "tool_calls": [{"name": "query_logs", "args": {"service": "order-service", "level": "ERROR"}}]
+}
+ALERTS_CALL = {"tool_calls": [{"name": "query_metrics", "args": {"service": "order-service"}}]}
+
+
+def binding(
+    inv: str,
+    raw_path: str | None,
+    excerpt: str,
+    *,
+    tool: str = "query_logs",
+    source_type: str = "log",
+) -> dict[str, Any]:
+    """A precise evidence binding (raw_path None leaves the key out)."""
+    found: dict[str, Any] = {
+        "source_type": source_type,
+        "tool_name": tool,
+        "source_invocation_id": inv,
+        "evidence_excerpt": excerpt,
+    }
+    if raw_path is not None:
+        found["raw_path"] = raw_path
+    return found
+
+
+def claim(
+    cid: str,
+    text: str,
+    *bindings: dict[str, Any],
+    claim_type: str = "observation",
+    support: str = "direct",
+) -> dict[str, Any]:
+    """One executor claim."""
+    return {
+        "claim_id": cid,
+        "claim_type": claim_type,
+        "claim_text": text,
+        "support_level": support,
+        "evidence_bindings": list(bindings),
+    }
+
+
+def executor_answer(
+    *claims: dict[str, Any],
+    hypotheses: list[dict[str, Any]] | None = None,
+    actions: list[dict[str, Any]] | None = None,
+    missing: list[dict[str, Any]] | None = None,
+) -> str:
+    """An executor_evidence_v2 final answer, as the JSON text the executor sends."""
+    return json.dumps(
+        {
+            "answer_version": "executor_evidence_v2",
+            "claims": list(claims),
+            "hypotheses": hypotheses or [],
+            "recommended_actions": actions or [],
+            "missing_info": missing or [],
+        },
+        ensure_ascii=False,
+    )
+
+
+def final(text: str) -> dict[str, Any]:
+    """An executor step that gives the final answer."""
+    return {"content": text}
+
+
+# --------------------------------------------------------------------------- verifier replies
+
+
+def check(
+    cid: str,
+    verification: str,
+    *,
+    trace_ref: str | None = "t1",
+    inv: str = "inv-1",
+    tool: str = "query_logs",
+) -> dict[str, Any]:
+    """One claim check of a verifier reply (trace_ref None gives no evidence refs)."""
+    refs = (
+        []
+        if trace_ref is None
+        else [{"trace_ref": trace_ref, "tool_name": tool, "source_invocation_ids": [inv]}]
+    )
+    return {
+        "claim_id": cid,
+        "verification": verification,
+        "detail": f"{cid} checked",
+        "evidence_refs": refs,
+    }
+
+
+def verifier_reply(verdict: str, *checks: dict[str, Any], score: float = 1.0) -> str:
+    """A well-formed verifier reply."""
+    return json.dumps(
+        {
+            "rationale": "checked against the verified excerpts",
+            "claim_checks": list(checks),
+            "critical_fact_count": len(checks),
+            "groundedness_score": score,
+            "verdict": verdict,
+        }
+    )
+
+
+# --------------------------------------------------------------------------- recording models
+
+
+class RecordingChatModel(ScriptedChatModel):
+    """A scripted model that records the messages of every call."""
+
+    calls: list[list[BaseMessage]] = Field(default_factory=list)
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        self.calls.append(list(messages))
+        return super()._generate(messages, stop=stop, run_manager=run_manager, **kwargs)
+
+
+def recording_models(
+    replies: dict[str, list[Any]], overrides: dict[str, BaseChatModel] | None = None
+) -> tuple[GetModel, dict[str, RecordingChatModel]]:
+    """Like `scripted_models`, but every role's model records its inputs.
+
+    `overrides` replaces a role's model (e.g. the offline verifier).
+    """
+    counter: Iterator[int] = iter(range(1, 1_000_000))
+    models: dict[str, RecordingChatModel] = {}
+    for role, items in replies.items():
+        messages = [to_message(item, prefix="call", counter=counter) for item in items]
+        models[role] = RecordingChatModel(
+            messages=iter(messages), role=role, disable_streaming=True
+        )
+    extra = overrides or {}
+
+    def get_model(role: str, ctx: Context) -> BaseChatModel:
+        if role in extra:
+            return extra[role]
+        if role not in models:
+            raise ScriptExhausted(f"the script has no {role} replies")
+        return models[role]
+
+    return get_model, models
+
+
+# --------------------------------------------------------------------------- running
+
+
+@dataclass
+class Run:
+    """The outcome of one diagnosis: full final state and the models' recorded inputs."""
+
+    state: dict[str, Any]
+    models: dict[str, RecordingChatModel]
+    ledger: InMemoryLedger
+    audit: InMemoryAuditStore
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def route(self) -> list[str]:
+        """Node ids in the order they ran."""
+        return list(self.state["route"])
+
+    @property
+    def answer(self) -> str:
+        """The user-facing answer."""
+        return str(self.state["answer"])
+
+    @property
+    def verifier(self) -> dict[str, Any]:
+        """The final verifier result."""
+        result: dict[str, Any] = self.state["verifier_result"]
+        return result
+
+    def verifier_calls(self) -> list[list[BaseMessage]]:
+        """Every message list the verifier model received."""
+        return self.models["verifier"].calls if "verifier" in self.models else []
+
+    def verifier_payloads(self) -> list[dict[str, Any]]:
+        """The payload of each verifier round (first call of each round)."""
+        payloads = []
+        for messages in self.verifier_calls():
+            data = payload_of(messages[1])
+            if data not in payloads:
+                payloads.append(data)
+        return payloads
+
+
+def payload_of(message: BaseMessage) -> dict[str, Any]:
+    """Read the JSON payload quoted between the untrusted-data markers."""
+    text = message_text(message)
+    start = text.index("<<<UNTRUSTED_DATA") + len("<<<UNTRUSTED_DATA")
+    end = text.rindex("UNTRUSTED_DATA>>>")
+    data: dict[str, Any] = json.loads(text[start:end])
+    return data
+
+
+def run_diagnosis(
+    env: dict[str, Any],
+    replies: dict[str, list[Any]],
+    *,
+    question: str = "Is order-service returning HTTP 500 errors?",
+    language: Language = "en",
+    composer_mode: ComposerMode = "template",
+    overrides: dict[str, BaseChatModel] | None = None,
+) -> Run:
+    """Run one diagnosis through the real graph with scripted (recording) models."""
+    get_model, models = recording_models(replies, overrides)
+    ledger = InMemoryLedger()
+    audit = InMemoryAuditStore()
+    graph = build_graph(
+        get_model=get_model, backend=SampleBackend(env), ledger=ledger, audit=audit
+    ).compile(checkpointer=InMemorySaver())
+    context = Context(offline=False, language=language, composer_mode=composer_mode)
+    graph.invoke({"messages": [HumanMessage(question)]}, config=THREAD, context=context)
+    state = dict(graph.get_state(THREAD).values)
+    return Run(state=state, models=models, ledger=ledger, audit=audit)
+
+
+# --------------------------------------------------------------------------- answer reading
+
+_HEADING = {"zh": re.compile(r"^【(.+)】$"), "en": re.compile(r"^## (.+)$")}
+
+
+def sections(answer: str, language: Language = "en") -> dict[str, str]:
+    """Split a rendered answer into `{heading title: body}` (text before any heading: "")."""
+    found: dict[str, list[str]] = {"": []}
+    current = ""
+    for line in answer.splitlines():
+        match = _HEADING[language].match(line.strip())
+        if match:
+            current = match.group(1)
+            found.setdefault(current, [])
+        else:
+            found[current].append(line)
+    return {title: "\n".join(lines) for title, lines in found.items()}
+
+
+ONE_ROUND_ROUTE = [
+    "intake",
+    "planner",
+    "executor",
+    "tools",
+    "executor",
+    "evidence",
+    "gatekeeper",
+    "verifier",
+]
+"""The route of one round with one tool-call turn, up to the verifier."""
