@@ -77,6 +77,9 @@ _DEFAULT_SUFFIXES: tuple[str, ...] = ("Exception", "Error")
 _DEFAULT_STRIP_PUNCTUATION = ".:/-"
 _UNICODE_FORMS = ("NFKC", "NFC", "NFKD", "NFD", "none")
 
+_FULLWIDTH_PUNCTUATION = re.compile(
+    "[\u3000-\u303f\uff01-\uff04\uff06-\uff0f\uff1a-\uff20\uff3b-\uff40\uff5b-\uff65]"
+)
 _SPECIFIC_RUN = re.compile(r"[A-Za-z0-9._%:/-]+")
 _WHITESPACE = re.compile(r"\s+")
 
@@ -275,7 +278,9 @@ def extract_specifics(
     percentages, durations, HTTP status and error codes, versions, ids), with ``strip_punctuation``
     characters removed from both ends, or an identifier ending in one of ``identifier_suffixes``
     (case-sensitive, with at least one character before the suffix, e.g. ``NullPointerException``).
-    The text is NFKC-normalised first, so full-width digits count.
+    The text is NFKC-normalised first, so full-width digits and letters count; full-width
+    punctuation (such as the Chinese colon in ``HTTP 500：timeout``) separates runs, as it does
+    in the original text, except ``％``, which is a percent sign.
 
     Args:
         text: The claim text.
@@ -285,7 +290,7 @@ def extract_specifics(
     Returns:
         Distinct specifics (case-insensitively) in order of first appearance.
     """
-    normalised = unicodedata.normalize("NFKC", text)
+    normalised = unicodedata.normalize("NFKC", _FULLWIDTH_PUNCTUATION.sub(" ", text))
     found: list[tuple[int, str]] = []
     for match in _SPECIFIC_RUN.finditer(normalised):
         token = match.group().strip(strip_punctuation)
@@ -310,6 +315,30 @@ def extract_specifics(
             seen.add(key)
             result.append(token)
     return result
+
+
+def contains_specific(needle: str, haystack: str) -> bool:
+    """Whether ``needle`` occurs in ``haystack`` as a whole number, not inside a longer one.
+
+    ``2`` is not found in ``2026`` and ``0.2`` not in ``0.23``, while ``500`` is found in
+    ``status=500`` and ``500s``. Both arguments are expected already normalised.
+    """
+    start = haystack.find(needle)
+    while start >= 0:
+        end = start + len(needle)
+        before = haystack[start - 1] if start > 0 else ""
+        after = haystack[end] if end < len(haystack) else ""
+        after_next = haystack[end + 1] if end + 1 < len(haystack) else ""
+        digit_edge = needle[:1].isdigit() and (
+            before.isdigit() or (before == "." and start > 1 and haystack[start - 2].isdigit())
+        )
+        digit_tail = needle[-1:].isdigit() and (
+            after.isdigit() or (after == "." and after_next.isdigit())
+        )
+        if not digit_edge and not digit_tail:
+            return True
+        start = haystack.find(needle, start + 1)
+    return False
 
 
 # --------------------------------------------------------------------------- evaluation state
@@ -717,7 +746,7 @@ def _check_specifics(
         claim_text, identifier_suffixes=suffixes, strip_punctuation=strip
     ):
         needle = token.casefold() if insensitive else token
-        if not any(needle in haystack for haystack in haystacks):
+        if not any(contains_specific(needle, haystack) for haystack in haystacks):
             unbound.append(token)
     if unbound:
         findings.error(

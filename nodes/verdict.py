@@ -68,6 +68,11 @@ _SEVERITY_CAP: dict[str, str | None] = {
 _MAX_NOTE_VALUE = 80
 
 
+KNOWLEDGE_TOOL = "lookup_knowledge"
+KNOWLEDGE_CAPPED = ("direct_observation", "reasonable_inference", "overstated")
+"""Labels a claim bound only to knowledge documents cannot keep (it becomes external_unknown)."""
+
+
 def _short(value: Any) -> str:
     """Render a value for a human-readable note, bounded."""
     text = value if isinstance(value, str) else repr(value)
@@ -331,11 +336,21 @@ def normalize_claim_checks(
             )
             label = "unsupported"
             detail = _with_reason(detail, "no valid evidence ref")
-        if not verified_excerpts_for(gatekeeper_result, claim_id) and label != "contradicted":
+        verified = verified_excerpts_for(gatekeeper_result, claim_id)
+        if not verified and label != "contradicted":
             if label != "unsupported":
                 notes.append(f"{claim_id}: no Gatekeeper-verified binding, {label} -> unsupported")
                 detail = _with_reason(detail, "no Gatekeeper-verified evidence binding")
             label = "unsupported"
+        elif (
+            verified
+            and all(item.get("tool_name") == KNOWLEDGE_TOOL for item in verified)
+            and label in KNOWLEDGE_CAPPED
+        ):
+            # Runbooks and past cases are never evidence about the current incident.
+            notes.append(f"{claim_id}: only knowledge evidence, {label} -> external_unknown")
+            detail = _with_reason(detail, "bound only to knowledge documents")
+            label = "external_unknown"
         checks.append(
             {
                 "claim_id": claim_id,

@@ -797,3 +797,38 @@ def test_gatekeeper_rules_summary_present_on_fail() -> None:
     assert result["status"] == "fail"
     assert result["rule_set_version"] == DEFAULT_RULE_SET_VERSION
     assert [rule["id"] for rule in result["rules"]] == list(KNOWN_RULE_IDS)
+
+
+def test_gatekeeper_specifics_split_on_chinese_punctuation() -> None:
+    assert gatekeeper.extract_specifics("HTTP 500：Cannot acquire，耗时 30000ms。") == [
+        "500",
+        "30000ms",
+    ]
+    assert gatekeeper.extract_specifics("错误率 ２３％") == ["23%"]
+
+
+@pytest.mark.parametrize(
+    ("needle", "haystack", "found"),
+    [
+        ("2", "2026-03-01t10:07:00z error", False),
+        ("0.2", "value=0.23", False),
+        ("500", "status=500 error", True),
+        ("500", "http 500s at the gateway", True),
+        ("23%", "ratio is 23% over", True),
+        ("0.3", "value=0.3 threshold", True),
+        ("3", "value=0.3 threshold", False),
+    ],
+    ids=[
+        "year-is-not-2",
+        "0.23-is-not-0.2",
+        "status",
+        "plural",
+        "percent",
+        "decimal",
+        "3-is-not-0.3",
+    ],
+)
+def test_gatekeeper_contains_specific_matches_whole_numbers(
+    needle: str, haystack: str, found: bool
+) -> None:
+    assert gatekeeper.contains_specific(needle, haystack) is found

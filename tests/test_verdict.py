@@ -587,3 +587,25 @@ def test_normalize_keeps_claim_ids_verbatim_for_gatekeeper_lookup() -> None:
     assert [c["claim_id"] for c in checks] == [" c1 "]
     assert _labels(checks) == ["direct_observation"]
     assert notes == []
+
+
+@pytest.mark.parametrize(
+    "label", ["direct_observation", "reasonable_inference", "overstated"], ids=str
+)
+def test_verdict_claim_bound_only_to_knowledge_is_external_unknown(label: str) -> None:
+    gate = _gatekeeper(("c1",))
+    gate["verified_excerpts"]["c1"][0].update(
+        tool_name="lookup_knowledge", raw_path="documents[0]", text="Runbook (runbook/x.md): ..."
+    )
+    result = finalize(
+        {"verdict": "PASS", "claim_checks": [_check("c1", label)]},
+        structured_output=_output("c1"),
+        parse_status={"status": "valid"},
+        gatekeeper_result=gate,
+        trace_summary=TRACE,
+        mode="model",
+    )
+
+    assert _labels(result["claim_checks"]) == ["external_unknown"]
+    assert result["verdict"] == "LOW_CONFID"
+    assert result["groundedness_score"] == 0.0
