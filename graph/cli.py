@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from graph.builder import build_graph
+from graph.evaluation import eval_command
 from graph.persistence import Persistence, open_persistence
 from graph.runner import NothingToResume, run_diagnosis, summary_of
 from state.context import Context
@@ -98,6 +99,17 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("diagnosis_id", metavar="DIAGNOSIS_ID")
     show.add_argument("--json", action="store_true", help="print the full record as JSON")
     show.add_argument("--db", metavar="URL", help=DB_HELP)
+
+    evaluate = commands.add_parser(
+        "eval",
+        help="run scenario files against the real graph with scripted model replies",
+        description="Run scenario files (contracts section 9): the real graph, tools over each "
+        "scenario's environment, Gatekeeper, verdict code, routing and Composer; only the model "
+        "replies are scripted. Prints one line per scenario, the metrics, and 'N passed, N "
+        "failed'. Exit 1 if any scenario failed, 2 for a missing path.",
+    )
+    evaluate.add_argument("paths", nargs="+", metavar="PATH", help="scenario files or folders")
+    evaluate.add_argument("--json", metavar="FILE", help="also write the results as JSON")
 
     db = commands.add_parser("db", help="database maintenance")
     db_commands = db.add_subparsers(dest="db_command", metavar="ACTION")
@@ -353,6 +365,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return sessions(args, sys.stdout, sys.stderr)
         if args.command == "db":
             return db_command(args, sys.stdout, sys.stderr)
+        if args.command == "eval":
+            return eval_command(args.paths, args.json, sys.stdout, sys.stderr)
     except UsageError as exc:
         print(f"superbiz: error: {exc}", file=sys.stderr)
         return 2

@@ -468,3 +468,25 @@ def test_cli_subprocess_rejects_an_empty_question_without_traceback() -> None:
     assert proc.stdout == b""
     assert err.count("\n") == 1
     assert_one_line_error(err, "superbiz: error:", "question is empty")
+
+
+def test_cli_eval_runs_scenario_files(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    report = tmp_path / "report.json"
+    code, out, _ = run(
+        capsys,
+        "eval",
+        str(ROOT / "tests" / "scenarios" / "pass-basic-zh.json"),
+        "--json",
+        str(report),
+    )
+
+    assert code == 0
+    assert out.splitlines()[-1] == "1 passed, 0 failed"
+    assert json.loads(report.read_text(encoding="utf-8"))["totals"]["passed"] == 1
+
+
+def test_cli_eval_missing_path_is_an_error(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "eval", "no/such/scenarios")
+
+    assert code == 2
+    assert "no/such/scenarios" in err

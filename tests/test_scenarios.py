@@ -1,0 +1,442 @@
+"""The scenario corpus (tests/scenarios) and the scenario runner of contracts section 9."""
+
+from __future__ import annotations
+
+import copy
+import functools
+import io
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from graph import evaluation
+from graph.evaluation import (
+    ScenarioError,
+    eval_command,
+    load_scenario,
+    run_graph,
+    run_paths,
+    run_scenario,
+    summarize,
+)
+
+SCENARIOS = Path(__file__).parent / "scenarios"
+FILES = sorted(SCENARIOS.glob("*.json"))
+RESULT_KEYS = {
+    "id",
+    "ok",
+    "verdict",
+    "model_verdict",
+    "rounds",
+    "route",
+    "gatekeeper",
+    "groundedness_score",
+    "confirmed_claims",
+    "answer",
+    "mismatches",
+    "error",
+}
+
+
+def _scenario_id(path: Path) -> str:
+    return str(json.loads(path.read_text(encoding="utf-8"))["id"])
+
+
+@functools.cache
+def _result(path: Path) -> dict[str, Any]:
+    return run_scenario(load_scenario(path))
+
+
+def _corpus() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    scenarios = [load_scenario(path) for path in FILES]
+    return [_result(path) for path in FILES], scenarios
+
+
+def _scenario(name: str) -> dict[str, Any]:
+    return copy.deepcopy(load_scenario(SCENARIOS / f"{name}.json"))
+
+
+def _write(folder: Path, name: str, data: Any) -> Path:
+    path = folder / name
+    text = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _final_claims(scenario: dict[str, Any]) -> list[dict[str, Any]]:
+    """The claims of the last executor answer of the script (when it is readable JSON)."""
+    content = scenario["script"]["rounds"][-1]["executor"][-1].get("content")
+    if isinstance(content, str):
+        body = re.sub(r"^```[a-z]*\n|\n```$", "", content.strip())
+        try:
+            content = json.loads(body)
+        except json.JSONDecodeError:
+            return []
+    claims = content.get("claims") if isinstance(content, dict) else None
+    return [c for c in claims if isinstance(c, dict)] if isinstance(claims, list) else []
+
+
+# --------------------------------------------------------------------------- the corpus
+
+
+@pytest.mark.parametrize("path", FILES, ids=[_scenario_id(p) for p in FILES])
+def test_scenario_meets_its_expectations(path: Path) -> None:
+    result = _result(path)
+
+    assert result["ok"], f"{result['id']}: " + "; ".join(result["mismatches"])
+
+
+def test_corpus_has_forty_scenarios_in_both_languages() -> None:
+    scenarios = [load_scenario(path) for path in FILES]
+    languages = {scenario["language"] for scenario in scenarios}
+
+    assert len(scenarios) >= 40
+    assert languages == {"zh", "en"}
+    assert len({scenario["id"] for scenario in scenarios}) == len(scenarios)
+
+
+def test_corpus_has_no_leaks() -> None:
+    results, scenarios = _corpus()
+    leaking = [
+        result["id"]
+        for result, scenario in zip(results, scenarios, strict=True)
+        if any(
+            text in result["answer"] for text in scenario["expect"].get("answer_not_contains", [])
+        )
+    ]
+
+    assert summarize(results, scenarios)["leak_count"] == 0, f"leaks in {leaking}"
+
+
+def test_corpus_unbound_specifics_has_no_false_positive_on_grounded_answers() -> None:
+    results, scenarios = _corpus()
+    flagged = [
+        result["id"]
+        for result, scenario in zip(results, scenarios, strict=True)
+        if scenario["expect"].get("verdict") == "PASS"
+        and "evidence.unbound_specifics" in result["gatekeeper"]["failed_rules"]
+    ]
+    grounded = [s for s in scenarios if s["expect"].get("verdict") == "PASS"]
+
+    assert len(grounded) >= 10
+    assert summarize(results, scenarios)["unbound_specifics_false_positives"] == 0, flagged
+
+
+def test_corpus_guards_every_claim_it_does_not_confirm() -> None:
+    unguarded = []
+    for path in FILES:
+        scenario = load_scenario(path)
+        expect = scenario["expect"]
+        confirmed = set(expect.get("confirmed_claims", []))
+        guards = expect.get("answer_not_contains", [])
+        for claim in _final_claims(scenario):
+            if claim.get("claim_id") not in confirmed and not any(
+                str(claim.get("claim_text")) in guard for guard in guards
+            ):
+                unguarded.append(f"{scenario['id']}:{claim.get('claim_id')}")
+
+    assert unguarded == []
+
+
+def test_corpus_fenced_output_is_valid_and_recorded() -> None:
+    state = run_graph(_scenario("parse-fenced-output-zh"))
+
+    assert state["parse_status"]["status"] == "valid"
+    assert state["parse_status"]["fence_stripped"] is True
+
+
+def test_corpus_deduped_knowledge_is_no_new_evidence() -> None:
+    state = run_graph(_scenario("knowledge-deduped-zh"))
+    knowledge = [i for i in state["trace_summary"] if i["tool_name"] == "lookup_knowledge"]
+
+    assert [item["evidence_level"] for item in knowledge] == ["direct", "none"]
+    assert "deduped" in knowledge[1]["output_summary"]
+
+
+def test_corpus_composer_reply_is_used_only_when_it_passes_the_check() -> None:
+    accepted = run_graph(_scenario("composer-model-accepted-en"))
+    refused = run_graph(_scenario("composer-model-promotes-unsupported-zh"))
+
+    assert accepted["composer_output"]["mode"] == "model"
+    assert refused["composer_output"]["mode"] == "fallback"
+    assert any("c2" in problem for problem in refused["composer_output"]["violations"])
+
+
+def test_corpus_unreadable_verifier_replies_fall_back_to_the_claim_checker() -> None:
+    state = run_graph(_scenario("verifier-malformed-three-times-fallback-zh"))
+    result = state["verifier_result"]
+
+    assert result["verifier_mode"] == "fallback"
+    assert result["reply_parse"]["repair_attempts"] == 2
+    assert result["derived_verdict"] == "PASS"
+    assert result["verdict"] == "LOW_CONFID"
+
+
+def test_corpus_tool_error_stays_in_the_trace_as_a_gap() -> None:
+    state = run_graph(_scenario("tool-error-kept-as-gap-en"))
+    first = state["trace_summary"][0]
+
+    assert first["trace_ref"] == "t1"
+    assert first["success"] is False
+    assert first["evidence_level"] == "none"
+    assert "start" in first["output_summary"]
+
+
+# --------------------------------------------------------------------------- loading
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        (lambda s: s.update(language="fr"), "'language' must be 'zh' or 'en'"),
+        (lambda s: s["expect"].update(verdikt="PASS"), "expect has unknown key(s) verdikt"),
+        (lambda s: s["script"].update(rounds=[]), "script.rounds must be an array of one or two"),
+        (lambda s: s["environment"]["logs"][0].pop("timestamp"), "missing required field"),
+        (lambda s: s["script"]["rounds"][0].pop("verifier"), "is missing 'verifier'"),
+        (lambda s: s["expect"].update(verdict="OK"), "expect.verdict must be one of"),
+        (lambda s: s.pop("id"), "'id' must be a non-empty string"),
+    ],
+    ids=["language", "expect-key", "no-rounds", "environment", "no-verifier", "verdict", "no-id"],
+)
+def test_load_scenario_names_the_file_and_the_problem(
+    tmp_path: Path, change: Any, reason: str
+) -> None:
+    data = _scenario("pass-basic-zh")
+    change(data)
+    path = _write(tmp_path, "broken.json", data)
+
+    with pytest.raises(ScenarioError) as raised:
+        load_scenario(path)
+
+    message = str(raised.value)
+    assert str(path) in message
+    assert reason in message
+    assert "\n" not in message
+
+
+def test_load_scenario_rejects_text_that_is_not_json(tmp_path: Path) -> None:
+    path = _write(tmp_path, "cut.json", '{"id": "cut", ')
+
+    with pytest.raises(ScenarioError, match="not valid JSON"):
+        load_scenario(path)
+
+
+# --------------------------------------------------------------------------- running
+
+
+def test_run_paths_reports_malformed_files_and_runs_the_others(tmp_path: Path) -> None:
+    _write(tmp_path, "a-good.json", _scenario("pass-basic-zh"))
+    _write(tmp_path, "b-cut.json", '{"id": ')
+    wrong = _scenario("pass-basic-zh")
+    wrong["id"] = "wrong-language"
+    wrong["language"] = "de"
+    (tmp_path / "nested").mkdir()
+    _write(tmp_path / "nested", "c-language.json", wrong)
+
+    results = run_paths([str(tmp_path)])
+
+    assert [r["ok"] for r in results] == [True, False, False]
+    assert results[0]["id"] == "pass-basic-zh"
+    assert "b-cut.json" in results[1]["error"] and "not valid JSON" in results[1]["error"]
+    assert "c-language.json" in results[2]["error"] and "'language'" in results[2]["error"]
+    assert all(set(r) == RESULT_KEYS for r in results)
+
+
+def test_run_scenario_reports_a_script_that_runs_out_of_replies() -> None:
+    scenario = _scenario("pass-basic-zh")
+    scenario["script"]["rounds"][0]["executor"].pop()
+
+    result = run_scenario(scenario)
+
+    assert result["ok"] is False
+    assert result["mismatches"] == ["script ran out of executor replies"]
+    assert "executor" in result["error"]
+    assert result["route"][:4] == ["intake", "planner", "executor", "tools"]
+
+
+def test_run_scenario_reports_a_missing_retry_round_as_a_scenario_error() -> None:
+    scenario = _scenario("retry-rescued-to-pass-en")
+    scenario["script"]["rounds"].pop()
+
+    result = run_scenario(scenario)
+
+    assert result["ok"] is False
+    assert result["mismatches"] == ["script ran out of planner replies"]
+
+
+def test_run_scenario_reports_replies_the_run_never_used() -> None:
+    scenario = _scenario("pass-basic-zh")
+    scenario["script"]["rounds"].append(copy.deepcopy(scenario["script"]["rounds"][0]))
+
+    result = run_scenario(scenario)
+
+    assert result["ok"] is False
+    assert "script has 1 unused planner reply" in result["mismatches"]
+    assert "script has 2 unused executor replies" in result["mismatches"]
+
+
+def test_run_scenario_wrong_expectation_gives_a_readable_mismatch() -> None:
+    scenario = _scenario("pass-basic-zh")
+    scenario["expect"].update(
+        verdict="REJECT",
+        groundedness_score=0.5,
+        confirmed_claims=["c1", "c9"],
+        answer_contains=["root cause: bad deploy"],
+    )
+
+    result = run_scenario(scenario)
+
+    assert result["ok"] is False
+    assert result["verdict"] == "PASS"
+    assert result["mismatches"] == [
+        "verdict: expected REJECT got PASS",
+        "confirmed_claims: expected [c1, c9] got [c1]",
+        "groundedness_score: expected 0.5 got 1.0",
+        "answer does not contain 'root cause: bad deploy'",
+    ]
+
+
+def test_run_scenario_reports_an_exception_instead_of_raising(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def broken(**kwargs: Any) -> Any:
+        raise RuntimeError("backend exploded")
+
+    monkeypatch.setattr(evaluation, "build_graph", broken)
+
+    result = run_scenario(_scenario("pass-basic-zh"))
+
+    assert result["ok"] is False
+    assert result["error"] == "RuntimeError: backend exploded"
+    assert result["mismatches"] == ["run failed: RuntimeError: backend exploded"]
+
+
+def test_summarize_counts_accuracy_leaks_and_false_rejects() -> None:
+    scenarios = [
+        {"id": "a", "expect": {"verdict": "PASS", "rounds": 1, "answer_not_contains": ["secret"]}},
+        {"id": "b", "expect": {"verdict": "PASS", "route": ["intake", "audit"]}},
+        {"id": "c", "expect": {"verdict": "REJECT"}},
+        {"id": "d", "expect": {}},
+    ]
+    gatekeeper = {"status": "pass", "severity": "none", "failed_rules": []}
+    results = [
+        {
+            "id": "a",
+            "ok": False,
+            "verdict": "PASS",
+            "rounds": 2,
+            "route": [],
+            "answer": "the secret",
+            "gatekeeper": gatekeeper,
+        },
+        {
+            "id": "b",
+            "ok": False,
+            "verdict": "LOW_CONFID",
+            "rounds": 1,
+            "route": ["intake", "audit"],
+            "answer": "",
+            "gatekeeper": {**gatekeeper, "failed_rules": ["evidence.unbound_specifics"]},
+        },
+        {
+            "id": "c",
+            "ok": True,
+            "verdict": "REJECT",
+            "rounds": 1,
+            "route": [],
+            "answer": "",
+            "gatekeeper": gatekeeper,
+        },
+        {
+            "id": "d",
+            "ok": True,
+            "verdict": "PASS",
+            "rounds": 1,
+            "route": [],
+            "answer": "secret",
+            "gatekeeper": gatekeeper,
+        },
+    ]
+
+    metrics = summarize(results, scenarios)
+
+    assert metrics["passed"] == 2 and metrics["failed"] == 2
+    assert metrics["verdict_accuracy"] == pytest.approx(2 / 3, abs=0.001)
+    assert metrics["routing_accuracy"] == 0.5
+    assert metrics["leak_count"] == 1
+    assert metrics["false_reject_count"] == 1
+    assert metrics["unbound_specifics_false_positives"] == 1
+
+
+# --------------------------------------------------------------------------- eval command
+
+
+def _eval(paths: list[str], json_path: str | None = None) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = eval_command(paths, json_path, out, err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_eval_command_prints_one_line_each_and_the_total(tmp_path: Path) -> None:
+    _write(tmp_path, "one.json", _scenario("pass-basic-zh"))
+    _write(tmp_path, "two.json", _scenario("label-contradicted-reject-en"))
+
+    code, out, err = _eval([str(tmp_path)])
+
+    lines = out.splitlines()
+    assert code == 0
+    assert err == ""
+    assert lines[0] == "ok   pass-basic-zh  expected PASS got PASS"
+    assert lines[1] == "ok   label-contradicted-reject-en  expected REJECT got REJECT"
+    assert lines[2].startswith("metrics: verdict_accuracy=1.000 routing_accuracy=1.000")
+    assert lines[-1] == "2 passed, 0 failed"
+
+
+def test_eval_command_exits_1_when_a_scenario_fails(tmp_path: Path) -> None:
+    wrong = _scenario("pass-basic-zh")
+    wrong["expect"]["verdict"] = "LOW_CONFID"
+    path = _write(tmp_path, "wrong.json", wrong)
+    good = _write(tmp_path, "good.json", _scenario("label-contradicted-reject-en"))
+
+    code, out, _ = _eval([str(path), str(good)])
+
+    assert code == 1
+    assert "FAIL pass-basic-zh  verdict: expected LOW_CONFID got PASS" in out.splitlines()
+    assert out.splitlines()[-1] == "1 passed, 1 failed"
+
+
+def test_eval_command_exits_2_for_a_path_that_does_not_exist(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.json"
+
+    code, out, err = _eval([str(SCENARIOS / "pass-basic-zh.json"), str(missing)])
+
+    assert code == 2
+    assert out == ""
+    assert str(missing) in err and "no such file or folder" in err
+
+
+def test_eval_command_writes_the_json_report(tmp_path: Path) -> None:
+    _write(tmp_path, "one.json", _scenario("pass-basic-zh"))
+    _write(tmp_path, "two.json", _scenario("gk-raw-path-missing-zh"))
+    report_path = tmp_path / "out" / "report.json"
+    report_path.parent.mkdir()
+
+    code, _, _ = _eval([str(tmp_path / "one.json"), str(tmp_path / "two.json")], str(report_path))
+
+    report = json.loads(report_path.read_text(encoding="utf-8"))
+    assert code == 0
+    assert report["totals"] == {"passed": 2, "failed": 0, "total": 2}
+    assert report["metrics"]["leak_count"] == 0
+    assert report["metrics"]["verdict_accuracy"] == 1.0
+    first, second = report["scenarios"]
+    assert set(first) == RESULT_KEYS
+    assert first["verdict"] == "PASS" and first["confirmed_claims"] == ["c1"]
+    assert second["gatekeeper"] == {
+        "status": "fail",
+        "severity": "low_confid",
+        "failed_rules": ["evidence.raw_path_missing"],
+    }
+    assert second["route"][-2:] == ["composer", "audit"]
