@@ -11,7 +11,9 @@ from typing import Any, TextIO
 
 from graph.builder import build_graph
 from graph.evaluation import eval_command
+from graph.models import make_model_factory
 from graph.persistence import Persistence, open_persistence
+from graph.reverify import NotReverifiable, reverify
 from graph.runner import NothingToResume, run_diagnosis, summary_of
 from state.context import Context
 from state.database import DatabaseError, migrate, open_database
@@ -99,6 +101,19 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("diagnosis_id", metavar="DIAGNOSIS_ID")
     show.add_argument("--json", action="store_true", help="print the full record as JSON")
     show.add_argument("--db", metavar="URL", help=DB_HELP)
+
+    recheck = commands.add_parser(
+        "reverify",
+        help="re-run the Gatekeeper and the Verifier on a diagnosis's stored evidence",
+        description="Re-check a recorded diagnosis against its stored invocations (no tool is "
+        "called again) and show what changed: verdict, score, Gatekeeper result, claim labels.",
+    )
+    recheck.add_argument("diagnosis_id", metavar="DIAGNOSIS_ID")
+    recheck.add_argument(
+        "--offline", action="store_true", help="use the deterministic verifier (no model)"
+    )
+    recheck.add_argument("--json", action="store_true", help="print one JSON object instead")
+    recheck.add_argument("--db", metavar="URL", help=DB_HELP)
 
     evaluate = commands.add_parser(
         "eval",
@@ -337,6 +352,39 @@ def render_session(record: dict[str, Any], invocations: list[dict[str, Any]]) ->
     return "\n".join(lines)
 
 
+def reverify_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """``reverify DIAGNOSIS_ID``."""
+    ctx = Context(offline=True) if args.offline else Context()
+    persistence = _open(args)
+    try:
+        report = reverify(
+            args.diagnosis_id,
+            audit=persistence.audit,
+            ledger=persistence.ledger,
+            get_model=make_model_factory(),
+            context=ctx,
+        )
+    except NotReverifiable as exc:
+        raise UsageError(str(exc)) from exc
+    finally:
+        persistence.close()
+    if args.json:
+        out.write(json.dumps(report, ensure_ascii=False, indent=2) + "\n")
+        return 0
+    before, after = report["before"], report["after"]
+    out.write(
+        f"diagnosis {report['diagnosis_id']}: {report['invocations']} stored invocations, "
+        f"verifier {report['verifier_mode']}\n"
+        f"recorded   {before['verdict']}  score {before['groundedness_score']}\n"
+        f"re-checked {after['verdict']}  score {after['groundedness_score']}\n"
+    )
+    if report["changes"]:
+        out.write("changes\n" + "".join(f"  - {c}\n" for c in report["changes"]))
+    else:
+        out.write("no changes\n")
+    return 0
+
+
 def db_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """``db upgrade``."""
     try:
@@ -365,6 +413,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return sessions(args, sys.stdout, sys.stderr)
         if args.command == "db":
             return db_command(args, sys.stdout, sys.stderr)
+        if args.command == "reverify":
+            return reverify_command(args, sys.stdout, sys.stderr)
         if args.command == "eval":
             return eval_command(args.paths, args.json, sys.stdout, sys.stderr)
     except UsageError as exc:

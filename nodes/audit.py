@@ -13,6 +13,9 @@ from state.context import Context
 from state.graph_state import DiagnosisState
 from tools.trace_summary import TRACEABILITY_VERSION
 
+FINAL_ANSWER_CHARS = 8000
+"""How much of the executor's raw final message the audit keeps."""
+
 
 def verifier_evaluation(state: DiagnosisState) -> dict[str, Any]:
     """The ``verifier_evaluation`` channel of ``self_evaluation`` (contracts section 7)."""
@@ -29,6 +32,9 @@ def verifier_evaluation(state: DiagnosisState) -> dict[str, Any]:
         "rationale": result.get("rationale", ""),
         "verifier_mode": result.get("verifier_mode"),
         "executor_output_parse_status": state.get("parse_status") or {},
+        "executor_structured_output": state.get("structured_output"),
+        "executor_final_answer": (state.get("executor_final_answer") or "")[:FINAL_ANSWER_CHARS],
+        "retry_context": state.get("retry_context"),
         "tool_trace_summary": state.get("trace_summary") or [],
         "traceability_version": TRACEABILITY_VERSION,
         "gatekeeper_result": state.get("gatekeeper_result") or {},

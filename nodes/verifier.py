@@ -15,6 +15,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langgraph.runtime import Runtime
 
@@ -149,91 +150,120 @@ def cap_unbound_claims(
     return {**raw, "claim_checks": adjusted}, capped
 
 
-def make_verifier(get_model: GetModel, services: Callable[[], list[str]]) -> Node:
-    """Build the verifier node."""
+def verify(
+    model: BaseChatModel,
+    *,
+    question: str,
+    final_answer: str,
+    parse_status: dict[str, Any],
+    structured: dict[str, Any] | None,
+    trace_summary: list[dict[str, Any]],
+    gatekeeper_result: dict[str, Any],
+    retry_context: dict[str, Any] | None,
+    round_no: int,
+    known_services: list[str],
+) -> dict[str, Any]:
+    """Ask ``model`` to check the claims and turn its reply into the verifier result.
+
+    Used by the graph node and by ``superbiz reverify`` (on stored evidence).
+    """
     prompt = load_prompt("verifier")
     repair = load_prompt("verifier_repair")
+    payload = build_payload(
+        question=question,
+        final_answer=final_answer,
+        parse_status=parse_status,
+        structured_output=structured,
+        trace_summary=trace_summary,
+        gatekeeper_result=gatekeeper_result,
+        retry_context=retry_context,
+        round_no=round_no,
+    )
+    offline = bool(getattr(model, "offline", False))
+    messages: list[BaseMessage] = [
+        SystemMessage(prompt.text),
+        HumanMessage(render_payload(payload)),
+    ]
+    errors: list[str] = []
+    fence_stripped = False
+    raw: dict[str, Any] | None = None
+    for attempt in range(MAX_REPAIRS + 1):
+        reply = model.invoke(messages)
+        text = message_text(reply)
+        raw, fenced, error = parse_verifier_reply(text)
+        fence_stripped = fence_stripped or fenced
+        if raw is not None:
+            break
+        errors.append(str(error))
+        if attempt < MAX_REPAIRS:
+            messages = [
+                *messages,
+                AIMessage(content=text),
+                HumanMessage(repair.text.replace("{error}", str(error))),
+            ]
+    if raw is None:
+        raw = check_claims(
+            structured, gatekeeper_result, trace_summary, known_services=known_services
+        )
+        mode = "fallback"
+    else:
+        mode = "offline" if offline else "model"
+    raw, capped = cap_unbound_claims(raw, structured, gatekeeper_result, trace_summary)
+    result = finalize(
+        raw,
+        structured_output=structured,
+        parse_status=parse_status,
+        gatekeeper_result=gatekeeper_result,
+        trace_summary=trace_summary,
+        mode=mode,
+    )
+    for check in result.get("claim_checks", []):
+        if check.get("claim_id") in capped:
+            check["model_verification"] = capped[check["claim_id"]]
+            result["notes"].append(
+                f"{check['claim_id']}: {UNBOUND_RULE} failed, "
+                f"{capped[check['claim_id']]} -> {check['verification']}"
+            )
+    if mode == "fallback":
+        # The model's verdict could not be read; it is not reported as the model's.
+        result["model_verdict"] = None
+    result["reply_parse"] = {
+        "fence_stripped": fence_stripped,
+        "repair_attempts": min(len(errors), MAX_REPAIRS),
+        "errors": errors,
+    }
+    result["model"] = "offline-rules" if offline else model_label(model)
+    return result
+
+
+def make_verifier(get_model: GetModel, services: Callable[[], list[str]]) -> Node:
+    """Build the verifier node."""
 
     def verifier(state: DiagnosisState, *, runtime: Runtime[Context]) -> dict[str, Any]:
         ctx = context_of(runtime)
         round_no = state.get("round", 1)
         emit("verifier", round=round_no)
-        structured = state.get("structured_output")
         parse_status = state.get("parse_status") or {"status": "missing"}
         gatekeeper_result = state.get("gatekeeper_result") or {}
-        trace_summary = state.get("trace_summary") or []
-        payload = build_payload(
+        result = verify(
+            get_model("verifier", ctx),
             question=state.get("question", ""),
             final_answer=state.get("executor_final_answer", ""),
             parse_status=parse_status,
-            structured_output=structured,
-            trace_summary=trace_summary,
+            structured=state.get("structured_output"),
+            trace_summary=state.get("trace_summary") or [],
             gatekeeper_result=gatekeeper_result,
             retry_context=state.get("retry_context"),
             round_no=round_no,
+            known_services=services(),
         )
-        model = get_model("verifier", ctx)
-        offline = bool(getattr(model, "offline", False))
-        messages: list[BaseMessage] = [
-            SystemMessage(prompt.text),
-            HumanMessage(render_payload(payload)),
-        ]
-        errors: list[str] = []
-        fence_stripped = False
-        raw: dict[str, Any] | None = None
-        for attempt in range(MAX_REPAIRS + 1):
-            reply = model.invoke(messages)
-            text = message_text(reply)
-            raw, fenced, error = parse_verifier_reply(text)
-            fence_stripped = fence_stripped or fenced
-            if raw is not None:
-                break
-            errors.append(str(error))
-            if attempt < MAX_REPAIRS:
-                messages = [
-                    *messages,
-                    AIMessage(content=text),
-                    HumanMessage(repair.text.replace("{error}", str(error))),
-                ]
-        if raw is None:
-            raw = check_claims(
-                structured, gatekeeper_result, trace_summary, known_services=services()
-            )
-            mode = "fallback"
-        else:
-            mode = "offline" if offline else "model"
-        raw, capped = cap_unbound_claims(raw, structured, gatekeeper_result, trace_summary)
-        result = finalize(
-            raw,
-            structured_output=structured,
-            parse_status=parse_status,
-            gatekeeper_result=gatekeeper_result,
-            trace_summary=trace_summary,
-            mode=mode,
-        )
-        for check in result.get("claim_checks", []):
-            if check.get("claim_id") in capped:
-                check["model_verification"] = capped[check["claim_id"]]
-                result["notes"].append(
-                    f"{check['claim_id']}: {UNBOUND_RULE} failed, "
-                    f"{capped[check['claim_id']]} -> {check['verification']}"
-                )
-        if mode == "fallback":
-            # The model's verdict could not be read; it is not reported as the model's.
-            result["model_verdict"] = None
-        result["reply_parse"] = {
-            "fence_stripped": fence_stripped,
-            "repair_attempts": min(len(errors), MAX_REPAIRS),
-            "errors": errors,
-        }
-        result["model"] = "offline-rules" if offline else model_label(model)
         summary = {
             "round": round_no,
             "verdict": result["verdict"],
             "model_verdict": result.get("model_verdict"),
             "derived_verdict": result.get("derived_verdict"),
             "groundedness_score": result["groundedness_score"],
-            "verifier_mode": mode,
+            "verifier_mode": result["verifier_mode"],
             "executor_output_parse_status": parse_status.get("status"),
             "gatekeeper_status": gatekeeper_result.get("status"),
             "gatekeeper_severity": gatekeeper_result.get("severity"),

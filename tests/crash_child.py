@@ -1,0 +1,60 @@
+"""Child process for the crash test: a diagnosis whose second tool call blocks until killed.
+
+Usage: python tests/crash_child.py DATABASE_URL THREAD_ID MARKER_FILE QUESTION
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from graph.builder import build_graph
+from graph.persistence import open_persistence
+from graph.runner import run_diagnosis
+from state.context import Context
+from tools.sample import SampleBackend, default_environment
+
+
+class StallingBackend(SampleBackend):
+    """The sample backend, except that its second call announces itself and never returns."""
+
+    def __init__(self, environment: dict[str, Any], marker: Path) -> None:
+        super().__init__(environment)
+        self.calls = 0
+        self.marker = marker
+
+    def _stall(self) -> None:
+        self.calls += 1
+        if self.calls == 2:
+            self.marker.write_text("stalled", encoding="utf-8")
+            time.sleep(600)
+
+    def query_logs(self, **kwargs: Any) -> dict[str, Any]:
+        self._stall()
+        return super().query_logs(**kwargs)
+
+    def query_metrics(self, **kwargs: Any) -> dict[str, Any]:
+        self._stall()
+        return super().query_metrics(**kwargs)
+
+
+def main(url: str, thread: str, marker: str, question: str) -> None:
+    persistence = open_persistence(url)
+    backend = StallingBackend(default_environment(), Path(marker))
+    app = build_graph(backend=backend, ledger=persistence.ledger, audit=persistence.audit).compile(
+        checkpointer=persistence.checkpointer
+    )
+    with persistence.thread_lock(thread):
+        run_diagnosis(
+            app,
+            thread_id=thread,
+            context=Context(offline=True, tool_timeout_s=900.0),
+            audit=persistence.audit,
+            question=question,
+        )
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:5])

@@ -1,0 +1,483 @@
+"""Durable, auditable persistence: one test body against SQLite and a real PostgreSQL database."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain_core.runnables import RunnableConfig
+
+from graph import cli
+from graph.builder import build_graph
+from graph.persistence import Persistence, ThreadBusy, open_persistence
+from graph.runner import run_diagnosis
+from graph.scripted import scripted_models
+from state.context import Context
+from state.database import (
+    DatabaseError,
+    SchemaTooNew,
+    latest_version,
+    migrate,
+    open_database,
+    resolve_target,
+)
+from tools.sample import SampleBackend, default_environment
+
+ROOT = Path(__file__).resolve().parents[1]
+QUESTION = "order-service 为什么报 500 错误？"
+
+
+@pytest.fixture
+def store(database_url: str) -> Iterator[Persistence]:
+    persistence = open_persistence(database_url)
+    try:
+        yield persistence
+    finally:
+        persistence.close()
+
+
+def diagnose(
+    store: Persistence, thread: str, question: str = QUESTION, get_model: Any = None, **ctx: Any
+) -> dict[str, Any]:
+    app = build_graph(
+        get_model=get_model,
+        backend=SampleBackend(default_environment()),
+        ledger=store.ledger,
+        audit=store.audit,
+    ).compile(checkpointer=store.checkpointer)
+    with store.thread_lock(thread):
+        return run_diagnosis(
+            app,
+            thread_id=thread,
+            context=Context(offline=get_model is None, **ctx),
+            audit=store.audit,
+            question=question,
+        )
+
+
+# --- rows, channels --------------------------------------------------------------------------
+
+
+def test_persistence_writes_rows_and_checkpoints_per_diagnosis(store: Persistence) -> None:
+    values = diagnose(store, "rows")
+
+    record = store.audit.get(values["diagnosis_id"])
+    assert record is not None
+    assert record["status"] == "done"
+    assert record["verdict"] == "PASS"
+    assert record["rounds"] == 1
+    assert record["final_answer"] == values["answer"]
+    evaluation = record["self_evaluation"]["verifier_evaluation"]
+    for key in (
+        "verdict",
+        "model_verdict",
+        "groundedness_score",
+        "critical_fact_count",
+        "claim_checks",
+        "facts_checked",
+        "rationale",
+        "executor_output_parse_status",
+        "tool_trace_summary",
+        "traceability_version",
+        "gatekeeper_result",
+        "composer_output",
+        "prompt_audit",
+        "rounds",
+    ):
+        assert key in evaluation, key
+    assert record["self_evaluation"]["rule_evaluation"]["formula_version"]
+    rows = store.ledger.list(values["diagnosis_id"])
+    assert [r["invocation_id"] for r in rows] == ["inv-1", "inv-2", "inv-3"]
+    assert all(r["retrieval_details"]["evidence_refs"] for r in rows)
+    config: RunnableConfig = {"configurable": {"thread_id": "rows"}}
+    assert list(store.checkpointer.list(config))
+
+
+def test_persistence_channels_are_preserved_both_ways(store: Persistence) -> None:
+    store.audit.start_diagnosis("d-a", thread_id="t", question="q")
+    store.audit.start_diagnosis("d-b", thread_id="t", question="q")
+
+    store.audit.update_channel("d-a", "rule_evaluation", {"score": 0.5})
+    store.audit.update_channel("d-a", "verifier_evaluation", {"verdict": "PASS"})
+    store.audit.update_channel("d-b", "verifier_evaluation", {"verdict": "REJECT"})
+    store.audit.update_channel("d-b", "rule_evaluation", {"score": 0.1})
+    store.audit.update_channel("d-a", "rule_evaluation", {"score": 0.9})
+
+    a = store.audit.get("d-a")
+    b = store.audit.get("d-b")
+    assert a is not None and b is not None
+    assert a["self_evaluation"] == {
+        "rule_evaluation": {"score": 0.9},
+        "verifier_evaluation": {"verdict": "PASS"},
+    }
+    assert b["self_evaluation"] == {
+        "verifier_evaluation": {"verdict": "REJECT"},
+        "rule_evaluation": {"score": 0.1},
+    }
+
+
+def test_persistence_self_evaluation_starts_null_and_is_created_once(store: Persistence) -> None:
+    store.audit.start_diagnosis("d-null", thread_id="t", question="q")
+    fresh = store.audit.get("d-null")
+    assert fresh is not None and fresh["self_evaluation"] is None
+
+    store.audit.update_channel("d-null", "verifier_evaluation", {"verdict": "LOW_CONFID"})
+    store.audit.start_diagnosis("d-null", thread_id="t", question="other")  # no-op
+
+    record = store.audit.get("d-null")
+    assert record is not None
+    assert record["self_evaluation"] == {"verifier_evaluation": {"verdict": "LOW_CONFID"}}
+    assert record["question"] == "q"
+
+
+def _fallback_models() -> Any:
+    claim = {
+        "claim_id": "c1",
+        "claim_type": "observation",
+        "claim_text": "order-service logs show connection timeouts",
+        "support_level": "direct",
+        "evidence_bindings": [
+            {
+                "source_type": "log",
+                "tool_name": "query_logs",
+                "source_invocation_id": "inv-1",
+                "raw_path": "logs[0]",
+                "evidence_excerpt": "Connection is not available",
+            }
+        ],
+    }
+    answer = {
+        "answer_version": "executor_evidence_v2",
+        "claims": [claim],
+        "hypotheses": [],
+        "recommended_actions": [],
+        "missing_info": [],
+    }
+    return scripted_models(
+        {
+            "planner": ["check order-service ERROR logs"],
+            "executor": [
+                {
+                    "tool_calls": [
+                        {
+                            "name": "query_logs",
+                            "args": {"service": "order-service", "level": "ERROR"},
+                        }
+                    ]
+                },
+                {"content": answer},
+            ],
+            "verifier": ["not json", "still not json", "never json"],
+            "composer": ["no JSON either"],
+        }
+    )
+
+
+def test_persistence_prompt_audit_is_kept_on_fallback_paths(store: Persistence) -> None:
+    values = diagnose(store, "fallback", get_model=_fallback_models(), composer_mode="model")
+
+    assert values["verifier_result"]["verifier_mode"] == "fallback"
+    assert values["composer_output"]["mode"] == "fallback"
+    record = store.audit.get(values["diagnosis_id"])
+    assert record is not None
+    evaluation = record["self_evaluation"]["verifier_evaluation"]
+    assert evaluation["verifier_mode"] == "fallback"
+    assert evaluation["composer_output"]["mode"] == "fallback"
+    audit = evaluation["prompt_audit"]
+    assert audit["version"]
+    assert set(audit["prompts"]) >= {"planner", "executor", "verifier", "composer"}
+    assert all(set(p) == {"name", "version"} for p in audit["prompts"].values())
+
+
+def test_persistence_ledger_is_idempotent_when_a_node_re_executes(store: Persistence) -> None:
+    values = diagnose(store, "replay")
+    diagnosis_id = values["diagnosis_id"]
+    before = store.ledger.list(diagnosis_id)
+    app = build_graph(
+        backend=SampleBackend(default_environment()), ledger=store.ledger, audit=store.audit
+    ).compile(checkpointer=store.checkpointer)
+    config: RunnableConfig = {"configurable": {"thread_id": "replay"}}
+    # The checkpoint taken just before the tools node ran: replaying from it re-executes tools.
+    before_tools = next(s for s in app.get_state_history(config) if s.next == ("tools",))
+
+    app.invoke(None, before_tools.config, context=Context(offline=True))
+
+    after = store.ledger.list(diagnosis_id)
+    assert [r["invocation_id"] for r in after] == [r["invocation_id"] for r in before]
+    assert [r["idempotency_key"] for r in after] == [r["idempotency_key"] for r in before]
+
+
+# --- crash safety, one writer ------------------------------------------------------------------
+
+
+def _child_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "SUPERBIZ_"))}
+    env["PYTHONPATH"] = str(ROOT)
+    return env
+
+
+def test_persistence_resumes_after_sigkill_with_the_same_verdict(
+    database_url: str, tmp_path: Path
+) -> None:
+    marker = tmp_path / "stalled"
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            str(ROOT / "tests" / "crash_child.py"),
+            database_url,
+            "crash",
+            str(marker),
+            QUESTION,
+        ],
+        env=_child_env(),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    deadline = time.monotonic() + 120
+    while not marker.exists():
+        if child.poll() is not None or time.monotonic() > deadline:
+            child.kill()
+            output = child.communicate()[0].decode(errors="replace")
+            pytest.fail(f"the child never reached its second tool call:\n{output}")
+        time.sleep(0.05)
+    child.send_signal(signal.SIGKILL)
+    child.wait(timeout=30)
+    assert child.returncode == -signal.SIGKILL
+
+    persistence = open_persistence(database_url)
+    try:
+        running = [r for r in persistence.audit.list("crash") if r["status"] == "running"]
+        assert len(running) == 1
+        crashed_id = running[0]["id"]
+        assert [r["invocation_id"] for r in persistence.ledger.list(crashed_id)] == ["inv-1"]
+    finally:
+        persistence.close()
+
+    resumed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "graph.cli",
+            "diagnose",
+            "--resume",
+            "--thread",
+            "crash",
+            "--db",
+            database_url,
+            "--offline",
+            "--json",
+        ],
+        env=_child_env(),
+        cwd=ROOT,
+        capture_output=True,
+        timeout=300,
+        check=False,
+    )
+    assert resumed.returncode == 0, resumed.stderr.decode(errors="replace")
+    import json
+
+    result = json.loads(resumed.stdout)
+
+    persistence = open_persistence(database_url)
+    try:
+        reference = diagnose(persistence, "reference")
+        record = persistence.audit.get(crashed_id)
+        rows = persistence.ledger.list(crashed_id)
+        reference_rows = persistence.ledger.list(reference["diagnosis_id"])
+    finally:
+        persistence.close()
+    assert result["diagnosis_id"] == crashed_id
+    assert result["verdict"] == reference["verdict"] == "PASS"
+    assert result["groundedness_score"] == reference["groundedness_score"]
+    assert record is not None
+    assert record["status"] == "done"
+    assert record["note"] == "resumed after an interrupted run"
+    ids = [r["invocation_id"] for r in rows]
+    assert ids == [r["invocation_id"] for r in reference_rows]
+    assert len(set(ids)) == len(ids)
+    assert len({r["idempotency_key"] for r in rows}) == len(rows)
+
+
+def test_persistence_new_question_marks_an_interrupted_diagnosis_abandoned(
+    store: Persistence,
+) -> None:
+    store.audit.start_diagnosis("diag-dead", thread_id="dead", question="q")
+
+    values = diagnose(store, "dead")
+
+    old = store.audit.get("diag-dead")
+    assert old is not None and old["status"] == "abandoned"
+    new = store.audit.get(values["diagnosis_id"])
+    assert new is not None and new["status"] == "done"
+
+
+def test_persistence_refuses_a_second_concurrent_run_on_a_thread(
+    store: Persistence, database_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with store.thread_lock("busy"):
+        with pytest.raises(ThreadBusy):
+            with store.thread_lock("busy"):
+                pass
+        code = cli.main(["diagnose", QUESTION, "--thread", "busy", "--db", database_url])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "already being diagnosed" in err
+    assert store.audit.list("busy") == []
+    with store.thread_lock("busy"):  # released again
+        pass
+
+
+def test_persistence_resume_without_interruption_is_refused(
+    store: Persistence, database_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    diagnose(store, "finished")
+
+    code = cli.main(["diagnose", "--resume", "--thread", "finished", "--db", database_url])
+
+    assert code == 2
+    assert "no interrupted diagnosis" in capsys.readouterr().err
+
+
+# --- schema, configuration ---------------------------------------------------------------------
+
+
+def test_persistence_migrations_applied_twice_are_a_no_op(database_url: str) -> None:
+    db = open_database(database_url)
+    try:
+        latest = latest_version(db.dialect)
+        assert migrate(db) == (latest, latest)
+        assert migrate(db) == (latest, latest)
+        with db.transaction() as tx:
+            assert tx.execute("SELECT version FROM superbiz_schema") == [{"version": latest}]
+    finally:
+        db.close()
+
+
+def test_persistence_refuses_a_database_newer_than_the_code(database_url: str) -> None:
+    db = open_database(database_url)
+    try:
+        with db.transaction() as tx:
+            tx.execute("UPDATE superbiz_schema SET version = %s", (latest_version(db.dialect) + 1,))
+    finally:
+        db.close()
+
+    with pytest.raises(SchemaTooNew, match="newer than this superbiz"):
+        open_database(database_url)
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("postgresql://postgres@127.0.0.1:1/nowhere", "cannot connect to PostgreSQL"),
+        ("postgresql://postgres@127.0.0.1:5432/superbiz_no_such_db", "does not exist"),
+        ("mysql://root@127.0.0.1/x", "unsupported database URL scheme 'mysql'"),
+    ],
+    ids=["refused", "unknown-database", "bad-scheme"],
+)
+def test_persistence_bad_url_fails_with_a_readable_message(
+    url: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(DatabaseError, match=message):
+        open_persistence(url)
+    code = cli.main(["diagnose", QUESTION, "--db", url])
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert message in err
+    assert len(err.splitlines()) == 1
+
+
+def test_persistence_default_is_an_sqlite_file_in_the_data_dir(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    target = resolve_target(None)
+    assert target.dialect == "sqlite"
+    assert target.path == tmp_path / "data" / "superbiz" / "superbiz.sqlite"
+
+    assert cli.main(["diagnose", QUESTION, "--thread", "local", "--json"]) == 0
+    capsys.readouterr()
+
+    assert target.path.exists()
+    assert cli.main(["sessions", "list", "--thread", "local", "--json"]) == 0
+    import json
+
+    listed = json.loads(capsys.readouterr().out)
+    assert [r["verdict"] for r in listed] == ["PASS"]
+
+
+def test_persistence_env_variable_selects_the_database(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("SUPERBIZ_DATABASE_URL", f"sqlite:///{tmp_path / 'x.sqlite'}")
+    assert resolve_target(None).path == tmp_path / "x.sqlite"
+    monkeypatch.setenv("SUPERBIZ_DATABASE_URL", "postgresql://u:secret@db.example/prod")
+    target = resolve_target(None)
+    assert target.dialect == "postgres"
+    assert "secret" not in target.display
+
+
+# --- inspection --------------------------------------------------------------------------------
+
+
+def test_persistence_sessions_and_reverify_read_the_stored_evidence(
+    store: Persistence, database_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    passed = diagnose(store, "inspect")
+    diagnose(store, "inspect", "notification-service 有错误吗？")
+
+    assert cli.main(["sessions", "list", "--db", database_url, "--verdict", "PASS"]) == 0
+    listing = capsys.readouterr().out
+    assert passed["diagnosis_id"] in listing
+    assert "notification-service" not in listing
+
+    assert cli.main(["sessions", "show", passed["diagnosis_id"], "--db", database_url]) == 0
+    shown = capsys.readouterr().out
+    for text in ("question", "PASS", "gatekeeper pass", "claim checks", "inv-1", "answer"):
+        assert text in shown, text
+
+    assert cli.main(["reverify", passed["diagnosis_id"], "--db", database_url, "--json"]) == 0
+    import json
+
+    report = json.loads(capsys.readouterr().out)
+    assert report["after"]["verdict"] == "PASS"
+    assert report["changes"] == []
+    assert report["invocations"] == 3
+
+    assert cli.main(["sessions", "show", "diag-missing", "--db", database_url]) == 2
+    assert "no diagnosis 'diag-missing'" in capsys.readouterr().err
+
+
+def test_persistence_reverify_reports_what_changed(store: Persistence) -> None:
+    values = diagnose(store, "changed")
+    diagnosis_id = values["diagnosis_id"]
+    record = store.audit.get(diagnosis_id)
+    assert record is not None
+    evaluation = record["self_evaluation"]["verifier_evaluation"]
+    # Tamper with the stored executor output: its first claim now cites a path that never existed.
+    claims = evaluation["executor_structured_output"]["claims"]
+    claims[0]["evidence_bindings"][0]["raw_path"] = "logs[99]"
+    store.audit.update_channel(diagnosis_id, "verifier_evaluation", evaluation)
+
+    from graph.models import make_model_factory
+    from graph.reverify import reverify
+
+    report = reverify(
+        diagnosis_id,
+        audit=store.audit,
+        ledger=store.ledger,
+        get_model=make_model_factory(),
+        context=Context(offline=True),
+    )
+
+    assert report["before"]["verdict"] == "PASS"
+    assert report["after"]["verdict"] == "REJECT"
+    assert "evidence.raw_path" in report["after"]["failed_rules"]
+    assert any(c.startswith("verdict: 'PASS' -> 'REJECT'") for c in report["changes"])
