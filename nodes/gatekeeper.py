@@ -19,6 +19,7 @@ import json
 import re
 import unicodedata
 from dataclasses import dataclass, field
+from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -117,6 +118,12 @@ def load_catalog(path: str | Path | None = None) -> dict[str, Any]:
     except json.JSONDecodeError as exc:
         raise CatalogError(f"rule catalog {source} is not valid JSON: {exc}") from exc
     return validate_catalog(data)
+
+
+@lru_cache(maxsize=1)
+def _bundled_catalog() -> dict[str, Any]:
+    """The bundled catalog, read and validated once per process (treat as read-only)."""
+    return load_catalog()
 
 
 def validate_catalog(catalog: Any) -> dict[str, Any]:
@@ -238,6 +245,7 @@ def rules_summary(catalog: dict[str, Any]) -> list[dict[str, Any]]:
 # --------------------------------------------------------------------------- text helpers
 
 
+@lru_cache(maxsize=8192)
 def normalize_text(
     text: str,
     *,
@@ -266,6 +274,19 @@ def normalize_text(
     return text
 
 
+_DIGIT = re.compile(r"\d")
+# A maximal run of the specific characters that holds a digit (faster than every run + a test).
+_DIGIT_RUN = re.compile(r"(?<![A-Za-z0-9._%:/-])[A-Za-z0-9._%:/-]*[0-9][A-Za-z0-9._%:/-]*")
+
+
+@lru_cache(maxsize=32)
+def _identifier_pattern(suffixes: tuple[str, ...]) -> re.Pattern[str]:
+    alternatives = "|".join(re.escape(suffix) for suffix in suffixes)
+    return re.compile(
+        rf"(?<![A-Za-z0-9_$.])[A-Za-z_$][A-Za-z0-9_$.]*(?:{alternatives})(?![A-Za-z0-9_$])"
+    )
+
+
 def extract_specifics(
     text: str,
     *,
@@ -292,16 +313,13 @@ def extract_specifics(
     """
     normalised = unicodedata.normalize("NFKC", _FULLWIDTH_PUNCTUATION.sub(" ", text))
     found: list[tuple[int, str]] = []
-    for match in _SPECIFIC_RUN.finditer(normalised):
+    for match in _DIGIT_RUN.finditer(normalised):
         token = match.group().strip(strip_punctuation)
-        if any(char.isdigit() for char in token):
+        if _DIGIT.search(token):
             found.append((match.start(), token))
-    suffixes = [suffix for suffix in identifier_suffixes if suffix]
+    suffixes = tuple(suffix for suffix in identifier_suffixes if suffix)
     if suffixes:
-        alternatives = "|".join(re.escape(suffix) for suffix in suffixes)
-        identifier = re.compile(
-            rf"(?<![A-Za-z0-9_$.])[A-Za-z_$][A-Za-z0-9_$.]*(?:{alternatives})(?![A-Za-z0-9_$])"
-        )
+        identifier = _identifier_pattern(suffixes)
         for match in identifier.finditer(normalised):
             token = match.group().strip(strip_punctuation)
             if any(token.endswith(suffix) and len(token) > len(suffix) for suffix in suffixes):
@@ -882,7 +900,7 @@ def run_gatekeeper(
         the full text of the cited evidence ref; only claims with a verified binding appear.
     """
     try:
-        checked = load_catalog() if catalog is None else validate_catalog(catalog)
+        checked = _bundled_catalog() if catalog is None else validate_catalog(catalog)
         return _evaluate(parse_status, structured_output, invocations, checked)
     except Exception as exc:  # fail closed on anything unexpected
         return _internal_error_result(exc, catalog)

@@ -31,6 +31,8 @@ PAYLOAD_KEYS = (
 )
 
 FINAL_ANSWER_CHARS = 4000
+PARSED_ANSWER_BYTES = 1_500
+"""Budget of the raw final answer when it parsed: its content is the structured block."""
 EXCERPT_CHARS = 600
 CLAIM_TEXT_CHARS = 600
 TRACE_TEXT_CHARS = 700
@@ -39,11 +41,11 @@ MAX_DEPTH = 8
 
 BLOCK_BYTES: dict[str, int] = {
     "original_query": 1_000,
-    "executor_final_answer": 5_000,
+    "executor_final_answer": 4_500,
     "executor_output_parse_status": 500,
     "executor_structured_output": 10_000,
-    "tool_trace_summary": 7_000,
-    "gatekeeper_result": 6_000,
+    "tool_trace_summary": 9_000,
+    "gatekeeper_result": 5_000,
     "retry_context": 2_000,
 }
 """Upper bound of each block's compact JSON, in UTF-8 bytes."""
@@ -160,11 +162,57 @@ def _bound(value: Any, budget: _Budget, chars: int, depth: int = 0) -> Any:
     return _fit_string(str(value), chars, budget)
 
 
-def _bounded_block(name: str, value: Any, chars: int) -> Any:
-    bounded = _bound(value, _Budget(BLOCK_BYTES[name]), chars)
+def _within_caps(value: Any, chars: int, depth: int = 0) -> bool:
+    """Whether no string is longer than ``chars`` and nothing nests deeper than allowed."""
+    if isinstance(value, str):
+        return len(value) <= chars
+    if isinstance(value, dict):
+        return depth < MAX_DEPTH and all(
+            len(str(k)) <= KEY_CHARS and _within_caps(v, chars, depth + 1)
+            for k, v in value.items()
+        )
+    if isinstance(value, list):
+        return depth < MAX_DEPTH and all(_within_caps(v, chars, depth + 1) for v in value)
+    return True
+
+
+def _bounded_block(name: str, value: Any, chars: int, limit: int | None = None) -> Any:
+    limit = BLOCK_BYTES[name] if limit is None else limit
+    if _within_caps(value, chars) and _size(value) <= limit:
+        return value  # the common case: one size check, no copy
+    bounded = _bound(value, _Budget(limit), chars)
     if isinstance(bounded, _Drop):
         return {} if isinstance(value, dict) else [] if isinstance(value, list) else ""
     return bounded
+
+
+def _clip_bytes(text: str, limit: int) -> str:
+    raw = text.encode("utf-8")
+    if len(raw) <= limit:
+        return text
+    return raw[: max(0, limit - 3)].decode("utf-8", errors="ignore") + ELLIPSIS
+
+
+def _fit_trace(items: list[Any]) -> list[Any]:
+    """Shorten every item's output summary evenly so that no trace item is left out.
+
+    The Verifier must see every call of both rounds (the round-2 evidence is last); only when
+    even the bare items exceed the budget are trailing items dropped by the generic bound.
+    """
+    budget = BLOCK_BYTES["tool_trace_summary"]
+    if _size(items) <= budget or not items:
+        return items
+    bare = [{**i, "output_summary": ""} if isinstance(i, dict) else i for i in items]
+    room = budget - _size(bare) - 16
+    share = room // len(items)
+    if share < _MIN_FIT_BYTES:
+        return items
+    return [
+        {**i, "output_summary": _clip_bytes(str(i.get("output_summary", "")), share)}
+        if isinstance(i, dict)
+        else i
+        for i in items
+    ]
 
 
 def _bounded_structured(output: dict[str, Any]) -> dict[str, Any]:
@@ -208,7 +256,10 @@ def build_payload(
             "original_query", sanitize_text(question), FINAL_ANSWER_CHARS
         ),
         "executor_final_answer": _bounded_block(
-            "executor_final_answer", sanitize_text(final_answer), FINAL_ANSWER_CHARS
+            "executor_final_answer",
+            sanitize_text(final_answer),
+            FINAL_ANSWER_CHARS,
+            PARSED_ANSWER_BYTES if parse_status.get("status") == "valid" else None,
         ),
         "executor_output_parse_status": _bounded_block(
             "executor_output_parse_status", _sanitize(parse_status), EXCERPT_CHARS
@@ -217,7 +268,7 @@ def build_payload(
     if parse_status.get("status") == "valid" and isinstance(structured_output, dict):
         payload["executor_structured_output"] = _bounded_structured(_sanitize(structured_output))
     payload["tool_trace_summary"] = _bounded_block(
-        "tool_trace_summary", _sanitize(trace_summary), TRACE_TEXT_CHARS
+        "tool_trace_summary", _fit_trace(_sanitize(trace_summary)), TRACE_TEXT_CHARS
     )
     payload["gatekeeper_result"] = _bounded_gatekeeper(_sanitize(gatekeeper_result))
     if round_no > 1 and retry_context:

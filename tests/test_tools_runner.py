@@ -183,8 +183,11 @@ def test_ledger_rows_are_copies(ledger: InMemoryLedger) -> None:
     invocation = _row("a", "a:1") | {"arguments": {"service": "x"}}
     stored = ledger.record(invocation)
     invocation["arguments"]["service"] = "changed"
-    stored["arguments"]["service"] = "changed too"
-    assert ledger.find("a:1")["arguments"] == {"service": "x"}  # type: ignore[index]
+    stored["tool_name"] = "changed too"
+    found = ledger.find("a:1")
+    assert found is not None
+    assert found["arguments"] == {"service": "x"}
+    assert found["tool_name"] == "query_logs"
     assert "invocation_id" not in invocation
 
 

@@ -609,3 +609,39 @@ def test_verifier_retry_context_carries_what_round_one_lacked() -> None:
     assert run.verifier_payloads()[1]["retry_context"] == context
     assert run.state["verdict"] == "PASS"
     assert [r["verdict"] for r in run.state["rounds"]] == ["LOW_CONFID", "PASS"]
+
+
+def test_verifier_payload_keeps_every_trace_item_of_a_long_diagnosis() -> None:
+    from nodes.verifier_payload import build_payload, render_payload
+
+    items = [
+        {
+            "trace_ref": f"t{n}",
+            "tool_name": "query_logs",
+            "round": 1 if n <= 8 else 2,
+            "success": True,
+            "evidence_level": "direct",
+            "input_summary": f"service=svc-{n}",
+            "output_summary": f"matched 20 of 20; ERROR svc-{n}: " + "timeout " * 90,
+            "source_invocation_ids": [f"inv-{n}"],
+        }
+        for n in range(1, 17)
+    ]
+    payload = build_payload(
+        question="why?",
+        final_answer="{}",
+        parse_status={"status": "valid", "fence_stripped": False, "error": None},
+        structured_output={"answer_version": "executor_evidence_v2", "claims": []},
+        trace_summary=items,
+        gatekeeper_result={"status": "pass", "severity": "none", "verified_excerpts": {}},
+        retry_context={"previous_verdict": "LOW_CONFID"},
+        round_no=2,
+    )
+
+    refs = [item["trace_ref"] for item in payload["tool_trace_summary"]]
+    assert refs == [f"t{n}" for n in range(1, 17)]
+    assert all(
+        item["output_summary"].startswith("matched 20 of 20")
+        for item in payload["tool_trace_summary"]
+    )
+    assert len(render_payload(payload).encode("utf-8")) < 32_000

@@ -43,8 +43,10 @@ class InvocationLedger(Protocol):
 class InMemoryLedger:
     """A thread-safe ledger held in memory (tests, the CLI, scenario runs).
 
-    Rows are deep-copied on the way in and out, so a caller mutating a returned row cannot
-    change what is stored.
+    A row is deep-copied when it is recorded, so the caller's later changes do not reach the
+    ledger. Rows handed out are shallow copies that share their nested values with the stored
+    row: treat them as read-only (deep-copying every row on every read made the ledger the
+    largest cost of a diagnosis).
     """
 
     def __init__(self) -> None:
@@ -73,22 +75,22 @@ class InMemoryLedger:
         with self._lock:
             existing = self._by_key.get(key)
             if existing is not None:
-                return copy.deepcopy(existing)
+                return dict(existing)
             keys = self._by_diagnosis.setdefault(diagnosis_id, [])
             row = copy.deepcopy(invocation)
             row["invocation_id"] = f"inv-{len(keys) + 1}"
             self._by_key[key] = row
             keys.append(key)
-            return copy.deepcopy(row)
+            return dict(row)
 
     def find(self, idempotency_key: str) -> dict[str, Any] | None:
         """Returns a copy of the row recorded under this idempotency key, or None."""
         with self._lock:
             row = self._by_key.get(idempotency_key)
-            return copy.deepcopy(row) if row is not None else None
+            return dict(row) if row is not None else None
 
     def list(self, diagnosis_id: str) -> builtins.list[dict[str, Any]]:
         """Returns copies of the rows of one diagnosis in call order."""
         with self._lock:
             keys = self._by_diagnosis.get(diagnosis_id, [])
-            return [copy.deepcopy(self._by_key[k]) for k in keys]
+            return [dict(self._by_key[k]) for k in keys]

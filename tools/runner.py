@@ -15,6 +15,8 @@ import json
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from datetime import UTC, datetime
 from typing import Any
 
@@ -121,6 +123,8 @@ class ToolRunner:
         self._ledger = ledger
         self._field_cap = field_cap
         self._timeout_s = timeout_s
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
 
     def run(
         self,
@@ -228,28 +232,22 @@ class ToolRunner:
         except (TypeError, ValueError) as exc:
             return None, f"backend returned data that is not JSON-compatible ({exc})"
 
-    @staticmethod
     def _call_with_timeout(
-        method: Callable[..., Any], kwargs: dict[str, Any], timeout_s: float | None
+        self, method: Callable[..., Any], kwargs: dict[str, Any], timeout_s: float | None
     ) -> Any:
         if timeout_s is None:
             return method(**kwargs)
-        box: dict[str, Any] = {}
-
-        def target() -> None:
-            try:
-                box["result"] = method(**kwargs)
-            except BaseException as exc:  # re-raised in the calling thread
-                box["error"] = exc
-
-        worker = threading.Thread(target=target, name="tool-backend-call", daemon=True)
-        worker.start()
-        worker.join(timeout_s)
-        if worker.is_alive():
-            raise _Timeout()
-        if "error" in box:
-            raise box["error"]
-        return box.get("result")
+        with self._pool_lock:
+            if self._pool is None:
+                # Reused worker threads: a thread per call cost about 1 ms. A call that times out
+                # cannot be cancelled; its worker finishes it in the background.
+                self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="tool-call")
+            pool = self._pool
+        future = pool.submit(method, **kwargs)
+        try:
+            return future.result(timeout=timeout_s)
+        except FutureTimeout:
+            raise _Timeout() from None
 
     def _bound(self, name: str, output: dict[str, Any], validated: BaseModel) -> dict[str, Any]:
         """Limits entry counts and caps string fields; sets `truncated` when anything was cut."""

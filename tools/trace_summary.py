@@ -121,6 +121,16 @@ def _entries(output: dict[str, Any], key: str) -> list[dict[str, Any]]:
     return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
 
 
+def _has_entries(output: dict[str, Any], key: str) -> bool:
+    value = output.get(key)
+    return isinstance(value, list) and any(isinstance(item, dict) for item in value)
+
+
+def _count(output: dict[str, Any], key: str) -> int:
+    value = output.get(key)
+    return sum(1 for item in value if isinstance(item, dict)) if isinstance(value, list) else 0
+
+
 def _deduped_ids(invocation: dict[str, Any]) -> set[str]:
     deduped = _details(invocation).get("deduped")
     if not isinstance(deduped, list):
@@ -139,9 +149,9 @@ def _is_effective(invocation: dict[str, Any]) -> bool:
     output = _output(invocation)
     tool_name = invocation.get("tool_name")
     if tool_name == "query_logs":
-        return bool(_entries(output, "logs"))
+        return _has_entries(output, "logs")
     if tool_name == "query_metrics":
-        return bool(_entries(output, "alerts") or _entries(output, "series"))
+        return _has_entries(output, "alerts") or _has_entries(output, "series")
     if tool_name == "lookup_knowledge":
         deduped_ids = _deduped_ids(invocation)
         return any(not _is_deduped(doc, deduped_ids) for doc in _entries(output, "documents"))
@@ -268,11 +278,11 @@ def _status_floor(invocation: dict[str, Any]) -> str:
     output = _output(invocation)
     tool_name = invocation.get("tool_name")
     if tool_name == "query_logs":
-        logs = _entries(output, "logs")
+        logs = _count(output, "logs")
         total = output.get("total")
-        return f"matched {len(logs)} of {total if isinstance(total, int) else len(logs)}"
+        return f"matched {logs} of {total if isinstance(total, int) else logs}"
     if tool_name == "query_metrics":
-        return f"{len(_entries(output, 'alerts'))} alerts, {len(_entries(output, 'series'))} series"
+        return f"{_count(output, 'alerts')} alerts, {_count(output, 'series')} series"
     documents = _entries(output, "documents")
     deduped_ids = _deduped_ids(invocation)
     deduped = sum(1 for doc in documents if _is_deduped(doc, deduped_ids))
