@@ -7,6 +7,7 @@ from typing import Any
 from langgraph.runtime import Runtime
 
 from nodes.common import Node, emit
+from nodes.evidence import executor_final_text
 from nodes.prompts import prompt_audit
 from state.audit import AuditStore
 from state.context import Context
@@ -33,7 +34,7 @@ def verifier_evaluation(state: DiagnosisState) -> dict[str, Any]:
         "verifier_mode": result.get("verifier_mode"),
         "executor_output_parse_status": state.get("parse_status") or {},
         "executor_structured_output": state.get("structured_output"),
-        "executor_final_answer": (state.get("executor_final_answer") or "")[:FINAL_ANSWER_CHARS],
+        "executor_final_answer": executor_final_text(state)[:FINAL_ANSWER_CHARS],
         "retry_context": state.get("retry_context"),
         "tool_trace_summary": state.get("trace_summary") or [],
         "traceability_version": TRACEABILITY_VERSION,

@@ -54,6 +54,12 @@ def final_executor_message(state: DiagnosisState) -> AIMessage | None:
     return None
 
 
+def executor_final_text(state: DiagnosisState) -> str:
+    """The executor's final message text (raw, kept for the Verifier and the audit)."""
+    final = final_executor_message(state)
+    return message_text(final) if final is not None else ""
+
+
 def make_evidence(
     ledger: InvocationLedger,
 ) -> Node:
@@ -66,7 +72,6 @@ def make_evidence(
         parse_status, structured = parse_executor_output(text)
         invocations = ledger.list(state["diagnosis_id"])
         return {
-            "executor_final_answer": text or "",
             "parse_status": parse_status,
             "structured_output": structured,
             "trace_summary": build_trace_summary(invocations),

@@ -51,7 +51,6 @@ def make_intake(get_model: GetModel, audit: AuditStore) -> Node:
             "round": 1,
             "plan": "",
             "tool_calls_used": 0,
-            "executor_final_answer": "",
             "parse_status": {},
             "structured_output": None,
             "trace_summary": [],

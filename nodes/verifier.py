@@ -21,6 +21,7 @@ from langgraph.runtime import Runtime
 
 from nodes.claim_checker import check_claims
 from nodes.common import GetModel, Node, context_of, emit, message_text, model_label
+from nodes.evidence import executor_final_text
 from nodes.prompts import load_prompt
 from nodes.verdict import (
     CONFIRMED_LABELS,
@@ -248,7 +249,7 @@ def make_verifier(get_model: GetModel, services: Callable[[], list[str]]) -> Nod
         result = verify(
             get_model("verifier", ctx),
             question=state.get("question", ""),
-            final_answer=state.get("executor_final_answer", ""),
+            final_answer=executor_final_text(state),
             parse_status=parse_status,
             structured=state.get("structured_output"),
             trace_summary=state.get("trace_summary") or [],

@@ -168,8 +168,7 @@ def _within_caps(value: Any, chars: int, depth: int = 0) -> bool:
         return len(value) <= chars
     if isinstance(value, dict):
         return depth < MAX_DEPTH and all(
-            len(str(k)) <= KEY_CHARS and _within_caps(v, chars, depth + 1)
-            for k, v in value.items()
+            len(str(k)) <= KEY_CHARS and _within_caps(v, chars, depth + 1) for k, v in value.items()
         )
     if isinstance(value, list):
         return depth < MAX_DEPTH and all(_within_caps(v, chars, depth + 1) for v in value)

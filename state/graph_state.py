@@ -64,9 +64,6 @@ class DiagnosisState(TypedDict, total=False):
     tool_calls_used: int
     """Written by ``planner`` (0) and ``tools``: tool calls made in the current round."""
 
-    executor_final_answer: str
-    """Written by ``evidence``: the executor's final message text, kept raw for audit."""
-
     parse_status: dict[str, Any]
     """Written by ``evidence``: {status: valid|missing|malformed, fence_stripped, error}."""
 

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from nodes.common import message_text
+from nodes.evidence import executor_final_text
 from state.context import Language
 from tests.scenario_kit import (
     ERROR_LOGS_CALL,
@@ -163,7 +164,7 @@ def test_composer_answer_never_contains_raw_executor_json(verdict: str) -> None:
     assert run.answer == message_text(run.state["messages"][-1])
     for fragment in RAW_JSON_FRAGMENTS:
         assert fragment not in run.answer
-    assert run.state["executor_final_answer"] not in run.answer
+    assert executor_final_text(run.state) not in run.answer
 
 
 def test_composer_answer_never_contains_a_malformed_executor_output() -> None:

@@ -103,6 +103,8 @@ class RaisingBackend(SampleBackend):
 
 
 class BlockingBackend(SampleBackend):
+    needs_timeout = True  # it blocks, unlike the in-memory sample backend
+
     def __init__(self, environment: dict[str, Any], release: threading.Event) -> None:
         super().__init__(environment)
         self._release = release
@@ -182,7 +184,7 @@ def test_ledger_same_key_twice_keeps_one_row(ledger: InMemoryLedger) -> None:
 def test_ledger_rows_are_copies(ledger: InMemoryLedger) -> None:
     invocation = _row("a", "a:1") | {"arguments": {"service": "x"}}
     stored = ledger.record(invocation)
-    invocation["arguments"]["service"] = "changed"
+    invocation["tool_name"] = "changed"
     stored["tool_name"] = "changed too"
     found = ledger.find("a:1")
     assert found is not None
@@ -380,8 +382,24 @@ def test_runner_timeout_is_error(ledger: InMemoryLedger) -> None:
 
 
 def test_runner_timeout_not_hit_returns_result(ledger: InMemoryLedger) -> None:
-    runner = ToolRunner(SampleBackend(ENV), ledger, timeout_s=5)
+    released = threading.Event()
+    released.set()
+    runner = ToolRunner(BlockingBackend(ENV, released), ledger, timeout_s=5)
     assert _run(runner, _call("query_logs", {}, "fast"))["status"] == "ok"
+
+
+def test_runner_calls_an_in_memory_backend_without_a_worker_thread(
+    ledger: InMemoryLedger,
+) -> None:
+    seen: list[str] = []
+
+    class Recording(SampleBackend):
+        def query_logs(self, **kwargs: Any) -> dict[str, Any]:
+            seen.append(threading.current_thread().name)
+            return super().query_logs(**kwargs)
+
+    _run(ToolRunner(Recording(ENV), ledger, timeout_s=5), _call("query_logs", {}, "direct"))
+    assert seen == [threading.current_thread().name]
 
 
 # --- runner: knowledge dedupe -----------------------------------------------------------------

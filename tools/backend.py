@@ -46,7 +46,11 @@ def parse_timestamp(value: str) -> datetime:
 
 @runtime_checkable
 class EvidenceBackend(Protocol):
-    """A source of logs, metrics and knowledge documents for the evidence tools."""
+    """A source of logs, metrics and knowledge documents for the evidence tools.
+
+    A backend may set ``needs_timeout = False`` when its calls are in-memory and bounded; the
+    tool runner then calls it directly instead of on a timed worker thread.
+    """
 
     def query_logs(
         self,

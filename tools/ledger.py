@@ -8,7 +8,6 @@ again after a resume gets the row it already wrote instead of a duplicate. Invoc
 from __future__ import annotations
 
 import builtins
-import copy
 import threading
 from typing import Any, Protocol, runtime_checkable
 
@@ -43,10 +42,9 @@ class InvocationLedger(Protocol):
 class InMemoryLedger:
     """A thread-safe ledger held in memory (tests, the CLI, scenario runs).
 
-    A row is deep-copied when it is recorded, so the caller's later changes do not reach the
-    ledger. Rows handed out are shallow copies that share their nested values with the stored
-    row: treat them as read-only (deep-copying every row on every read made the ledger the
-    largest cost of a diagnosis).
+    Rows are shallow-copied in and out: the ledger takes over the nested values of a recorded
+    row and shares them with the rows it hands out, so treat both as read-only (deep copies on
+    every record and read made the ledger the largest cost of a tool call).
     """
 
     def __init__(self) -> None:
@@ -77,7 +75,7 @@ class InMemoryLedger:
             if existing is not None:
                 return dict(existing)
             keys = self._by_diagnosis.setdefault(diagnosis_id, [])
-            row = copy.deepcopy(invocation)
+            row = dict(invocation)
             row["invocation_id"] = f"inv-{len(keys) + 1}"
             self._by_key[key] = row
             keys.append(key)

@@ -235,7 +235,7 @@ class ToolRunner:
     def _call_with_timeout(
         self, method: Callable[..., Any], kwargs: dict[str, Any], timeout_s: float | None
     ) -> Any:
-        if timeout_s is None:
+        if timeout_s is None or not getattr(self._backend, "needs_timeout", True):
             return method(**kwargs)
         with self._pool_lock:
             if self._pool is None:

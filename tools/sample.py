@@ -97,6 +97,9 @@ class SampleBackend:
             do not affect the backend.
     """
 
+    needs_timeout = False
+    """In-memory and bounded: the runner calls it directly instead of on a timed worker thread."""
+
     def __init__(self, environment: dict[str, Any]) -> None:
         env = copy.deepcopy(environment)
         self._logs: list[dict[str, Any]] = _dict_entries(env.get("logs"))
