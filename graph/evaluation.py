@@ -35,7 +35,7 @@ from nodes.verdict import CONFIRMED_LABELS, VERDICTS
 from state.audit import InMemoryAuditStore
 from state.context import Context
 from tools.ledger import InMemoryLedger
-from tools.sample import EnvironmentFileError, SampleBackend, validate_environment
+from tools.sample import EnvironmentFileError, SampleBackend, json_type, validate_environment
 
 EXPECT_KEYS: tuple[str, ...] = (
     "verdict",
@@ -89,28 +89,12 @@ def _is_reply(value: Any) -> bool:
 
 def _check_reply(value: Any, where: str, fail: Fail) -> None:
     if not _is_reply(value):
-        fail(f"{where} must be a string or a JSON object, got {_json_type(value)}")
-
-
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, dict):
-        return "an object"
-    return type(value).__name__
+        fail(f"{where} must be a string or a JSON object, got {json_type(value)}")
 
 
 def _check_executor_step(step: Any, where: str, fail: Fail) -> None:
     if not isinstance(step, dict):
-        fail(f"{where} must be an object with 'tool_calls' or 'content', got {_json_type(step)}")
+        fail(f"{where} must be an object with 'tool_calls' or 'content', got {json_type(step)}")
     unknown = sorted(set(step) - {"tool_calls", "content"})
     if unknown:
         fail(f"{where} has unknown key(s) {', '.join(unknown)}; use 'tool_calls' or 'content'")
@@ -125,11 +109,11 @@ def _check_executor_step(step: Any, where: str, fail: Fail) -> None:
         for index, call in enumerate(calls):
             at = f"{where}.tool_calls[{index}]"
             if not isinstance(call, dict):
-                fail(f"{at} must be an object {{name, args}}, got {_json_type(call)}")
+                fail(f"{at} must be an object {{name, args}}, got {json_type(call)}")
             if not isinstance(call.get("name"), str) or not call["name"]:
                 fail(f"{at}.name must be a tool name")
             if "args" in call and not isinstance(call["args"], dict):
-                fail(f"{at}.args must be an object, got {_json_type(call['args'])}")
+                fail(f"{at}.args must be an object, got {json_type(call['args'])}")
             extra = sorted(set(call) - {"name", "args", "id"})
             if extra:
                 fail(f"{at} has unknown key(s) {', '.join(extra)}")
@@ -168,7 +152,7 @@ def _check_string_list(value: Any, where: str, fail: Fail) -> None:
 
 def _check_expect(expect: Any, fail: Fail) -> None:
     if not isinstance(expect, dict):
-        fail(f"expect must be an object, got {_json_type(expect)}")
+        fail(f"expect must be an object, got {json_type(expect)}")
     unknown = sorted(set(expect) - set(EXPECT_KEYS))
     if unknown:
         fail(f"expect has unknown key(s) {', '.join(unknown)}; allowed: {', '.join(EXPECT_KEYS)}")
@@ -220,7 +204,7 @@ def validate_scenario(data: Any, origin: str = "scenario") -> dict[str, Any]:
         raise ScenarioError(f"{origin}: {reason}")
 
     if not isinstance(data, dict):
-        fail(f"a scenario must be a JSON object, got {_json_type(data)}")
+        fail(f"a scenario must be a JSON object, got {json_type(data)}")
     unknown = sorted(set(data) - SCENARIO_KEYS)
     if unknown:
         fail(f"unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(SCENARIO_KEYS))}")
@@ -240,7 +224,7 @@ def validate_scenario(data: Any, origin: str = "scenario") -> dict[str, Any]:
         fail(str(exc))
     script = data.get("script")
     if not isinstance(script, dict):
-        fail(f"'script' must be an object with 'rounds', got {_json_type(script)}")
+        fail(f"'script' must be an object with 'rounds', got {json_type(script)}")
     unknown = sorted(set(script) - {"rounds", "composer"})
     if unknown:
         fail(f"script has unknown key(s) {', '.join(unknown)}; allowed: rounds, composer")

@@ -316,7 +316,7 @@ def validate_environment(environment: Any, *, origin: str = "environment") -> di
     if not isinstance(environment, dict):
         raise EnvironmentFileError(
             f"{origin} must be a JSON object with keys among {_key_list()}, "
-            f"got {_json_type(environment)}"
+            f"got {json_type(environment)}"
         )
     unknown = sorted(set(environment) - ENVIRONMENT_KEYS)
     if unknown:
@@ -332,12 +332,12 @@ def validate_environment(environment: Any, *, origin: str = "environment") -> di
             continue
         if not isinstance(entries, list):
             raise EnvironmentFileError(
-                f"{origin}.{array} must be a list of objects, got {_json_type(entries)}"
+                f"{origin}.{array} must be a list of objects, got {json_type(entries)}"
             )
         for index, entry in enumerate(entries):
             where = f"{origin}.{array}[{index}]"
             if not isinstance(entry, dict):
-                raise EnvironmentFileError(f"{where} must be an object, got {_json_type(entry)}")
+                raise EnvironmentFileError(f"{where} must be an object, got {json_type(entry)}")
             for field in required:
                 if entry.get(field) is None:
                     raise EnvironmentFileError(
@@ -350,7 +350,7 @@ def validate_environment(environment: Any, *, origin: str = "environment") -> di
                 if not isinstance(entry["labels"], dict):
                     raise EnvironmentFileError(
                         f"{where}.labels must be an object such as "
-                        f'{{"service": "order-service"}}, got {_json_type(entry["labels"])}'
+                        f'{{"service": "order-service"}}, got {json_type(entry["labels"])}'
                     )
     return environment
 
@@ -366,7 +366,8 @@ def _key_list() -> str:
     return ", ".join(sorted(ENVIRONMENT_KEYS))
 
 
-def _json_type(value: Any) -> str:
+def json_type(value: Any) -> str:
+    """How a JSON value's type reads in an error message (``an object``, ``a string``...)."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -406,7 +407,7 @@ def parse_environment(text: str, *, origin: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise EnvironmentFileError(
             f"{origin} must contain a JSON object (a scenario with an 'environment' key, or an "
-            f"environment with keys among {_key_list()}), got {_json_type(data)}"
+            f"environment with keys among {_key_list()}), got {json_type(data)}"
         )
     if "environment" in data:
         return validate_environment(data["environment"], origin=f"{origin}: environment")
