@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import socket
 import sqlite3
+import time
 import uuid
 import zlib
 from collections.abc import Iterator
@@ -21,7 +22,7 @@ from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 
 from state.audit import utcnow
-from state.database import Database, DatabaseError, open_database
+from state.database import SETUP_LOCK_KEY, Database, DatabaseError, open_database
 from state.sql_audit import SqlAuditStore
 from tools.sql_ledger import SqlLedger
 
@@ -125,6 +126,38 @@ def _sqlite_lock(db: Database, thread_id: str) -> Iterator[None]:
             )
 
 
+SETUP_LOCK_TIMEOUT_S = 60.0
+
+
+def _setup_under_lock(db: Database, saver: PostgresSaver) -> None:
+    """Create or migrate the checkpoint tables while holding the shared setup lock.
+
+    Several processes setting up a fresh database at once collide on the tables' unique keys,
+    so they take turns on the advisory lock the LangGraph server's checkpointer uses. The lock
+    is polled, never waited on: the holder's ``CREATE INDEX CONCURRENTLY`` waits for other
+    sessions' open transactions, which a blocking lock request would be.
+    """
+    assert db.pool is not None
+    with db.pool.connection() as conn:
+        deadline = time.monotonic() + SETUP_LOCK_TIMEOUT_S
+        while True:
+            row = conn.execute(
+                "SELECT pg_try_advisory_lock(%s) AS ok", (SETUP_LOCK_KEY,)
+            ).fetchone()
+            if row and row["ok"]:
+                break
+            if time.monotonic() > deadline:
+                raise DatabaseError(
+                    f"another process has been setting up {db.target.display} for "
+                    f"{SETUP_LOCK_TIMEOUT_S:.0f}s; try again when it has finished"
+                )
+            time.sleep(0.1)
+        try:
+            saver.setup()
+        finally:
+            conn.execute("SELECT pg_advisory_unlock(%s)", (SETUP_LOCK_KEY,))
+
+
 def open_persistence(value: str | None = None) -> Persistence:
     """Open the configured database (``--db`` / ``SUPERBIZ_DATABASE_URL`` / embedded default).
 
@@ -138,7 +171,7 @@ def open_persistence(value: str | None = None) -> Persistence:
         if db.dialect == "postgres":
             assert db.pool is not None
             postgres = PostgresSaver(db.pool)
-            postgres.setup()
+            _setup_under_lock(db, postgres)
             checkpointer = postgres
         else:
             assert db.target.path is not None

@@ -30,6 +30,8 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 Dialect = Literal["postgres", "sqlite"]
 
 ENV_VAR = "SUPERBIZ_DATABASE_URL"
+SETUP_LOCK_KEY = 0x5B12_0002
+"""PostgreSQL advisory lock taken (by polling) while LangGraph's checkpoint tables are set up."""
 _MIGRATION_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 _PASSWORD = re.compile(r"(://[^:/@]+:)[^@]+@")
 
@@ -184,8 +186,7 @@ def _open_pool(target: DatabaseTarget) -> ConnectionPool[Any]:
     except psycopg.Error as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise DatabaseError(
-            f"cannot connect to PostgreSQL at {target.display}: {reason} "
-            f"(check --db or {ENV_VAR})"
+            f"cannot connect to PostgreSQL at {target.display}: {reason} (check --db or {ENV_VAR})"
         ) from exc
     pool: ConnectionPool[Any] = ConnectionPool(
         target.conninfo,

@@ -481,3 +481,35 @@ def test_persistence_reverify_reports_what_changed(store: Persistence) -> None:
     assert report["after"]["verdict"] == "REJECT"
     assert "evidence.raw_path" in report["after"]["failed_rules"]
     assert any(c.startswith("verdict: 'PASS' -> 'REJECT'") for c in report["changes"])
+
+
+def test_persistence_concurrent_first_setups_of_postgres_all_succeed(postgres_url: str) -> None:
+    import threading
+
+    import psycopg
+
+    from tests.conftest import POSTGRES_ADMIN_URL
+
+    name = f"{postgres_url.rsplit('/', 1)[1]}_setup"
+    with psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    url = f"{postgres_url.rsplit('/', 1)[0]}/{name}"
+    errors: list[BaseException] = []
+
+    def open_once() -> None:
+        try:
+            open_persistence(url).close()
+        except BaseException as exc:  # collected and asserted below
+            errors.append(exc)
+
+    try:
+        workers = [threading.Thread(target=open_once) for _ in range(4)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join(timeout=120)
+        assert not any(worker.is_alive() for worker in workers)
+        assert errors == []
+    finally:
+        with psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
