@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import uuid
 from collections.abc import Sequence
@@ -133,6 +134,20 @@ def _parser() -> argparse.ArgumentParser:
         "upgrade", help="create or migrate the audit tables (also done at every start)"
     )
     upgrade.add_argument("--db", metavar="URL", help=DB_HELP)
+
+    serve = commands.add_parser(
+        "serve",
+        help="run the HTTP API (chat, streamed chat, diagnosis records, health)",
+        description="Serve the HTTP API with uvicorn. API keys come from SUPERBIZ_API_KEYS "
+        "(key=identity,...) and/or SUPERBIZ_API_KEYS_FILE; without keys access is open and only "
+        "a loopback address may be bound. Several workers need PostgreSQL.",
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8000, help="port to bind (default 8000)")
+    serve.add_argument(
+        "--workers", type=int, default=1, help="worker processes (default 1; more need PostgreSQL)"
+    )
+    serve.add_argument("--db", metavar="URL", help=DB_HELP)
     return parser
 
 
@@ -403,6 +418,61 @@ def db_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return 0
 
 
+def serve_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """``serve``: check the configuration and the database, then run uvicorn."""
+    from graph.auth import ApiKeys, ConfigError, Limits, is_loopback
+    from state.database import ENV_VAR, resolve_target
+
+    if args.workers < 1:
+        raise UsageError("--workers must be at least 1")
+    if not 1 <= args.port <= 65535:
+        raise UsageError(f"--port must be between 1 and 65535, got {args.port}")
+    try:
+        keys = ApiKeys.from_env()
+        Limits.from_env()
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from exc
+    if keys.open and not is_loopback(args.host):
+        raise UsageError(
+            f"refusing to serve on {args.host} without API keys: anyone who can reach it could "
+            "use the API; set SUPERBIZ_API_KEYS or SUPERBIZ_API_KEYS_FILE, or bind to 127.0.0.1"
+        )
+    try:
+        target = resolve_target(args.db)
+    except DatabaseError as exc:
+        raise UsageError(str(exc)) from exc
+    if target.dialect == "sqlite" and args.workers > 1:
+        raise UsageError(
+            f"--workers {args.workers} needs PostgreSQL: an SQLite database serves one worker "
+            "process; use --workers 1 or --db postgresql://user@host/db"
+        )
+    # Migrate and set up checkpoints once, before the workers start.
+    _open(args).close()
+    if args.db:
+        os.environ[ENV_VAR] = args.db  # the workers read the database from the environment
+    if keys.open:
+        err.write(
+            f"superbiz: no API keys configured (SUPERBIZ_API_KEYS, SUPERBIZ_API_KEYS_FILE): "
+            f"access is open to anyone who can reach {args.host}:{args.port}, as identity "
+            "'anonymous'\n"
+        )
+    else:
+        err.write(f"superbiz: {len(keys)} API key(s) configured\n")
+    err.write(f"superbiz: serving the API on http://{args.host}:{args.port} ({target.display})\n")
+    err.flush()
+    import uvicorn
+
+    uvicorn.run(
+        "graph.api:create_app",
+        factory=True,
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        log_level="info",
+    )
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``superbiz`` command."""
     args = _parser().parse_args(argv)
@@ -417,6 +487,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return reverify_command(args, sys.stdout, sys.stderr)
         if args.command == "eval":
             return eval_command(args.paths, args.json, sys.stdout, sys.stderr)
+        if args.command == "serve":
+            return serve_command(args, sys.stdout, sys.stderr)
     except UsageError as exc:
         print(f"superbiz: error: {exc}", file=sys.stderr)
         return 2

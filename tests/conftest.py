@@ -77,6 +77,7 @@ _TABLES = (
     "checkpoints",
     "checkpoint_blobs",
     "checkpoint_writes",
+    "thread_owner",
     "superbiz_schema",
 )
 
