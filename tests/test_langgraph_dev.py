@@ -1,34 +1,49 @@
-"""``langgraph dev`` serves the graph of ``langgraph.json``: a chat run answers with a verdict.
+"""``langgraph dev`` serves the graph of ``langgraph.json`` to standard LangGraph clients.
 
-The server is a real subprocess in its own process group (killed whatever happens). It runs with
-its working folder in a temporary directory, so its ``.langgraph_api/`` files land there, from a
-copy of the project's ``langgraph.json`` whose relative paths are resolved against the project.
+Each server is a real subprocess in its own process group (killed whatever happens), started
+once per configuration: the default one (no ``SUPERBIZ_DATABASE_URL``: checkpoints and audit rows
+in the embedded SQLite file of a throw-away data directory) and one on the session's PostgreSQL
+database. A server runs with its working folder in a temporary directory, so its
+``.langgraph_api/`` files land there, from a copy of the project's ``langgraph.json`` whose
+relative paths are resolved against the project. Models are offline, telemetry is off.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from langgraph_sdk import get_sync_client
 
 from graph.builder import NODES
+from state.context import Context
 
 ROOT = Path(__file__).resolve().parents[1]
 QUESTION = "order-service 为什么报 500？"
+CHAT_INPUT: dict[str, Any] = {"messages": [{"role": "user", "content": QUESTION}]}
 STARTUP_TIMEOUT_S = 60.0
+ROUTER_EDGES = {
+    ("executor", "tools"),
+    ("executor", "evidence"),
+    ("verifier", "composer"),
+    ("verifier", "retry"),
+}
 
 
 def _free_port() -> int:
@@ -54,6 +69,9 @@ def _server_config(workdir: Path) -> Path:
         for dep in config.get("dependencies", [])
     ]
     config["graphs"] = {name: _resolve(spec) for name, spec in config["graphs"].items()}
+    for section, key in (("checkpointer", "path"), ("http", "app"), ("auth", "path")):
+        if isinstance(config.get(section), dict) and key in config[section]:
+            config[section][key] = _resolve(config[section][key])
     target = workdir / "langgraph.json"
     target.write_text(json.dumps(config), encoding="utf-8")
     return target
@@ -89,18 +107,19 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 @dataclass(frozen=True)
 class Server:
-    """A running server: its base URL and its working folder."""
+    """A running server: its base URL, working folder and log file."""
 
     url: str
     workdir: Path
+    log: Path
+
+    def output(self) -> str:
+        """What the server printed so far."""
+        return self.log.read_text(encoding="utf-8", errors="replace")
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """A ``langgraph dev`` server on a free loopback port, offline models, no telemetry."""
-    workdir = tmp_path_factory.mktemp("langgraph-dev")
-    config = _server_config(workdir)
-    port = _free_port()
+def _offline_env(**extra: str) -> dict[str, str]:
+    """This process's environment without model or superbiz settings, telemetry off."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "SUPERBIZ_"))}
     env.update(
         LANGSMITH_TRACING="false",
@@ -108,6 +127,15 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         LANGGRAPH_NO_VERSION_CHECK="true",
         PYTHONUNBUFFERED="1",
     )
+    env.update(extra)
+    return env
+
+
+@contextmanager
+def _running_server(workdir: Path, env: dict[str, str]) -> Iterator[Server]:
+    """Start ``langgraph dev`` on a free loopback port; stop its process group on exit."""
+    config = _server_config(workdir)
+    port = _free_port()
     log_path = workdir / "server.log"
     url = f"http://127.0.0.1:{port}"
     with log_path.open("wb") as log:
@@ -143,9 +171,29 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
                     )
                     pytest.fail(f"langgraph dev {state}; its output:\n{output[-8000:]}")
                 time.sleep(0.5)
-            yield Server(url=url, workdir=workdir)
+            yield Server(url=url, workdir=workdir, log=log_path)
         finally:
             _stop(proc)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """The default configuration: the embedded SQLite file, in a throw-away data directory."""
+    workdir = tmp_path_factory.mktemp("langgraph-dev")
+    env = _offline_env(XDG_DATA_HOME=str(workdir / "data"))
+    with _running_server(workdir, env) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def postgres_server(
+    tmp_path_factory: pytest.TempPathFactory, postgres_url: str
+) -> Iterator[Server]:
+    """``SUPERBIZ_DATABASE_URL`` names the session's PostgreSQL database."""
+    workdir = tmp_path_factory.mktemp("langgraph-dev-postgres")
+    env = _offline_env(XDG_DATA_HOME=str(workdir / "data"), SUPERBIZ_DATABASE_URL=postgres_url)
+    with _running_server(workdir, env) as running:
+        yield running
 
 
 def _superbiz_assistant(url: str) -> dict[str, Any]:
@@ -156,32 +204,86 @@ def _superbiz_assistant(url: str) -> dict[str, Any]:
     return assistant
 
 
-def test_langgraph_dev_chat_run_answers_with_a_pass_verdict(server: Server) -> None:
-    client = get_sync_client(url=server.url)
-    thread = client.threads.create()
-
-    chat_input: dict[str, Any] = {"messages": [{"role": "user", "content": QUESTION}]}
-    result = client.runs.wait(thread["thread_id"], "superbiz", input=chat_input)
-
+def _assert_pass_answer(result: Any) -> str:
     assert isinstance(result, dict), result
     messages = result["messages"]
     assert messages[0]["type"] == "human"
     final = messages[-1]
     assert final["type"] == "ai"
-    answer = final["content"]
-    assert "【结论（已确认的事实）】" in answer
-    assert "[inv-" in answer
+    answer: str = final["content"]
     assert "校验结论：PASS" in answer
-    assert "离线模式" in answer
-    assert "answer_version" not in answer
     assert result["verdict"] == "PASS"
     assert result["diagnosis_id"].startswith("diag-")
+    return answer
+
+
+def _assert_no_blocking_error(server: Server) -> None:
+    # langgraph dev raises BlockingError for sync I/O on its event loop; the sync SQL stores run
+    # inside sync nodes, which the server executes in worker threads.
+    assert "BlockingError" not in server.output()
+    assert "blocking call" not in server.output()
+
+
+def test_langgraph_dev_chat_run_answers_with_a_pass_verdict(server: Server) -> None:
+    client = get_sync_client(url=server.url)
+    thread = client.threads.create()
+
+    result = client.runs.wait(thread["thread_id"], "superbiz", input=CHAT_INPUT)
+
+    answer = _assert_pass_answer(result)
+    assert "【结论（已确认的事实）】" in answer
+    assert "[inv-" in answer
+    assert "离线模式" in answer
+    assert "answer_version" not in answer
     # The thread keeps the conversation: question then answer.
     values: Any = client.threads.get_state(thread["thread_id"])["values"]
+    assert [m["type"] for m in values["messages"]] == ["human", "ai"]
     assert values["messages"][-1]["content"] == answer
+    _assert_no_blocking_error(server)
 
 
-def test_langgraph_dev_graph_endpoint_draws_every_role_node(server: Server) -> None:
+def test_langgraph_dev_streams_stage_events_in_order(server: Server) -> None:
+    client = get_sync_client(url=server.url)
+    thread = client.threads.create()
+
+    events = [
+        part.data
+        for part in client.runs.stream(
+            thread["thread_id"], "superbiz", input=CHAT_INPUT, stream_mode="custom"
+        )
+        if part.event == "custom"
+    ]
+
+    stages = [event["stage"] for event in events]
+    wanted = ["intake", "planner", "tool", "verifier", "verdict", "done"]
+    positions = [stages.index(stage) for stage in wanted]
+    assert positions == sorted(positions), stages
+    assert stages[0] == "intake" and stages[-1] == "done"
+    assert all(event["round"] == 1 for event in events)
+    by_stage = {event["stage"]: event for event in reversed(events)}  # first of each stage
+    assert by_stage["intake"]["diagnosis_id"].startswith("diag-")
+    assert by_stage["tool"]["invocation_id"] == "inv-1"
+    assert by_stage["verdict"]["verdict"] == "PASS"
+    assert by_stage["done"]["verdict"] == "PASS"
+    # The streamed run ended with the answer on the thread.
+    values: Any = client.threads.get_state(thread["thread_id"])["values"]
+    assert "校验结论：PASS" in values["messages"][-1]["content"]
+
+
+def test_langgraph_dev_run_context_selects_the_answer_language(server: Server) -> None:
+    client = get_sync_client(url=server.url)
+    thread = client.threads.create()
+
+    result = client.runs.wait(
+        thread["thread_id"], "superbiz", input=CHAT_INPUT, context={"language": "en"}
+    )
+
+    answer = result["messages"][-1]["content"] if isinstance(result, dict) else ""
+    assert "Conclusion (confirmed facts)" in answer
+    assert "【结论" not in answer
+
+
+def test_langgraph_dev_graph_endpoint_draws_every_role_node_and_router(server: Server) -> None:
     assistant = _superbiz_assistant(server.url)
 
     with urllib.request.urlopen(
@@ -202,18 +304,64 @@ def test_langgraph_dev_graph_endpoint_draws_every_role_node(server: Server) -> N
         "composer",
         "audit",
     }
-    assert expected <= node_ids
+    assert node_ids == {"__start__", "__end__", *expected}
     assert set(NODES) == expected
     edges = {(edge["source"], edge["target"]) for edge in drawn["edges"]}
-    # The routers' typed targets are drawn, so Studio shows both branches of each.
-    assert {
-        ("executor", "tools"),
-        ("executor", "evidence"),
-        ("verifier", "composer"),
-        ("verifier", "retry"),
-        ("retry", "planner"),
-        ("composer", "audit"),
-    } <= edges
+    conditional = {
+        (edge["source"], edge["target"]) for edge in drawn["edges"] if edge.get("conditional")
+    }
+    # The typed routers draw both branches of each as conditional edges, and nothing else is.
+    assert conditional == ROUTER_EDGES
+    assert {("tools", "executor"), ("retry", "planner"), ("composer", "audit")} <= edges
+    assert ("audit", "__end__") in edges
+
+
+def test_langgraph_dev_context_schema_is_a_form_of_every_setting(server: Server) -> None:
+    client = get_sync_client(url=server.url)
+    assistant = _superbiz_assistant(server.url)
+
+    schemas: Any = client.assistants.get_schemas(assistant["assistant_id"])
+
+    form = schemas["context_schema"]
+    assert form["title"] == "Context"
+    properties = form["properties"]
+    fields = dataclasses.fields(Context)
+    assert set(properties) == {f.name for f in fields}
+    for f in fields:
+        assert properties[f.name]["description"] == f.metadata["description"], f.name
+    assert properties["language"]["enum"] == ["zh", "en"]
+    assert properties["composer_mode"]["enum"] == ["template", "model"]
+    assert properties["offline"]["type"] == "boolean"
+    assert properties["max_tool_calls_per_round"]["type"] == "integer"
+    # Chat clients send messages; the output carries them with the verdict fields.
+    assert "messages" in schemas["input_schema"]["properties"]
+    assert {"messages", "verdict", "diagnosis_id"} <= set(schemas["output_schema"]["properties"])
+
+
+def test_langgraph_dev_default_database_is_the_cli_sqlite_file(server: Server) -> None:
+    client = get_sync_client(url=server.url)
+    thread = client.threads.create()
+
+    result = client.runs.wait(thread["thread_id"], "superbiz", input=CHAT_INPUT)
+
+    _assert_pass_answer(result)
+    # No SUPERBIZ_DATABASE_URL: the CLI's default file under the data directory holds it all.
+    database = server.workdir / "data" / "superbiz" / "superbiz.sqlite"
+    with sqlite3.connect(database) as conn:
+        checkpoints = conn.execute(
+            "SELECT count(*) FROM checkpoints WHERE thread_id = ?", (thread["thread_id"],)
+        ).fetchone()[0]
+        sessions = conn.execute(
+            "SELECT id, status, verdict FROM diagnosis_session WHERE thread_id = ?",
+            (thread["thread_id"],),
+        ).fetchall()
+        invocations = conn.execute(
+            "SELECT count(*) FROM tool_invocation WHERE thread_id = ?", (thread["thread_id"],)
+        ).fetchone()[0]
+    assert checkpoints > 0
+    assert sessions == [(result["diagnosis_id"], "done", "PASS")]
+    assert invocations >= 1
+    assert "Using custom checkpointer: AsyncSqliteSaver" in server.output()
 
 
 def test_langgraph_dev_writes_its_working_files_outside_the_project(server: Server) -> None:
@@ -222,3 +370,49 @@ def test_langgraph_dev_writes_its_working_files_outside_the_project(server: Serv
     assert (server.workdir / ".langgraph_api").is_dir()
     # Should a server ever run from the project root, its folder stays out of version control.
     assert ".langgraph_api/" in (ROOT / ".gitignore").read_text(encoding="utf-8").splitlines()
+
+
+def test_langgraph_dev_mounts_the_http_api_beside_its_own_routes(server: Server) -> None:
+    config = json.loads((ROOT / "langgraph.json").read_text(encoding="utf-8"))
+    assert config["http"]["app"] == "./graph/api.py:app"
+
+    with urllib.request.urlopen(f"{server.url}/healthz", timeout=30) as response:
+        health = json.loads(response.read())
+
+    assert health == {"status": "ok", "database": "ok"}
+    assert _superbiz_assistant(server.url)["graph_id"] == "superbiz"
+
+
+@pytest.mark.postgres
+def test_langgraph_dev_postgres_holds_checkpoints_and_audit_rows(
+    postgres_server: Server, postgres_url: str
+) -> None:
+    client = get_sync_client(url=postgres_server.url)
+    thread = client.threads.create()
+    thread_id = thread["thread_id"]
+
+    result = client.runs.wait(thread_id, "superbiz", input=CHAT_INPUT)
+
+    _assert_pass_answer(result)
+    with psycopg.connect(postgres_url, connect_timeout=5) as conn:
+        checkpoints = conn.execute(
+            "SELECT count(*) FROM checkpoints WHERE thread_id = %s", (thread_id,)
+        ).fetchone()
+        sessions = conn.execute(
+            "SELECT id, status, verdict, final_answer FROM diagnosis_session WHERE thread_id = %s",
+            (thread_id,),
+        ).fetchall()
+        invocations = conn.execute(
+            "SELECT diagnosis_id, invocation_id FROM tool_invocation WHERE thread_id = %s "
+            "ORDER BY invocation_id",
+            (thread_id,),
+        ).fetchall()
+    assert checkpoints is not None and checkpoints[0] > 0
+    assert len(sessions) == 1
+    diagnosis_id, status, verdict, final_answer = sessions[0]
+    assert (diagnosis_id, status, verdict) == (result["diagnosis_id"], "done", "PASS")
+    assert final_answer == result["messages"][-1]["content"]
+    assert invocations and {row[0] for row in invocations} == {diagnosis_id}
+    assert invocations[0][1] == "inv-1"
+    assert "Using custom checkpointer: AsyncPostgresSaver" in postgres_server.output()
+    _assert_no_blocking_error(postgres_server)
