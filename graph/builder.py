@@ -70,7 +70,7 @@ def build_graph(
     )
     builder.add_node("intake", make_intake(get_model, audit))
     builder.add_node("planner", make_planner(get_model, backend.services))
-    builder.add_node("executor", make_executor(get_model))
+    builder.add_node("executor", make_executor(get_model, ledger))
     builder.add_node("tools", make_tools(runner))
     builder.add_node("evidence", make_evidence(ledger))
     builder.add_node("gatekeeper", make_gatekeeper(ledger, audit, gatekeeper_catalog))

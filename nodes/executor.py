@@ -1,16 +1,25 @@
-"""Executor: a tool-calling loop bounded by the per-round tool budget."""
+"""Executor: a tool-calling loop bounded by the per-round tool budget.
+
+The checkpointed conversation keeps each tool result as a small reference (its invocation id);
+before every model turn the references are expanded from the invocation ledger into what the
+model must read and cite (ids, raw paths, ref texts). The ref texts are thus stored once, in the
+ledger, instead of in every checkpoint.
+"""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage, ToolMessage
 from langgraph.runtime import Runtime
 
 from nodes.common import GetModel, Node, context_of, emit
 from nodes.prompts import load_prompt
 from state.context import Context
 from state.graph_state import DiagnosisState
+from tools.ledger import InvocationLedger
+from tools.runner import tool_message_content
 from tools.schemas import tool_specs
 
 BUDGET_SPENT = (
@@ -19,9 +28,38 @@ BUDGET_SPENT = (
 )
 
 
-def make_executor(
-    get_model: GetModel,
-) -> Node:
+def tool_reference(invocation: dict[str, Any]) -> str:
+    """What the checkpointed tool message holds: the invocation's id, tool and status."""
+    return json.dumps(
+        {
+            "invocation_id": invocation["invocation_id"],
+            "tool_name": invocation["tool_name"],
+            "status": invocation["status"],
+        },
+        ensure_ascii=False,
+    )
+
+
+def expand_tool_messages(
+    messages: list[AnyMessage], invocations: list[dict[str, Any]]
+) -> list[AnyMessage]:
+    """Replace tool-result references by the full tool message content from the ledger."""
+    by_id = {row["invocation_id"]: row for row in invocations}
+    out: list[AnyMessage] = []
+    for message in messages:
+        if isinstance(message, ToolMessage) and isinstance(message.content, str):
+            try:
+                ref = json.loads(message.content)
+            except json.JSONDecodeError:
+                ref = None
+            row = by_id.get(ref.get("invocation_id")) if isinstance(ref, dict) else None
+            if row is not None:
+                message = message.model_copy(update={"content": tool_message_content(row)})
+        out.append(message)
+    return out
+
+
+def make_executor(get_model: GetModel, ledger: InvocationLedger) -> Node:
     """Build the executor node: one model turn per visit; tools run in the ``tools`` node."""
     prompt = load_prompt("executor")
     specs = tool_specs()
@@ -31,7 +69,10 @@ def make_executor(
         used = state.get("tool_calls_used", 0)
         emit("executor", round=state.get("round", 1), tool_calls_used=used)
         model = get_model("executor", ctx)
-        history = [SystemMessage(prompt.text), *state.get("executor_messages", [])]
+        messages = state.get("executor_messages", [])
+        if any(isinstance(m, ToolMessage) for m in messages):
+            messages = expand_tool_messages(messages, ledger.list(state["diagnosis_id"]))
+        history = [SystemMessage(prompt.text), *messages]
         if used >= ctx.max_tool_calls_per_round:
             nudge = HumanMessage(BUDGET_SPENT)
             reply = model.invoke([*history, nudge])

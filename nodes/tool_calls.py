@@ -8,9 +8,10 @@ from langchain_core.messages import AIMessage, ToolMessage
 from langgraph.runtime import Runtime
 
 from nodes.common import Node, context_of, dumps, emit, thread_id
+from nodes.executor import tool_reference
 from state.context import Context
 from state.graph_state import DiagnosisState
-from tools.runner import ToolRunner, tool_message_content
+from tools.runner import ToolRunner
 
 SKIPPED = "not executed: the tool budget for this round is spent; give your final answer"
 
@@ -50,7 +51,7 @@ def make_tools(
             )
             out.append(
                 ToolMessage(
-                    content=tool_message_content(invocation),
+                    content=tool_reference(invocation),
                     tool_call_id=call_id,
                     name=invocation["tool_name"],
                     status="error" if invocation["status"] == "error" else "success",

@@ -101,3 +101,20 @@ def test_offline_demo_second_question_starts_a_fresh_diagnosis(demo: dict[str, A
     humans = [m for m in second["messages"] if isinstance(m, HumanMessage)]
     assert len(humans) == 2
     assert len(demo["audit"].list("shared")) == 2
+
+
+def test_offline_demo_checkpoints_tool_references_not_ref_texts(demo: dict[str, Any]) -> None:
+    import json
+
+    from langchain_core.messages import ToolMessage
+
+    state = ask(demo, "order-service 为什么报 500 错误？")
+
+    tool_messages = [m for m in state["executor_messages"] if isinstance(m, ToolMessage)]
+    assert tool_messages
+    for message in tool_messages:
+        stored = json.loads(message.content)
+        assert set(stored) == {"invocation_id", "tool_name", "status"}
+    # The executor still cited exact ref texts: it read them, expanded from the ledger.
+    assert state["gatekeeper_result"]["status"] == "pass"
+    assert state["verdict"] == "PASS"
