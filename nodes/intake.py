@@ -43,6 +43,10 @@ def make_intake(get_model: GetModel, audit: AuditStore) -> Node:
             if role != "composer" or ctx.composer_mode == "model"
         }
         audit.start_diagnosis(diagnosis_id, thread_id=thread, question=question)
+        # Runs on one thread are serial (writer lock, or the server's per-thread queue), so an
+        # earlier diagnosis of this thread still marked running belongs to a run that died.
+        if thread != "-":  # without a checkpointer there is no thread to speak of
+            audit.abandon_running(thread, keep=diagnosis_id)
         emit("intake", round=1, diagnosis_id=diagnosis_id, offline=ctx.offline)
         return {
             "diagnosis_id": diagnosis_id,

@@ -118,3 +118,14 @@ def test_offline_demo_checkpoints_tool_references_not_ref_texts(demo: dict[str, 
     # The executor still cited exact ref texts: it read them, expanded from the ledger.
     assert state["gatekeeper_result"]["status"] == "pass"
     assert state["verdict"] == "PASS"
+
+
+def test_offline_demo_new_question_abandons_a_dead_diagnosis_of_the_thread(
+    demo: dict[str, Any],
+) -> None:
+    demo["audit"].start_diagnosis("diag-dead", thread_id="graph-only", question="q")
+
+    state = ask(demo, "order-service 为什么报 500 错误？", thread="graph-only")
+
+    assert demo["audit"].get("diag-dead")["status"] == "abandoned"
+    assert demo["audit"].get(state["diagnosis_id"])["status"] == "done"
