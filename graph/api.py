@@ -55,6 +55,7 @@ from state.context import Context, Language
 from state.database import DatabaseError
 from state.ownership import ThreadOwners
 from tools.backend import EvidenceBackend
+from tools.sample import json_type
 
 logger = logging.getLogger("superbiz.api")
 
@@ -112,20 +113,6 @@ class ChatRequest(NamedTuple):
     language: Language | None
 
 
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, dict):
-        return "an object"
-    return "a string"
-
-
 def parse_chat(body: bytes, limits: Limits) -> ChatRequest:
     """Validate a chat body: ``{question, thread_id?, language?}``.
 
@@ -137,13 +124,13 @@ def parse_chat(body: bytes, limits: Limits) -> ChatRequest:
     except ValueError as exc:
         raise ApiError(422, f"the body is not valid JSON: {exc}") from exc
     if not isinstance(data, dict):
-        raise ApiError(422, f"the body must be a JSON object, got {_json_type(data)}")
+        raise ApiError(422, f"the body must be a JSON object, got {json_type(data)}")
     problems: list[str] = []
     question = data.get("question")
     if question is None:
         problems.append("question is required")
     elif not isinstance(question, str):
-        problems.append(f"question must be a string, got {_json_type(question)}")
+        problems.append(f"question must be a string, got {json_type(question)}")
     elif not question.strip():
         problems.append("question is empty")
     elif len(question) > limits.max_question_chars:
@@ -152,7 +139,7 @@ def parse_chat(body: bytes, limits: Limits) -> ChatRequest:
         )
     thread_id = data.get("thread_id")
     if thread_id is not None and not isinstance(thread_id, str):
-        problems.append(f"thread_id must be a string, got {_json_type(thread_id)}")
+        problems.append(f"thread_id must be a string, got {json_type(thread_id)}")
     elif isinstance(thread_id, str) and not _THREAD_ID.fullmatch(thread_id):
         problems.append(
             "thread_id must be 1 to 128 letters, digits or . _ : @ -, starting with a letter "
