@@ -2,7 +2,7 @@
 
 Each server is a real subprocess in its own process group (killed whatever happens), started
 once per configuration: the default one (no ``SUPERBIZ_DATABASE_URL``: checkpoints and audit rows
-in the embedded SQLite file of a throw-away data directory) and one on the session's PostgreSQL
+in the embedded SQLite file of a throw-away data directory) and one on the test session's PostgreSQL
 database. A server runs with its working folder in a temporary directory, so its
 ``.langgraph_api/`` files land there, from a copy of the project's ``langgraph.json`` whose
 relative paths are resolved against the project. Models are offline, telemetry is off.
@@ -189,7 +189,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 def postgres_server(
     tmp_path_factory: pytest.TempPathFactory, postgres_url: str
 ) -> Iterator[Server]:
-    """``SUPERBIZ_DATABASE_URL`` names the session's PostgreSQL database."""
+    """``SUPERBIZ_DATABASE_URL`` names the test session's PostgreSQL database."""
     workdir = tmp_path_factory.mktemp("langgraph-dev-postgres")
     env = _offline_env(XDG_DATA_HOME=str(workdir / "data"), SUPERBIZ_DATABASE_URL=postgres_url)
     with _running_server(workdir, env) as running:
