@@ -11,7 +11,6 @@ database that cannot be reached or set up stops the server with the reason, neve
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -21,26 +20,25 @@ import psycopg
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
-from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from state.database import (
+    CONNECT_TIMEOUT_S,
     ENV_VAR,
+    POOL_KWARGS,
     SETUP_LOCK_KEY,
     DatabaseError,
     DatabaseTarget,
+    connect_error,
+    pool_size,
     resolve_target,
 )
-
-POOL_SIZE_VAR = "SUPERBIZ_DB_POOL_SIZE"
-"""Connections the server's checkpointer may hold open at once (default 10, at least 2)."""
 
 SETUP_ATTEMPTS = 3
 SETUP_LOCK_TIMEOUT_S = 60.0
 SETUP_LOCK_POLL_S = 0.1
 SETUP_RETRY_DELAY_S = 0.5
 
-CONNECT_TIMEOUT_S = 5
 SQLITE_BUSY_TIMEOUT_S = 30.0
 
 
@@ -63,14 +61,6 @@ async def checkpointer() -> AsyncIterator[BaseCheckpointSaver[str]]:
             yield sqlite_saver
 
 
-def _pool_size() -> int:
-    # Setup holds one connection for its lock while it works on another.
-    try:
-        return max(2, int(os.environ.get(POOL_SIZE_VAR, "10")))
-    except ValueError as exc:
-        raise DatabaseError(f"{POOL_SIZE_VAR} must be a whole number") from exc
-
-
 @asynccontextmanager
 async def _postgres(target: DatabaseTarget) -> AsyncIterator[AsyncPostgresSaver]:
     try:
@@ -80,16 +70,14 @@ async def _postgres(target: DatabaseTarget) -> AsyncIterator[AsyncPostgresSaver]
         )
         await probe.close()
     except psycopg.Error as exc:
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise DatabaseError(
-            f"cannot connect to PostgreSQL at {target.display}: {reason} (check {ENV_VAR})"
-        ) from exc
+        raise connect_error(target, exc) from exc
     # autocommit: setup() creates indexes CONCURRENTLY, which cannot run inside a transaction.
     pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
         target.conninfo,
-        kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
+        kwargs=POOL_KWARGS,
         min_size=1,
-        max_size=_pool_size(),
+        # Setup holds one connection for its lock while it works on another.
+        max_size=pool_size(minimum=2),
         check=AsyncConnectionPool.check_connection,
         open=False,
         name="superbiz-checkpoints",

@@ -179,20 +179,47 @@ class Database:
             self._sqlite.close()
 
 
+POOL_SIZE_VAR = "SUPERBIZ_DB_POOL_SIZE"
+"""Connections a pool may hold open at once (default 10)."""
+
+CONNECT_TIMEOUT_S = 5
+
+POOL_KWARGS: dict[str, Any] = {"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row}
+"""Connection settings of every pool: autocommit (the checkpointer creates indexes
+concurrently, which cannot run in a transaction), no prepared statements (poolers), dict rows."""
+
+
+def pool_size(minimum: int = 1) -> int:
+    """The configured pool size, at least ``minimum``.
+
+    Raises:
+        DatabaseError: when ``SUPERBIZ_DB_POOL_SIZE`` is not a whole number.
+    """
+    try:
+        return max(minimum, int(os.environ.get(POOL_SIZE_VAR, "10")))
+    except ValueError as exc:
+        raise DatabaseError(f"{POOL_SIZE_VAR} must be a whole number") from exc
+
+
+def connect_error(target: DatabaseTarget, exc: BaseException) -> DatabaseError:
+    """The readable error for a PostgreSQL database that cannot be reached."""
+    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return DatabaseError(
+        f"cannot connect to PostgreSQL at {target.display}: {reason} (check --db or {ENV_VAR})"
+    )
+
+
 def _open_pool(target: DatabaseTarget) -> ConnectionPool[Any]:
     try:
         # A direct probe gives the real reason (refused, unknown database, auth) at once.
-        psycopg.connect(target.conninfo, connect_timeout=5).close()
+        psycopg.connect(target.conninfo, connect_timeout=CONNECT_TIMEOUT_S).close()
     except psycopg.Error as exc:
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise DatabaseError(
-            f"cannot connect to PostgreSQL at {target.display}: {reason} (check --db or {ENV_VAR})"
-        ) from exc
+        raise connect_error(target, exc) from exc
     pool: ConnectionPool[Any] = ConnectionPool(
         target.conninfo,
-        kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
+        kwargs=POOL_KWARGS,
         min_size=1,
-        max_size=int(os.environ.get("SUPERBIZ_DB_POOL_SIZE", "10")),
+        max_size=pool_size(),
         check=ConnectionPool.check_connection,
         open=True,
         name="superbiz",
