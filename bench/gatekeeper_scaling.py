@@ -28,12 +28,12 @@ from typing import Any
 
 from _common import fmt, machine, median, percentile, table, verdict_line
 
-from nodes.gatekeeper import load_catalog, run_gatekeeper
-from nodes.rule_evaluation import evaluate_rules
-from tools.ledger import InMemoryLedger
+from persistence.ledger import InMemoryLedger
 from tools.runner import ToolRunner
 from tools.sample import SampleBackend
 from tools.trace_summary import build_trace_summary
+from verification.gatekeeper import load_catalog, run_gatekeeper
+from verification.rule_evaluation import evaluate_rules
 
 INVOCATIONS = (10, 100, 1000)
 CLAIMS = (10, 100, 500)

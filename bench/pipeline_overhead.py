@@ -49,9 +49,9 @@ from typing_extensions import TypedDict
 from graph.builder import build_graph
 from graph.scripted import scripted_models
 from nodes.common import GetModel
-from state.audit import InMemoryAuditStore
+from persistence.audit import InMemoryAuditStore
+from persistence.ledger import InMemoryLedger
 from state.context import Context
-from tools.ledger import InMemoryLedger
 
 TARGET_RATIO = 1.5
 

@@ -28,12 +28,12 @@ from typing import Any
 
 from _common import fmt, fmt_bytes, machine, median, table, verdict_line
 
-from nodes.gatekeeper import run_gatekeeper
-from nodes.verifier_payload import build_payload, render_payload
-from tools.ledger import InMemoryLedger
+from persistence.ledger import InMemoryLedger
 from tools.runner import ToolRunner, tool_message_content
 from tools.sample import SampleBackend, default_environment
 from tools.trace_summary import build_trace_summary
+from verification.gatekeeper import run_gatekeeper
+from verification.verifier_payload import build_payload, render_payload
 
 TARGET_BYTES = 32 * 1024
 SIZES = (10 * 1024, 100 * 1024, 1024 * 1024, 5 * 1024 * 1024)

@@ -19,11 +19,11 @@ from nodes.planner import make_planner
 from nodes.retry import make_retry
 from nodes.tool_calls import make_tools
 from nodes.verifier import make_verifier
-from state.audit import AuditStore, InMemoryAuditStore
+from persistence.audit import AuditStore, InMemoryAuditStore
+from persistence.ledger import InMemoryLedger, InvocationLedger
 from state.context import Context
 from state.graph_state import DiagnosisState, InputState, OutputState
 from tools.backend import EvidenceBackend
-from tools.ledger import InMemoryLedger, InvocationLedger
 from tools.runner import ToolRunner
 from tools.sample import SampleBackend, default_environment
 

@@ -15,7 +15,7 @@ from langchain_core.messages import HumanMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
 
-from state.audit import AuditStore
+from persistence.audit import AuditStore
 from state.context import Context
 
 

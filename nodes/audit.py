@@ -9,7 +9,7 @@ from langgraph.runtime import Runtime
 from nodes.common import Node, emit
 from nodes.evidence import executor_final_text
 from nodes.prompts import prompt_audit
-from state.audit import AuditStore
+from persistence.audit import AuditStore
 from state.context import Context
 from state.graph_state import DiagnosisState
 from tools.trace_summary import TRACEABILITY_VERSION

@@ -17,12 +17,12 @@ from langgraph.runtime import Runtime
 
 from graph.routing import composer_mode
 from nodes.common import GetModel, Node, context_of, emit, message_text
-from nodes.compose_template import render_template, select_material
 from nodes.evidence import parse_executor_output
-from nodes.gatekeeper import extract_specifics, normalize_text
 from nodes.prompts import load_prompt
 from state.context import Context
 from state.graph_state import DiagnosisState
+from verification.answer import render_template, select_material
+from verification.gatekeeper import extract_specifics, normalize_text
 
 _SUMMARY_HEADING = {"zh": "【摘要】", "en": "## Summary"}
 

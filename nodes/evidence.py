@@ -10,9 +10,9 @@ from langchain_core.messages import AIMessage
 from langgraph.runtime import Runtime
 
 from nodes.common import Node, emit, message_text
+from persistence.ledger import InvocationLedger
 from state.context import Context
 from state.graph_state import DiagnosisState
-from tools.ledger import InvocationLedger
 from tools.trace_summary import build_trace_summary
 
 _FENCE = re.compile(r"^```[A-Za-z0-9_-]*[ \t]*\n(?P<body>.*)\n```$", re.DOTALL)

@@ -16,9 +16,9 @@ from langgraph.runtime import Runtime
 
 from nodes.common import GetModel, Node, context_of, emit
 from nodes.prompts import load_prompt
+from persistence.ledger import InvocationLedger
 from state.context import Context
 from state.graph_state import DiagnosisState
-from tools.ledger import InvocationLedger
 from tools.runner import tool_message_content
 from tools.schemas import tool_specs
 

@@ -9,7 +9,7 @@ from langchain_core.messages import HumanMessage
 from langgraph.runtime import Runtime
 
 from nodes.common import GetModel, Node, context_of, emit, message_text, model_label, thread_id
-from state.audit import AuditStore
+from persistence.audit import AuditStore
 from state.context import ROLES, Context
 from state.graph_state import RESET, DiagnosisState
 

@@ -1,9 +1,10 @@
 """Verifier: the model classifies each claim; code derives score and verdicts (contracts 5).
 
-The model sees only the bounded, sanitised payload of ``nodes.verifier_payload``. Its reply is
-parsed strictly (one surrounding fence tolerated), repaired at most ``MAX_REPAIRS`` times, and
-replaced by the deterministic claim checker when still unreadable (verdict capped at LOW_CONFID).
-Besides the rules of ``nodes.verdict``, a claim the Gatekeeper flagged with
+The model sees only the bounded, sanitised payload of ``verification.verifier_payload``.
+Its reply is parsed strictly (one surrounding fence tolerated), repaired at most
+``MAX_REPAIRS`` times, and replaced by the deterministic claim checker when still unreadable
+(verdict capped at LOW_CONFID).
+Besides the rules of ``verification.verdict``, a claim the Gatekeeper flagged with
 ``evidence.unbound_specifics`` (a number, code or exception name in none of its verified
 evidence) is at most ``overstated``, so it is never presented as a confirmed fact.
 """
@@ -19,20 +20,20 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langgraph.runtime import Runtime
 
-from nodes.claim_checker import check_claims
 from nodes.common import GetModel, Node, context_of, emit, message_text, model_label
 from nodes.evidence import executor_final_text
 from nodes.prompts import load_prompt
-from nodes.verdict import (
+from state.context import Context
+from state.graph_state import DiagnosisState
+from verification.claim_checker import check_claims
+from verification.verdict import (
     CONFIRMED_LABELS,
     VERDICTS,
     claims_with_ids,
     finalize,
     normalize_claim_checks,
 )
-from nodes.verifier_payload import build_payload, render_payload
-from state.context import Context
-from state.graph_state import DiagnosisState
+from verification.verifier_payload import build_payload, render_payload
 
 MAX_REPAIRS = 2
 

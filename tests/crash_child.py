@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from graph.builder import build_graph
-from graph.persistence import open_persistence
 from graph.runner import run_diagnosis
+from persistence.store import open_persistence
 from state.context import Context
 from tools.sample import SampleBackend, default_environment
 

@@ -24,9 +24,9 @@ from pydantic import Field
 from graph.builder import build_graph
 from graph.scripted import ScriptedChatModel, ScriptExhausted, to_message
 from nodes.common import GetModel, message_text
-from state.audit import InMemoryAuditStore
+from persistence.audit import InMemoryAuditStore
+from persistence.ledger import InMemoryLedger
 from state.context import ComposerMode, Context, Language
-from tools.ledger import InMemoryLedger
 from tools.sample import SampleBackend
 
 THREAD: RunnableConfig = {"configurable": {"thread_id": "t1"}}

@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from graph import cli
+from apps import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 QUESTION = "order-service 为什么报 500 错误？"
@@ -66,7 +66,7 @@ def _wait_healthy(proc: subprocess.Popen[bytes], url: str, log: Path) -> None:
 def _start(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     with log.open("wb") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "graph.cli", "serve", *argv],
+            [sys.executable, "-m", "apps.cli", "serve", *argv],
             cwd=ROOT,
             env=env,
             stdout=out,

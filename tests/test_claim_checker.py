@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from nodes.claim_checker import check_claims, extract_tokens
-from nodes.verdict import finalize
+from verification.claim_checker import check_claims, extract_tokens
+from verification.verdict import finalize
 
 LOG_TEXT = (
     "2026-03-01T10:01:00Z ERROR order-service order-1: HTTP 500 "

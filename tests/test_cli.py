@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-import graph.cli as cli
+import apps.cli as cli
 from graph.builder import build_graph
 from graph.scripted import scripted_models
 from nodes.common import GetModel
@@ -423,7 +423,7 @@ def test_cli_diagnose_help_lists_every_option(capsys: pytest.CaptureFixture[str]
 
 def _command() -> list[str]:
     script = Path(sys.executable).with_name("superbiz")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "graph.cli"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "apps.cli"]
 
 
 def _process_env() -> dict[str, str]:

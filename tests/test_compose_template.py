@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from nodes.compose_template import render_template, select_material
+from verification.answer import render_template, select_material
 
 TEXTS = {
     "c1": "order-service 在 10:01 返回 HTTP 500",

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from nodes import gatekeeper
-from nodes.gatekeeper import (
+from verification import gatekeeper
+from verification.gatekeeper import (
     DEFAULT_RULE_SET_VERSION,
     KNOWN_RULE_IDS,
     CatalogError,

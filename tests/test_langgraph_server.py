@@ -1,8 +1,9 @@
 """What the LangGraph server loads, driven in-process: the exported graph and its checkpointer.
 
-``graph/app.py`` opens the configured database only when a run first needs it, records audit rows
-and invocations there, and fails a run with the reason when the database cannot be used.
-``graph/server_checkpointer.py`` yields the checkpointer of the same database.
+``apps/langgraph_server.py`` opens the configured database only when a run first needs it,
+records audit rows and invocations there, and fails a run with the reason when the database
+cannot be used.
+``graph/checkpointers.py`` yields the checkpointer of the same database.
 """
 
 from __future__ import annotations
@@ -22,12 +23,12 @@ from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
-from graph import app as server_app
+from apps import langgraph_server as server_app
 from graph.builder import build_graph
-from graph.server_checkpointer import checkpointer
-from state.database import DatabaseError, default_sqlite_path, open_database
-from state.sql_audit import SqlAuditStore
-from tools.sql_ledger import SqlLedger
+from graph.checkpointers import checkpointer
+from persistence.database import DatabaseError, default_sqlite_path, open_database
+from persistence.sql_audit import SqlAuditStore
+from persistence.sql_ledger import SqlLedger
 
 ROOT = Path(__file__).resolve().parents[1]
 QUESTION = "order-service 为什么报 500？"
@@ -58,7 +59,10 @@ def test_graph_app_import_opens_no_database(tmp_path: Path, url: str) -> None:
     env["XDG_DATA_HOME"] = str(tmp_path / "data")
     if url:
         env["SUPERBIZ_DATABASE_URL"] = url
-    code = "import graph.app as a; print(a.graph.name, sorted(a.graph.get_graph().nodes)[0])"
+    code = (
+        "import apps.langgraph_server as a; "
+        "print(a.graph.name, sorted(a.graph.get_graph().nodes)[0])"
+    )
 
     done = subprocess.run(
         [sys.executable, "-c", code],

@@ -22,8 +22,8 @@ from nodes.offline import (
     OfflinePlanner,
     OfflineVerifier,
 )
-from nodes.verifier_payload import CLOSE, OPEN
 from state.context import Context
+from verification.verifier_payload import CLOSE, OPEN
 
 QUESTION = "order-service 为什么报 500？"
 PLAN_TEXT = "PLAN-MARKER-7f3a: read the ERROR logs of order-service, then decide."

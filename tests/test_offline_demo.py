@@ -9,9 +9,9 @@ from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
 from graph.builder import build_graph
-from state.audit import InMemoryAuditStore
+from persistence.audit import InMemoryAuditStore
+from persistence.ledger import InMemoryLedger
 from state.context import Context
-from tools.ledger import InMemoryLedger
 
 
 @pytest.fixture

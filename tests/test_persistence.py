@@ -14,13 +14,11 @@ from typing import Any
 import pytest
 from langchain_core.runnables import RunnableConfig
 
-from graph import cli
+from apps import cli
 from graph.builder import build_graph
-from graph.persistence import Persistence, ThreadBusy, open_persistence
 from graph.runner import run_diagnosis
 from graph.scripted import scripted_models
-from state.context import Context
-from state.database import (
+from persistence.database import (
     DatabaseError,
     SchemaTooNew,
     latest_version,
@@ -28,6 +26,8 @@ from state.database import (
     open_database,
     resolve_target,
 )
+from persistence.store import Persistence, ThreadBusy, open_persistence
+from state.context import Context
 from tools.sample import SampleBackend, default_environment
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -265,7 +265,7 @@ def test_persistence_resumes_after_sigkill_with_the_same_verdict(
         [
             sys.executable,
             "-m",
-            "graph.cli",
+            "apps.cli",
             "diagnose",
             "--resume",
             "--thread",
@@ -466,8 +466,8 @@ def test_persistence_reverify_reports_what_changed(store: Persistence) -> None:
     claims[0]["evidence_bindings"][0]["raw_path"] = "logs[99]"
     store.audit.update_channel(diagnosis_id, "verifier_evaluation", evaluation)
 
+    from apps.reverify import reverify
     from graph.models import make_model_factory
-    from graph.reverify import reverify
 
     report = reverify(
         diagnosis_id,

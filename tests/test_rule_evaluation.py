@@ -4,8 +4,8 @@ from typing import Any
 
 import pytest
 
-from nodes.gatekeeper import run_gatekeeper
-from nodes.rule_evaluation import FORMULA_VERSION, evaluate_rules
+from verification.gatekeeper import run_gatekeeper
+from verification.rule_evaluation import FORMULA_VERSION, evaluate_rules
 
 VALID = {"status": "valid", "fence_stripped": False, "error": None}
 LOG_0 = "2026-03-01T10:05:00Z ERROR order-service order-1: Cannot acquire connection from pool"

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from graph import evaluation
-from graph.evaluation import (
+from apps import evaluation
+from apps.evaluation import (
     ScenarioError,
     eval_command,
     load_scenario,

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
-from tools.ledger import InMemoryLedger, InvocationLedger
+from persistence.ledger import InMemoryLedger, InvocationLedger
 from tools.runner import TRUNCATION_MARKER, ToolRunner, tool_message_content
 from tools.sample import SampleBackend
 from tools.schemas import EVIDENCE_TOOLS, HELPER_TOOLS, tool_specs

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from nodes.verdict import (
+from verification.verdict import (
     LABELS,
     LEGACY_MAP,
     VALUES,

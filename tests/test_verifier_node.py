@@ -10,7 +10,6 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
 from nodes.common import message_text
 from nodes.offline import OfflineVerifier
-from nodes.verifier_payload import CLOSE, OPEN, PAYLOAD_KEYS
 from tests.scenario_kit import (
     ALERTS_CALL,
     ERROR_LOGS_CALL,
@@ -29,6 +28,7 @@ from tests.scenario_kit import (
     run_diagnosis,
     verifier_reply,
 )
+from verification.verifier_payload import CLOSE, OPEN, PAYLOAD_KEYS
 
 ROUND_ONE_KEYS = set(PAYLOAD_KEYS) - {"retry_context"}
 ROUND_TWO_KEYS = set(PAYLOAD_KEYS)
@@ -612,7 +612,7 @@ def test_verifier_retry_context_carries_what_round_one_lacked() -> None:
 
 
 def test_verifier_payload_keeps_every_trace_item_of_a_long_diagnosis() -> None:
-    from nodes.verifier_payload import build_payload, render_payload
+    from verification.verifier_payload import build_payload, render_payload
 
     items = [
         {

@@ -22,8 +22,8 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from persistence.ledger import InvocationLedger
 from tools.backend import EvidenceBackend
-from tools.ledger import InvocationLedger
 from tools.refs import build_evidence_refs, format_value
 from tools.schemas import ARGUMENT_MODELS, HELPER_TOOLS
 

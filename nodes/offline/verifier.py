@@ -6,10 +6,10 @@ import json
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
-from nodes.claim_checker import check_claims
 from nodes.common import message_text
 from nodes.offline.base import OfflineModel
-from nodes.verifier_payload import extract_payload
+from verification.claim_checker import check_claims
+from verification.verifier_payload import extract_payload
 
 
 class OfflineVerifier(OfflineModel):

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from state.audit import utcnow
-from state.database import Database, load_json
+from persistence.audit import utcnow
+from persistence.database import Database, load_json
 
 _COLUMNS = (
     "id, thread_id, question, status, rounds, verdict, score, final_answer, note, "

@@ -3,8 +3,9 @@
 One setting selects the database: ``SUPERBIZ_DATABASE_URL`` (or ``--db``). ``postgresql://...``
 selects PostgreSQL; a file path or ``sqlite:///path`` selects SQLite; unset, an SQLite file in
 the user's data directory is used, created on first use. The schema is created and migrated by the
-versioned SQL files in ``state/migrations/<dialect>/``; a database whose schema is newer than this
-code is refused. An unreachable or misconfigured database is an error, never a silent fall-back.
+versioned SQL files in ``persistence/migrations/<dialect>/``; a database whose schema is
+newer than this code is refused. An unreachable or misconfigured database is an error, never
+a silent fall-back.
 """
 
 from __future__ import annotations
@@ -250,7 +251,7 @@ def _open_sqlite(target: DatabaseTarget) -> sqlite3.Connection:
 
 def migrations(dialect: Dialect) -> list[tuple[int, str, str]]:
     """The bundled migrations of a dialect: ``(version, name, sql)`` in order."""
-    folder = resources.files("state").joinpath("migrations", dialect)
+    folder = resources.files("persistence").joinpath("migrations", dialect)
     found = []
     for entry in folder.iterdir():
         match = _MIGRATION_NAME.match(entry.name)

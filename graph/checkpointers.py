@@ -2,7 +2,7 @@
 
 ``langgraph.json`` names :func:`checkpointer` under ``"checkpointer": {"path": ...}``; the server
 enters it once per event loop and keeps it open while it runs. The database is chosen exactly as
-the CLI chooses it (``state.database.resolve_target``): ``SUPERBIZ_DATABASE_URL`` naming
+the CLI chooses it (``persistence.database.resolve_target``): ``SUPERBIZ_DATABASE_URL`` naming
 PostgreSQL gives LangGraph's ``AsyncPostgresSaver`` on a connection pool; unset, or naming an SQLite
 file, gives ``AsyncSqliteSaver`` on that same file (by default the embedded one the CLI uses). A
 database that cannot be reached or set up stops the server with the reason, never a fall-back.
@@ -22,7 +22,7 @@ from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from state.database import (
+from persistence.database import (
     CONNECT_TIMEOUT_S,
     ENV_VAR,
     POOL_KWARGS,

@@ -37,7 +37,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import Receive, Scope, Send
 
-from graph.auth import (
+from apps.auth import (
     ApiKeys,
     Caller,
     ConfigError,
@@ -48,12 +48,12 @@ from graph.auth import (
     retry_after_header,
 )
 from graph.builder import build_graph
-from graph.persistence import Persistence, ThreadBusy, open_persistence
 from graph.runner import run_diagnosis, summary_of
 from nodes.common import GetModel
+from persistence.database import DatabaseError
+from persistence.ownership import ThreadOwners
+from persistence.store import Persistence, ThreadBusy, open_persistence
 from state.context import Context, Language
-from state.database import DatabaseError
-from state.ownership import ThreadOwners
 from tools.backend import EvidenceBackend
 from tools.sample import json_type
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from state.audit import utcnow
-from state.database import Database
+from persistence.audit import utcnow
+from persistence.database import Database
 
 
 class ThreadOwners:

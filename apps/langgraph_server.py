@@ -1,6 +1,7 @@
 """The compiled, checkpointer-free graph that ``langgraph.json`` serves.
 
-The LangGraph server supplies the checkpointer (``graph/server_checkpointer.py``); this graph
+The LangGraph server supplies the checkpointer (``checkpointer`` below, from
+``graph/checkpointers.py``); this graph
 records its audit rows and tool invocations in the same configured database
 (``SUPERBIZ_DATABASE_URL``: PostgreSQL, or an SQLite file; unset, the embedded SQLite file the CLI
 uses). The database is opened on first use, not on import, so drawing the graph needs none. A
@@ -17,9 +18,10 @@ import threading
 from typing import Any
 
 from graph.builder import build_graph
-from state.database import Database, open_database
-from state.sql_audit import SqlAuditStore
-from tools.sql_ledger import SqlLedger
+from graph.checkpointers import checkpointer
+from persistence.database import Database, open_database
+from persistence.sql_audit import SqlAuditStore
+from persistence.sql_ledger import SqlLedger
 
 
 class ConfiguredDatabase:
@@ -128,3 +130,5 @@ atexit.register(database.close)
 graph = build_graph(ledger=LazyLedger(database), audit=LazyAuditStore(database)).compile(
     name="superbiz"
 )
+
+__all__ = ["checkpointer", "graph"]

@@ -10,14 +10,14 @@ import uuid
 from collections.abc import Sequence
 from typing import Any, TextIO
 
+from apps.evaluation import eval_command
+from apps.reverify import NotReverifiable, reverify
 from graph.builder import build_graph
-from graph.evaluation import eval_command
 from graph.models import make_model_factory
-from graph.persistence import Persistence, open_persistence
-from graph.reverify import NotReverifiable, reverify
 from graph.runner import NothingToResume, run_diagnosis, summary_of
+from persistence.database import DatabaseError, migrate, open_database
+from persistence.store import Persistence, open_persistence
 from state.context import Context
-from state.database import DatabaseError, migrate, open_database
 from tools.sample import EnvironmentFileError, SampleBackend, default_environment, load_environment
 
 DB_HELP = (
@@ -420,8 +420,8 @@ def db_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 def serve_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """``serve``: check the configuration and the database, then run uvicorn."""
-    from graph.auth import ApiKeys, ConfigError, Limits, is_loopback
-    from state.database import ENV_VAR, resolve_target
+    from apps.auth import ApiKeys, ConfigError, Limits, is_loopback
+    from persistence.database import ENV_VAR, resolve_target
 
     if args.workers < 1:
         raise UsageError("--workers must be at least 1")
@@ -463,7 +463,7 @@ def serve_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     import uvicorn
 
     uvicorn.run(
-        "graph.api:create_app",
+        "apps.api:create_app",
         factory=True,
         host=args.host,
         port=args.port,

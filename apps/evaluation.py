@@ -30,12 +30,12 @@ from langgraph.checkpoint.memory import InMemorySaver
 from graph.builder import build_graph
 from graph.scripted import ScriptExhausted, scripted_models
 from nodes.common import GetModel
-from nodes.compose_template import select_material
-from nodes.verdict import CONFIRMED_LABELS, VERDICTS
-from state.audit import InMemoryAuditStore
+from persistence.audit import InMemoryAuditStore
+from persistence.ledger import InMemoryLedger
 from state.context import Context
-from tools.ledger import InMemoryLedger
 from tools.sample import EnvironmentFileError, SampleBackend, json_type, validate_environment
+from verification.answer import select_material
+from verification.verdict import CONFIRMED_LABELS, VERDICTS
 
 EXPECT_KEYS: tuple[str, ...] = (
     "verdict",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from nodes.verdict import (
+from verification.verdict import (
     CONFIRMED_LABELS,
     claim_text,
     claims_with_ids,

@@ -3,9 +3,10 @@
 It compares the concrete tokens of each claim (numbers, percentages, durations, status and error
 codes, exception names, service names) with the full texts of the claim's Gatekeeper-verified
 evidence refs. It is used when the Verifier model's output cannot be parsed (the verdict is then
-capped at LOW_CONFID by `nodes.verdict.finalize`) and as the designated verifier in offline mode.
+capped at LOW_CONFID by `verification.verdict.finalize`) and as the designated verifier in
+offline mode.
 Its output has the shape of the Verifier model's raw output, with verdict and score computed by
-`nodes.verdict`, so they always agree with the code-side arithmetic.
+`verification.verdict`, so they always agree with the code-side arithmetic.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import re
 import unicodedata
 from typing import Any
 
-from nodes.verdict import (
+from verification.verdict import (
     claim_text,
     claims_with_ids,
     derive_verdict,

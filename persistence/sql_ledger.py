@@ -9,7 +9,7 @@ from __future__ import annotations
 import zlib
 from typing import Any
 
-from state.database import Database, Transaction, load_json
+from persistence.database import Database, Transaction, load_json
 
 _COLUMNS = (
     "invocation_id, diagnosis_id, thread_id, round, tool_name, arguments, status, output, "

@@ -9,12 +9,12 @@ from __future__ import annotations
 from typing import Any
 
 from nodes.common import GetModel
-from nodes.gatekeeper import run_gatekeeper
 from nodes.verifier import verify
-from state.audit import AuditStore
+from persistence.audit import AuditStore
+from persistence.ledger import InvocationLedger
 from state.context import Context
-from tools.ledger import InvocationLedger
 from tools.trace_summary import build_trace_summary
+from verification.gatekeeper import run_gatekeeper
 
 
 class NotReverifiable(LookupError):
