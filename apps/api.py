@@ -54,6 +54,7 @@ from persistence.database import DatabaseError
 from persistence.ownership import ThreadOwners
 from persistence.store import Persistence, ThreadBusy, open_persistence
 from state.context import Context, Language
+from state.records import DiagnosisSummary
 from tools.backend import EvidenceBackend
 from tools.sample import json_type
 
@@ -275,8 +276,8 @@ class Service:
         identity: str,
         chat: ChatRequest,
         on_started: Callable[[], None] | None = None,
-        on_event: Callable[[dict[str, Any]], None] | None = None,
-    ) -> dict[str, Any]:
+        on_event: Callable[[dict[str, object]], None] | None = None,
+    ) -> DiagnosisSummary:
         """Run one diagnosis on the caller's thread and return its summary (blocking).
 
         Raises:
@@ -304,8 +305,7 @@ class Service:
                 f"thread {chat.thread_id!r} is already being diagnosed by another request; "
                 "retry when it has finished",
             ) from exc
-        offline = bool((values.get("run_info") or {}).get("offline", context.offline))
-        return summary_of(values, chat.thread_id, offline=offline)
+        return summary_of(values, chat.thread_id)
 
     def diagnosis(self, identity: str, diagnosis_id: str) -> dict[str, Any]:
         """One diagnosis record with its invocations, if the caller owns its thread (blocking).

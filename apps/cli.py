@@ -15,10 +15,13 @@ from apps.reverify import NotReverifiable, reverify
 from graph.builder import build_graph
 from graph.models import make_model_factory
 from graph.runner import NothingToResume, run_diagnosis, summary_of
+from persistence.audit import StoredRecordError, verifier_evaluation_of
 from persistence.database import DatabaseError, migrate, open_database
 from persistence.store import Persistence, open_persistence
 from state.context import Context
+from state.records import DiagnosisRecord, Invocation
 from tools.sample import EnvironmentFileError, SampleBackend, default_environment, load_environment
+from verification.text import error_line
 
 DB_HELP = (
     "database: postgresql://user@host/db, sqlite:///path or a file path "
@@ -28,12 +31,6 @@ DB_HELP = (
 
 class UsageError(Exception):
     """Bad input from the command line; the message is the one-line reason."""
-
-
-def _one_line(exc: BaseException) -> str:
-    """``<Type>: <message>`` on a single line (a multi-line message is joined)."""
-    message = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -238,8 +235,7 @@ def diagnose(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             raise UsageError(str(exc)) from exc
     finally:
         persistence.close()
-    offline = bool((values.get("run_info") or {}).get("offline", ctx.offline))
-    result = summary_of(values, thread, offline=offline)
+    result = summary_of(values, thread)
     if args.json:
         out.write(json.dumps(result, ensure_ascii=False, indent=2) + "\n")
     else:
@@ -324,46 +320,51 @@ def sessions(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return 0
 
 
-def render_session(record: dict[str, Any], invocations: list[dict[str, Any]]) -> str:
+def render_session(record: DiagnosisRecord, invocations: list[Invocation]) -> str:
     """A readable view of one audit record."""
-    evaluation = (record.get("self_evaluation") or {}).get("verifier_evaluation") or {}
-    gate = evaluation.get("gatekeeper_result") or {}
-    score = "-" if record.get("score") is None else f"{float(record['score']):.2f}"
+    score = "-" if record["score"] is None else f"{record['score']:.2f}"
+    note = f"  ({record['note']})" if record["note"] else ""
+    try:
+        evaluation = verifier_evaluation_of(record)
+        unreadable = ""
+    except StoredRecordError as exc:
+        evaluation, unreadable = None, str(exc)
+    model = f"  model verdict {evaluation['model_verdict']}" if evaluation else ""
     lines = [
         f"diagnosis  {record['id']}  (thread {record['thread_id']})",
         f"question   {record['question']}",
-        f"status     {record['status']}" + (f"  ({record['note']})" if record.get("note") else ""),
-        f"verdict    {record.get('verdict') or '-'}  score {score}  rounds {record.get('rounds')}"
-        + (f"  model verdict {evaluation.get('model_verdict')}" if evaluation else ""),
+        f"status     {record['status']}{note}",
+        f"verdict    {record['verdict'] or '-'}  score {score}  rounds {record['rounds']}{model}",
         f"created    {record['created_at']}   updated {record['updated_at']}",
     ]
-    if gate:
+    if unreadable:
+        lines.append(f"evaluation {unreadable}")
+    if evaluation is not None:
+        gate = evaluation["gatekeeper_result"]
         lines.append(
-            f"gatekeeper {gate.get('status')} / {gate.get('severity')}  "
-            f"failed rules: {', '.join(gate.get('failed_rules') or []) or 'none'}  "
-            f"({gate.get('rule_set_version')})"
+            f"gatekeeper {gate['status']} / {gate['severity']}  "
+            f"failed rules: {', '.join(gate['failed_rules']) or 'none'}  "
+            f"({gate['rule_set_version']})"
         )
-        for issue in (gate.get("errors") or []) + (gate.get("warnings") or []):
-            lines.append(
-                f"  - {issue.get('rule_id')} {issue.get('target')}: {issue.get('message')}"
-            )
-    checks = evaluation.get("claim_checks") or []
-    if checks:
-        lines.append("claim checks")
-        for check in checks:
-            label = f"  - {check.get('claim_id')}: {check.get('verification')}"
-            lines.append(f"{label}  {check.get('detail', '')}".rstrip())
+        lines += [
+            f"  - {issue['rule_id']} {issue['target']}: {issue['message']}"
+            for issue in gate["errors"] + gate["warnings"]
+        ]
+        if evaluation["claim_checks"]:
+            lines.append("claim checks")
+            lines += [
+                f"  - {check['claim_id']}: {check['verification']}  {check['detail']}".rstrip()
+                for check in evaluation["claim_checks"]
+            ]
     if invocations:
         lines.append("evidence")
         for inv in invocations:
-            args_text = " ".join(
-                f"{k}={v}" for k, v in sorted((inv.get("arguments") or {}).items())
-            )
+            args_text = " ".join(f"{k}={v}" for k, v in sorted(inv["arguments"].items()))
             head = f"  - {inv['invocation_id']} r{inv['round']} {inv['tool_name']} {args_text}"
-            tail = f" ({inv['error']})" if inv.get("error") else ""
+            tail = f" ({inv['error']})" if inv["error"] else ""
             lines.append(f"{head} -> {inv['status']}{tail}")
-    if record.get("final_answer"):
-        lines += ["answer", str(record["final_answer"])]
+    if record["final_answer"]:
+        lines += ["answer", record["final_answer"]]
     return "\n".join(lines)
 
 
@@ -497,7 +498,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except Exception as exc:
         # A failure during the run (model endpoint, backend, a bug): one line, no traceback.
-        print(f"superbiz: error: diagnosis failed: {_one_line(exc)}", file=sys.stderr)
+        print(f"superbiz: error: diagnosis failed: {error_line(exc)}", file=sys.stderr)
         return 1
     return 0
 

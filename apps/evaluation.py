@@ -28,14 +28,16 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.memory import InMemorySaver
 
 from graph.builder import build_graph
+from graph.runner import state_of, summary_of
 from graph.scripted import ScriptExhausted, scripted_models
 from nodes.common import GetModel
 from persistence.audit import InMemoryAuditStore
 from persistence.ledger import InMemoryLedger
 from state.context import Context
+from state.graph_state import DiagnosisState
+from state.records import CONFIRMED_LABELS, VERDICTS
 from tools.sample import EnvironmentFileError, SampleBackend, json_type, validate_environment
 from verification.answer import select_material
-from verification.verdict import CONFIRMED_LABELS, VERDICTS
 
 EXPECT_KEYS: tuple[str, ...] = (
     "verdict",
@@ -304,49 +306,42 @@ def _empty_result(scenario_id: str) -> dict[str, Any]:
     }
 
 
-def confirmed_claims(state: dict[str, Any]) -> list[str]:
+def confirmed_claims(state: DiagnosisState) -> list[str]:
     """Final-round claim ids the answer presents as established.
 
     A claim counts when its final label is direct_observation or reasonable_inference, the
     answer material selects it as confirmed (``select_material``), and its text is in the answer
     (a degraded answer leaves inferences out).
     """
-    verifier_result = state.get("verifier_result") or {}
-    labels = {
-        check.get("claim_id"): check.get("verification")
-        for check in verifier_result.get("claim_checks") or []
-        if isinstance(check, dict)
-    }
-    material = select_material(
-        verifier_result, state.get("structured_output"), state.get("gatekeeper_result") or {}
-    )
-    answer = str(state.get("answer") or "")
+    if "verifier_result" not in state:
+        return []
+    checks = state["verifier_result"]["claim_checks"]
+    labels = {check["claim_id"]: check["verification"] for check in checks}
+    material = select_material(checks, state["executor_answer"], state["gatekeeper_result"])
+    answer = state.get("answer", "")
     found = [
-        str(item["claim_id"])
+        item["claim_id"]
         for item in material["confirmed"]
-        if labels.get(item["claim_id"]) in CONFIRMED_LABELS
-        and str(item.get("claim_text") or "") in answer
+        if labels.get(item["claim_id"]) in CONFIRMED_LABELS and item["claim_text"] in answer
     ]
     return sorted(set(found))
 
 
-def _fill(result: dict[str, Any], state: dict[str, Any]) -> None:
-    verifier_result = state.get("verifier_result") or {}
-    gatekeeper = state.get("gatekeeper_result") or {}
-    score = verifier_result.get("groundedness_score", state.get("groundedness_score"))
+def _fill(result: dict[str, Any], state: DiagnosisState) -> None:
+    summary = summary_of(state, "-") if "run_info" in state else None
     result.update(
         verdict=state.get("verdict") or None,
-        model_verdict=verifier_result.get("model_verdict"),
+        model_verdict=summary["model_verdict"] if summary else None,
         rounds=state.get("round"),
-        route=list(state.get("route") or []),
-        gatekeeper={
-            "status": gatekeeper.get("status"),
-            "severity": gatekeeper.get("severity"),
-            "failed_rules": list(gatekeeper.get("failed_rules") or []),
-        },
-        groundedness_score=score if isinstance(score, int | float) else None,
+        route=list(state.get("route", [])),
+        gatekeeper=dict(summary["gatekeeper"])
+        if summary
+        else {"status": None, "severity": None, "failed_rules": []},
+        groundedness_score=state["verifier_result"]["groundedness_score"]
+        if "verifier_result" in state
+        else None,
         confirmed_claims=confirmed_claims(state),
-        answer=str(state.get("answer") or ""),
+        answer=state.get("answer", ""),
     )
 
 
@@ -422,14 +417,14 @@ class _Prepared:
     replies: dict[str, list[Any]]
     question: str
 
-    def invoke(self) -> dict[str, Any]:
+    def invoke(self) -> DiagnosisState:
         self.app.invoke(
             {"messages": [HumanMessage(self.question)]}, config=self.config, context=self.context
         )
         return self.state()
 
-    def state(self) -> dict[str, Any]:
-        return dict(self.app.get_state(self.config).values)
+    def state(self) -> DiagnosisState:
+        return state_of(self.app, self.config)
 
 
 def _prepare(scenario: dict[str, Any]) -> _Prepared:
@@ -452,7 +447,7 @@ def _prepare(scenario: dict[str, Any]) -> _Prepared:
     return _Prepared(app, config, context, get_model, replies, scenario["question"])
 
 
-def run_graph(scenario: dict[str, Any]) -> dict[str, Any]:
+def run_graph(scenario: dict[str, Any]) -> DiagnosisState:
     """Run a scenario's diagnosis and return the graph's full final state (no comparison).
 
     Raises:

@@ -15,13 +15,20 @@ from __future__ import annotations
 import atexit
 import builtins
 import threading
-from typing import Any
+from collections.abc import Mapping
 
 from graph.builder import build_graph
 from graph.checkpointers import checkpointer
+from persistence.audit import SqlAuditStore
 from persistence.database import Database, open_database
-from persistence.sql_audit import SqlAuditStore
-from persistence.sql_ledger import SqlLedger
+from persistence.ledger import SqlLedger
+from state.records import (
+    DiagnosisOutcome,
+    DiagnosisRecord,
+    DiagnosisStatus,
+    Invocation,
+    InvocationDraft,
+)
 
 
 class ConfiguredDatabase:
@@ -69,26 +76,15 @@ class LazyAuditStore:
         """Create the diagnosis row (status ``running``); a second call changes nothing."""
         self._database.audit.start_diagnosis(diagnosis_id, thread_id=thread_id, question=question)
 
-    def update_channel(self, diagnosis_id: str, channel: str, value: dict[str, Any]) -> None:
+    def update_channel(self, diagnosis_id: str, channel: str, value: Mapping[str, object]) -> None:
         """Replace one ``self_evaluation`` channel, preserving the others."""
         self._database.audit.update_channel(diagnosis_id, channel, value)
 
-    def finish_diagnosis(
-        self,
-        diagnosis_id: str,
-        *,
-        status: str,
-        rounds: int,
-        verdict: str | None,
-        score: float | None,
-        answer: str | None,
-    ) -> None:
+    def finish_diagnosis(self, diagnosis_id: str, outcome: DiagnosisOutcome) -> None:
         """Record the outcome of a diagnosis."""
-        self._database.audit.finish_diagnosis(
-            diagnosis_id, status=status, rounds=rounds, verdict=verdict, score=score, answer=answer
-        )
+        self._database.audit.finish_diagnosis(diagnosis_id, outcome)
 
-    def mark(self, diagnosis_id: str, *, status: str | None = None, note: str) -> None:
+    def mark(self, diagnosis_id: str, *, status: DiagnosisStatus | None = None, note: str) -> None:
         """Set a note (and optionally the status) on a diagnosis."""
         self._database.audit.mark(diagnosis_id, status=status, note=note)
 
@@ -96,11 +92,11 @@ class LazyAuditStore:
         """Mark every ``running`` diagnosis of a thread (except ``keep``) as abandoned."""
         return self._database.audit.abandon_running(thread_id, keep=keep)
 
-    def get(self, diagnosis_id: str) -> dict[str, Any] | None:
+    def get(self, diagnosis_id: str) -> DiagnosisRecord | None:
         """Return one diagnosis record, or None."""
         return self._database.audit.get(diagnosis_id)
 
-    def list(self, thread_id: str | None = None) -> builtins.list[dict[str, Any]]:
+    def list(self, thread_id: str | None = None) -> builtins.list[DiagnosisRecord]:
         """Return diagnosis records, oldest first, optionally of one thread."""
         return self._database.audit.list(thread_id)
 
@@ -111,15 +107,15 @@ class LazyLedger:
     def __init__(self, database: ConfiguredDatabase) -> None:
         self._database = database
 
-    def record(self, invocation: dict[str, Any]) -> dict[str, Any]:
+    def record(self, draft: InvocationDraft) -> Invocation:
         """Store an invocation once per idempotency key and return the stored row."""
-        return self._database.ledger.record(invocation)
+        return self._database.ledger.record(draft)
 
-    def find(self, idempotency_key: str) -> dict[str, Any] | None:
+    def find(self, idempotency_key: str) -> Invocation | None:
         """Return the row recorded under this idempotency key, or None."""
         return self._database.ledger.find(idempotency_key)
 
-    def list(self, diagnosis_id: str) -> builtins.list[dict[str, Any]]:
+    def list(self, diagnosis_id: str) -> builtins.list[Invocation]:
         """Return the rows of one diagnosis in call order."""
         return self._database.ledger.list(diagnosis_id)
 

@@ -6,23 +6,56 @@ audit record. The result says what changed against the recorded verdict.
 
 from __future__ import annotations
 
-from typing import Any
+from typing_extensions import TypedDict
 
 from nodes.common import GetModel
 from nodes.verifier import verify
-from persistence.audit import AuditStore
+from persistence.audit import AuditStore, StoredRecordError, verifier_evaluation_of
 from persistence.ledger import InvocationLedger
 from state.context import Context
+from state.records import (
+    ClaimCheck,
+    GatekeeperResult,
+    RuleId,
+    VerifierMode,
+    VerifierResult,
+)
 from tools.trace_summary import build_trace_summary
-from verification.gatekeeper import run_gatekeeper
+from verification.catalog import bundled_settings
+from verification.executor_output import read_answer
+from verification.gatekeeper import gatekeep
 
 
 class NotReverifiable(LookupError):
-    """The diagnosis is unknown or has no recorded verifier evaluation."""
+    """The diagnosis is unknown or has no readable recorded verifier evaluation."""
 
 
-def _labels(checks: list[dict[str, Any]]) -> dict[str, str]:
-    return {str(c.get("claim_id")): str(c.get("verification")) for c in checks}
+class Outcome(TypedDict):
+    """A verdict and what it rests on, before or after the re-check."""
+
+    verdict: str | None
+    groundedness_score: float | None
+    gatekeeper_status: str
+    failed_rules: list[RuleId]
+    rule_set_version: str
+    labels: dict[str, str]
+
+
+class Report(TypedDict):
+    """What ``reverify`` found."""
+
+    diagnosis_id: str
+    invocations: int
+    verifier_mode: VerifierMode
+    before: Outcome
+    after: Outcome
+    changes: list[str]
+    verifier_result: VerifierResult
+    gatekeeper_result: GatekeeperResult
+
+
+def _labels(checks: list[ClaimCheck]) -> dict[str, str]:
+    return {check["claim_id"]: check["verification"] for check in checks}
 
 
 def reverify(
@@ -32,58 +65,64 @@ def reverify(
     ledger: InvocationLedger,
     get_model: GetModel,
     context: Context,
-) -> dict[str, Any]:
+) -> Report:
     """Re-check a recorded diagnosis; return before, after and the list of changes.
 
     Raises:
-        NotReverifiable: when there is nothing recorded to re-check.
+        NotReverifiable: when there is nothing readable recorded to re-check.
     """
     record = audit.get(diagnosis_id)
     if record is None:
         raise NotReverifiable(f"no diagnosis {diagnosis_id!r}; see superbiz sessions list")
-    evaluation = (record.get("self_evaluation") or {}).get("verifier_evaluation")
-    if not evaluation:
+    try:
+        evaluation = verifier_evaluation_of(record)
+    except StoredRecordError as exc:
+        raise NotReverifiable(str(exc)) from None
+    if evaluation is None:
         raise NotReverifiable(
             f"diagnosis {diagnosis_id!r} has no recorded verifier evaluation "
             f"(status {record['status']}); finish it first with superbiz diagnose --resume"
         )
     invocations = ledger.list(diagnosis_id)
-    parse_status = evaluation.get("executor_output_parse_status") or {"status": "missing"}
-    structured = evaluation.get("executor_structured_output")
-    gatekeeper_result = run_gatekeeper(parse_status, structured, invocations)
+    parse_status = evaluation["executor_output_parse_status"]
+    structured = evaluation["executor_structured_output"]
+    settings = bundled_settings()
+    answer = read_answer(parse_status, structured, settings.schema)
+    gatekeeper_result = gatekeep(answer, invocations, settings)
     trace_summary = build_trace_summary(invocations)
     services = sorted(
         {str(i["arguments"]["service"]) for i in invocations if i["arguments"].get("service")}
     )
     result = verify(
         get_model("verifier", context),
-        question=str(record["question"]),
-        final_answer=str(evaluation.get("executor_final_answer") or ""),
+        question=record["question"],
+        final_answer=evaluation["executor_final_answer"],
         parse_status=parse_status,
         structured=structured,
+        answer=answer,
         trace_summary=trace_summary,
         gatekeeper_result=gatekeeper_result,
-        retry_context=evaluation.get("retry_context"),
-        round_no=int(record.get("rounds") or 1),
+        retry_context=evaluation["retry_context"],
+        round_no=record["rounds"] or 1,
         known_services=services,
     )
-    old_gate = evaluation.get("gatekeeper_result") or {}
-    before = {
-        "verdict": record.get("verdict"),
-        "groundedness_score": record.get("score"),
-        "gatekeeper_status": old_gate.get("status"),
-        "failed_rules": old_gate.get("failed_rules", []),
-        "rule_set_version": old_gate.get("rule_set_version"),
-        "labels": _labels(evaluation.get("claim_checks") or []),
-    }
-    after = {
-        "verdict": result["verdict"],
-        "groundedness_score": result["groundedness_score"],
-        "gatekeeper_status": gatekeeper_result.get("status"),
-        "failed_rules": gatekeeper_result.get("failed_rules", []),
-        "rule_set_version": gatekeeper_result.get("rule_set_version"),
-        "labels": _labels(result.get("claim_checks") or []),
-    }
+    old_gate = evaluation["gatekeeper_result"]
+    before = Outcome(
+        verdict=record["verdict"],
+        groundedness_score=record["score"],
+        gatekeeper_status=old_gate["status"],
+        failed_rules=old_gate["failed_rules"],
+        rule_set_version=old_gate["rule_set_version"],
+        labels=_labels(evaluation["claim_checks"]),
+    )
+    after = Outcome(
+        verdict=result["verdict"],
+        groundedness_score=result["groundedness_score"],
+        gatekeeper_status=gatekeeper_result["status"],
+        failed_rules=gatekeeper_result["failed_rules"],
+        rule_set_version=gatekeeper_result["rule_set_version"],
+        labels=_labels(result["claim_checks"]),
+    )
     changes = [
         f"{key}: {before[key]!r} -> {after[key]!r}"
         for key in (
@@ -99,13 +138,13 @@ def reverify(
         old, new = before["labels"].get(claim_id), after["labels"].get(claim_id)
         if old != new:
             changes.append(f"claim {claim_id}: {old} -> {new}")
-    return {
-        "diagnosis_id": diagnosis_id,
-        "invocations": len(invocations),
-        "verifier_mode": result.get("verifier_mode"),
-        "before": before,
-        "after": after,
-        "changes": changes,
-        "verifier_result": result,
-        "gatekeeper_result": gatekeeper_result,
-    }
+    return Report(
+        diagnosis_id=diagnosis_id,
+        invocations=len(invocations),
+        verifier_mode=result["verifier_mode"],
+        before=before,
+        after=after,
+        changes=changes,
+        verifier_result=result,
+        gatekeeper_result=gatekeeper_result,
+    )

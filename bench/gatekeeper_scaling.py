@@ -32,7 +32,9 @@ from persistence.ledger import InMemoryLedger
 from tools.runner import ToolRunner
 from tools.sample import SampleBackend
 from tools.trace_summary import build_trace_summary
-from verification.gatekeeper import load_catalog, run_gatekeeper
+from verification.catalog import load_catalog
+from verification.executor_output import read_answer
+from verification.gatekeeper import run_gatekeeper
 from verification.rule_evaluation import evaluate_rules
 
 INVOCATIONS = (10, 100, 1000)
@@ -286,7 +288,9 @@ def main(argv: list[str] | None = None) -> int:
                 lambda rows=rows, answer=answer: run_gatekeeper(parse_status, answer, rows), runs
             )
             rules_ms, _ = timed(
-                lambda rows=rows, answer=answer, gate=gate: evaluate_rules(rows, answer, gate),
+                lambda rows=rows, answer=answer, gate=gate: evaluate_rules(
+                    rows, read_answer(parse_status, answer), gate
+                ),
                 runs,
             )
             if (n, c) == TARGET_CASE:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from langgraph.graph import END, START, StateGraph
 
 from graph.models import make_model_factory
@@ -26,6 +24,7 @@ from state.graph_state import DiagnosisState, InputState, OutputState
 from tools.backend import EvidenceBackend
 from tools.runner import ToolRunner
 from tools.sample import SampleBackend, default_environment
+from verification.catalog import Catalog, settings_for
 
 NODES = (
     "intake",
@@ -47,7 +46,7 @@ def build_graph(
     backend: EvidenceBackend | None = None,
     ledger: InvocationLedger | None = None,
     audit: AuditStore | None = None,
-    gatekeeper_catalog: dict[str, Any] | None = None,
+    gatekeeper_catalog: Catalog | None = None,
 ) -> StateGraph[DiagnosisState, Context, InputState, OutputState]:
     """Build the diagnosis graph (uncompiled).
 
@@ -58,12 +57,16 @@ def build_graph(
         ledger: where tool invocations are recorded; defaults to an in-memory ledger.
         audit: where diagnoses are recorded; defaults to an in-memory audit store.
         gatekeeper_catalog: a rule catalog; defaults to the bundled one.
+
+    Raises:
+        CatalogError: when ``gatekeeper_catalog`` is not a valid rule catalog.
     """
     get_model = get_model or make_model_factory()
     backend = backend or SampleBackend(default_environment())
     ledger = ledger or InMemoryLedger()
     audit = audit or InMemoryAuditStore()
     runner = ToolRunner(backend, ledger)
+    rules = settings_for(gatekeeper_catalog)
 
     builder = StateGraph(
         DiagnosisState, context_schema=Context, input_schema=InputState, output_schema=OutputState
@@ -72,8 +75,8 @@ def build_graph(
     builder.add_node("planner", make_planner(get_model, backend.services))
     builder.add_node("executor", make_executor(get_model, ledger))
     builder.add_node("tools", make_tools(runner))
-    builder.add_node("evidence", make_evidence(ledger))
-    builder.add_node("gatekeeper", make_gatekeeper(ledger, audit, gatekeeper_catalog))
+    builder.add_node("evidence", make_evidence(ledger, rules.schema))
+    builder.add_node("gatekeeper", make_gatekeeper(ledger, audit, rules))
     builder.add_node("verifier", make_verifier(get_model, backend.services))
     builder.add_node("retry", make_retry())
     builder.add_node("composer", make_composer(get_model))

@@ -1,4 +1,4 @@
-"""Routers: the conditional edges of contracts section 1."""
+"""Routers: the conditional edges of the flow (docs/contracts.md, "Flow")."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ from typing import Literal
 from langchain_core.messages import AIMessage
 
 from state.graph_state import DiagnosisState
+from state.records import MAX_ROUNDS
 
 RETRY_SCORE = 0.5
-MAX_ROUNDS = 2
+"""A LOW_CONFID round 1 below this score gets the one extra evidence round."""
 
 
 def after_executor(state: DiagnosisState) -> Literal["tools", "evidence"]:
@@ -30,12 +31,3 @@ def after_verifier(state: DiagnosisState) -> Literal["composer", "retry"]:
     ):
         return "retry"
     return "composer"
-
-
-def composer_mode(verdict: str | None) -> Literal["pass", "uncertain", "degraded"]:
-    """The composer's mode for an effective verdict."""
-    if verdict == "PASS":
-        return "pass"
-    if verdict == "LOW_CONFID":
-        return "uncertain"
-    return "degraded"

@@ -9,7 +9,7 @@ that died: it is marked ``abandoned``. A resumed run is noted as such; a run tha
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import cast
 
 from langchain_core.messages import HumanMessage
 from langchain_core.runnables import RunnableConfig
@@ -17,34 +17,41 @@ from langgraph.graph.state import CompiledStateGraph
 
 from persistence.audit import AuditStore
 from state.context import Context
+from state.graph_state import DiagnosisState, InputState, OutputState
+from state.records import DiagnosisStatus, DiagnosisSummary, GatekeeperBrief
+from verification.text import error_line
 
 
 class NothingToResume(ValueError):
     """The thread has no interrupted diagnosis."""
 
 
-def _one_line(exc: BaseException) -> str:
-    message = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+Graph = CompiledStateGraph[DiagnosisState, Context, InputState, OutputState]
+"""A compiled diagnosis graph."""
+
+
+def state_of(app: Graph, config: RunnableConfig) -> DiagnosisState:
+    """The thread's current state (what the graph's own nodes wrote)."""
+    return cast(DiagnosisState, app.get_state(config).values)
 
 
 def run_diagnosis(
-    app: CompiledStateGraph[Any, Context, Any, Any],
+    app: Graph,
     *,
     thread_id: str,
     context: Context,
     audit: AuditStore,
     question: str | None = None,
     resume: bool = False,
-    on_event: Callable[[dict[str, Any]], None] | None = None,
-) -> dict[str, Any]:
+    on_event: Callable[[dict[str, object]], None] | None = None,
+) -> DiagnosisState:
     """Run (or resume) the thread's diagnosis to the end and return the final state values.
 
     Raises:
         NothingToResume: when ``resume`` is set and the thread has nothing interrupted.
     """
     config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
-    payload: dict[str, Any] | None
+    payload: InputState | None
     if resume:
         snapshot = app.get_state(config)
         if not snapshot.next:
@@ -58,7 +65,7 @@ def run_diagnosis(
         payload = None
     else:
         audit.abandon_running(thread_id)
-        payload = {"messages": [HumanMessage(question or "")]}
+        payload = InputState(messages=[HumanMessage(question or "")])
     try:
         for chunk in app.stream(payload, config, context=context, stream_mode="custom"):
             if on_event is not None and isinstance(chunk, dict):
@@ -67,21 +74,20 @@ def run_diagnosis(
         _note(app, config, audit, None, "interrupted; resume with --resume --thread " + thread_id)
         raise
     except Exception as exc:
-        _note(app, config, audit, "failed", f"failed: {_one_line(exc)}")
+        _note(app, config, audit, "failed", f"failed: {error_line(exc)}")
         raise
-    values: dict[str, Any] = app.get_state(config).values
-    return values
+    return state_of(app, config)
 
 
 def _note(
-    app: CompiledStateGraph[Any, Context, Any, Any],
+    app: Graph,
     config: RunnableConfig,
     audit: AuditStore,
-    status: str | None,
+    status: DiagnosisStatus | None,
     note: str,
 ) -> None:
     try:
-        diagnosis_id = app.get_state(config).values.get("diagnosis_id")
+        diagnosis_id = state_of(app, config).get("diagnosis_id")
         if diagnosis_id and (record := audit.get(str(diagnosis_id))) is not None:
             if record["status"] == "running":
                 audit.mark(str(diagnosis_id), status=status, note=note)
@@ -89,21 +95,22 @@ def _note(
         return
 
 
-def summary_of(values: dict[str, Any], thread_id: str, *, offline: bool) -> dict[str, Any]:
+def summary_of(values: DiagnosisState, thread_id: str) -> DiagnosisSummary:
     """The result object the CLI prints with ``--json`` (and the API returns)."""
-    gate = values.get("gatekeeper_result") or {}
-    return {
-        "diagnosis_id": values.get("diagnosis_id"),
-        "thread_id": thread_id,
-        "verdict": values.get("verdict"),
-        "model_verdict": (values.get("verifier_result") or {}).get("model_verdict"),
-        "groundedness_score": values.get("groundedness_score"),
-        "rounds": values.get("round"),
-        "offline": offline,
-        "answer": values.get("answer"),
-        "gatekeeper": {
-            "status": gate.get("status"),
-            "severity": gate.get("severity"),
-            "failed_rules": gate.get("failed_rules", []),
-        },
-    }
+    gate = values.get("gatekeeper_result")
+    result = values.get("verifier_result")
+    return DiagnosisSummary(
+        diagnosis_id=values.get("diagnosis_id"),
+        thread_id=thread_id,
+        verdict=values.get("verdict"),
+        model_verdict=result["model_verdict"] if result is not None else None,
+        groundedness_score=values.get("groundedness_score"),
+        rounds=values.get("round"),
+        offline=values["run_info"]["offline"] if "run_info" in values else False,
+        answer=values.get("answer"),
+        gatekeeper=GatekeeperBrief(
+            status=gate["status"] if gate else None,
+            severity=gate["severity"] if gate else None,
+            failed_rules=gate["failed_rules"] if gate else [],
+        ),
+    )

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from langgraph.runtime import Runtime
 
 from nodes.common import Node, emit
@@ -12,56 +10,60 @@ from nodes.prompts import prompt_audit
 from persistence.audit import AuditStore
 from state.context import Context
 from state.graph_state import DiagnosisState
+from state.records import DiagnosisOutcome, Verdict, VerifierEvaluation
 from tools.trace_summary import TRACEABILITY_VERSION
 
 FINAL_ANSWER_CHARS = 8000
 """How much of the executor's raw final message the audit keeps."""
 
 
-def verifier_evaluation(state: DiagnosisState) -> dict[str, Any]:
-    """The ``verifier_evaluation`` channel of ``self_evaluation`` (contracts section 7)."""
-    result = state.get("verifier_result") or {}
-    run_info = state.get("run_info") or {}
+def verifier_evaluation(state: DiagnosisState) -> VerifierEvaluation:
+    """The ``verifier_evaluation`` channel of ``self_evaluation``."""
+    result = state["verifier_result"]
+    run_info = state["run_info"]
     return {
-        "verdict": state.get("verdict") or result.get("verdict"),
-        "model_verdict": result.get("model_verdict"),
-        "derived_verdict": result.get("derived_verdict"),
-        "groundedness_score": result.get("groundedness_score", 0.0),
-        "critical_fact_count": result.get("critical_fact_count", 0),
-        "claim_checks": result.get("claim_checks", []),
-        "facts_checked": result.get("facts_checked", []),
-        "rationale": result.get("rationale", ""),
-        "verifier_mode": result.get("verifier_mode"),
-        "executor_output_parse_status": state.get("parse_status") or {},
+        "verdict": result["verdict"],
+        "model_verdict": result["model_verdict"],
+        "derived_verdict": result["derived_verdict"],
+        "groundedness_score": result["groundedness_score"],
+        "critical_fact_count": result["critical_fact_count"],
+        "claim_checks": result["claim_checks"],
+        "facts_checked": result["facts_checked"],
+        "rationale": result["rationale"],
+        "verifier_mode": result["verifier_mode"],
+        "executor_output_parse_status": state["parse_status"],
         "executor_structured_output": state.get("structured_output"),
         "executor_final_answer": executor_final_text(state)[:FINAL_ANSWER_CHARS],
         "retry_context": state.get("retry_context"),
-        "tool_trace_summary": state.get("trace_summary") or [],
+        "tool_trace_summary": state["trace_summary"],
         "traceability_version": TRACEABILITY_VERSION,
-        "gatekeeper_result": state.get("gatekeeper_result") or {},
-        "composer_output": state.get("composer_output") or {},
+        "gatekeeper_result": state["gatekeeper_result"],
+        "composer_output": state["composer_output"],
         "prompt_audit": prompt_audit(),
-        "offline": bool(run_info.get("offline")),
-        "models": run_info.get("models", {}),
-        "rounds": state.get("rounds") or [],
+        "offline": run_info["offline"],
+        "models": run_info["models"],
+        "rounds": state.get("rounds", []),
     }
 
 
 def make_audit(audit: AuditStore) -> Node:
     """Build the audit node."""
 
-    def record(state: DiagnosisState, *, runtime: Runtime[Context]) -> dict[str, Any]:
+    def record(state: DiagnosisState, *, runtime: Runtime[Context]) -> DiagnosisState:
         diagnosis_id = state["diagnosis_id"]
+        verdict: Verdict = state["verifier_result"]["verdict"]
         audit.update_channel(diagnosis_id, "verifier_evaluation", verifier_evaluation(state))
         audit.finish_diagnosis(
             diagnosis_id,
-            status="done",
-            rounds=state.get("round", 1),
-            verdict=state.get("verdict"),
-            score=state.get("groundedness_score"),
-            answer=state.get("answer"),
+            DiagnosisOutcome(
+                status="done",
+                rounds=state.get("round", 1),
+                verdict=verdict,
+                score=state.get("groundedness_score"),
+                answer=state.get("answer"),
+            ),
         )
-        emit("done", round=state.get("round", 1), verdict=state.get("verdict"))
+        emit("done", round=state.get("round", 1), verdict=verdict)
         return {"route": ["audit"]}
 
     return record

@@ -13,6 +13,7 @@ from langgraph.config import get_config, get_stream_writer
 from langgraph.runtime import Runtime
 
 from state.context import Context
+from state.graph_state import DiagnosisState
 
 GetModel = Callable[[str, Context], BaseChatModel]
 """Model factory handed to node factories: ``get_model(role, context)``."""
@@ -73,7 +74,7 @@ def model_label(model: BaseChatModel) -> str:
     return model._llm_type
 
 
-def dumps(data: Any) -> str:
+def dumps(data: object) -> str:
     """Compact JSON text that keeps non-ASCII characters readable."""
     return json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str)
 
@@ -81,6 +82,8 @@ def dumps(data: Any) -> str:
 class Node(Protocol):
     """A graph node: reads the state and the run's context, returns the keys it changes."""
 
-    def __call__(self, state: Any, *, runtime: Runtime[Context]) -> dict[str, Any]:
+    def __call__(
+        self, state: DiagnosisState, *, runtime: Runtime[Context]
+    ) -> DiagnosisState | dict[str, object]:
         """Run the node."""
         ...

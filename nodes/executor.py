@@ -9,7 +9,7 @@ ledger, instead of in every checkpoint.
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Sequence
 
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage, ToolMessage
 from langgraph.runtime import Runtime
@@ -19,6 +19,7 @@ from nodes.prompts import load_prompt
 from persistence.ledger import InvocationLedger
 from state.context import Context
 from state.graph_state import DiagnosisState
+from state.records import Invocation
 from tools.runner import tool_message_content
 from tools.schemas import tool_specs
 
@@ -28,7 +29,7 @@ BUDGET_SPENT = (
 )
 
 
-def tool_reference(invocation: dict[str, Any]) -> str:
+def tool_reference(invocation: Invocation) -> str:
     """What the checkpointed tool message holds: the invocation's id, tool and status."""
     return json.dumps(
         {
@@ -41,7 +42,7 @@ def tool_reference(invocation: dict[str, Any]) -> str:
 
 
 def expand_tool_messages(
-    messages: list[AnyMessage], invocations: list[dict[str, Any]]
+    messages: Sequence[AnyMessage], invocations: Sequence[Invocation]
 ) -> list[AnyMessage]:
     """Replace tool-result references by the full tool message content from the ledger."""
     by_id = {row["invocation_id"]: row for row in invocations}
@@ -52,7 +53,7 @@ def expand_tool_messages(
                 ref = json.loads(message.content)
             except json.JSONDecodeError:
                 ref = None
-            row = by_id.get(ref.get("invocation_id")) if isinstance(ref, dict) else None
+            row = by_id.get(str(ref.get("invocation_id"))) if isinstance(ref, dict) else None
             if row is not None:
                 message = message.model_copy(update={"content": tool_message_content(row)})
         out.append(message)
@@ -64,7 +65,7 @@ def make_executor(get_model: GetModel, ledger: InvocationLedger) -> Node:
     prompt = load_prompt("executor")
     specs = tool_specs()
 
-    def executor(state: DiagnosisState, *, runtime: Runtime[Context]) -> dict[str, Any]:
+    def executor(state: DiagnosisState, *, runtime: Runtime[Context]) -> DiagnosisState:
         ctx = context_of(runtime)
         used = state.get("tool_calls_used", 0)
         emit("executor", round=state.get("round", 1), tool_calls_used=used)

@@ -1,8 +1,6 @@
-"""Gatekeeper node: the deterministic rule checks and the ``rule_evaluation`` channel."""
+"""Gatekeeper node: the deterministic evidence rules and the ``rule_evaluation`` channel."""
 
 from __future__ import annotations
-
-from typing import Any
 
 from langgraph.runtime import Runtime
 
@@ -11,25 +9,20 @@ from persistence.audit import AuditStore
 from persistence.ledger import InvocationLedger
 from state.context import Context
 from state.graph_state import DiagnosisState
-from verification.gatekeeper import run_gatekeeper
+from verification.catalog import Settings
+from verification.gatekeeper import gatekeep
 from verification.rule_evaluation import evaluate_rules
 
 
-def make_gatekeeper(
-    ledger: InvocationLedger,
-    audit: AuditStore,
-    catalog: dict[str, Any] | None = None,
-) -> Node:
-    """Build the gatekeeper node: the rule checks and the ``rule_evaluation`` channel."""
+def make_gatekeeper(ledger: InvocationLedger, audit: AuditStore, settings: Settings) -> Node:
+    """Build the gatekeeper node on the rule settings of a catalog."""
 
-    def gatekeeper(state: DiagnosisState, *, runtime: Runtime[Context]) -> dict[str, Any]:
+    def gatekeeper(state: DiagnosisState, *, runtime: Runtime[Context]) -> DiagnosisState:
         emit("gatekeeper", round=state.get("round", 1))
         invocations = ledger.list(state["diagnosis_id"])
-        structured = state.get("structured_output")
-        result = run_gatekeeper(
-            state.get("parse_status") or {"status": "missing"}, structured, invocations, catalog
-        )
-        evaluation = evaluate_rules(invocations, structured, result)
+        answer = state["executor_answer"]
+        result = gatekeep(answer, invocations, settings)
+        evaluation = evaluate_rules(invocations, answer, result)
         audit.update_channel(state["diagnosis_id"], "rule_evaluation", evaluation)
         return {"gatekeeper_result": result, "rule_evaluation": evaluation, "route": ["gatekeeper"]}
 

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any
 
 from langchain_core.messages import HumanMessage
 from langgraph.runtime import Runtime
+from langgraph.types import Overwrite
 
 from nodes.common import GetModel, Node, context_of, emit, message_text, model_label, thread_id
 from persistence.audit import AuditStore
 from state.context import ROLES, Context
-from state.graph_state import RESET, DiagnosisState
+from state.graph_state import DiagnosisState
+from state.records import RunInfo
 
 _NAMESPACE = uuid.UUID("6f1c7e0a-52c4-4f0e-9a55-3f4f3c1b9d21")
 
@@ -24,7 +25,7 @@ def diagnosis_id_for(thread: str, message_id: str) -> str:
 def make_intake(get_model: GetModel, audit: AuditStore) -> Node:
     """Build the intake node: question, diagnosis id, reset of per-diagnosis fields."""
 
-    def intake(state: DiagnosisState, *, runtime: Runtime[Context]) -> dict[str, Any]:
+    def intake(state: DiagnosisState, *, runtime: Runtime[Context]) -> dict[str, object]:
         ctx = context_of(runtime)
         human = next(
             (m for m in reversed(state.get("messages", [])) if isinstance(m, HumanMessage)), None
@@ -51,23 +52,16 @@ def make_intake(get_model: GetModel, audit: AuditStore) -> Node:
         return {
             "diagnosis_id": diagnosis_id,
             "question": question,
-            "run_info": {"offline": ctx.offline, "language": ctx.language, "models": models},
+            "run_info": RunInfo(offline=ctx.offline, language=ctx.language, models=models),
             "round": 1,
             "plan": "",
             "tool_calls_used": 0,
-            "parse_status": {},
-            "structured_output": None,
-            "trace_summary": [],
-            "gatekeeper_result": {},
-            "rule_evaluation": {},
-            "verifier_result": {},
             "verdict": "",
             "groundedness_score": 0.0,
             "retry_context": None,
-            "composer_output": {},
             "answer": "",
-            "rounds": [RESET],
-            "route": [RESET, "intake"],
+            "rounds": Overwrite([]),
+            "route": Overwrite(["intake"]),
         }
 
     return intake

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.messages import AIMessage, AnyMessage, ToolMessage
 from langgraph.runtime import Runtime
 
 from nodes.common import Node, context_of, dumps, emit, thread_id
@@ -21,14 +19,14 @@ def make_tools(
 ) -> Node:
     """Build the tools node. Every call is recorded as an invocation before the model sees it."""
 
-    def tools(state: DiagnosisState, *, runtime: Runtime[Context]) -> dict[str, Any]:
+    def tools(state: DiagnosisState, *, runtime: Runtime[Context]) -> DiagnosisState:
         ctx = context_of(runtime)
         messages = state.get("executor_messages", [])
         last = messages[-1] if messages else None
         calls = last.tool_calls if isinstance(last, AIMessage) else []
         used = state.get("tool_calls_used", 0)
         round_no = state.get("round", 1)
-        out: list[ToolMessage] = []
+        out: list[AnyMessage] = []
         for index, call in enumerate(calls):
             call_id = call.get("id") or f"call-r{round_no}-m{len(messages)}-{index}"
             if used >= ctx.max_tool_calls_per_round:

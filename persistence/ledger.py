@@ -1,94 +1,169 @@
 """The invocation ledger: where every tool call is recorded before its result is used.
 
-Recording is idempotent on the invocation's `idempotency_key`, so a graph node that is executed
+Recording is idempotent on the invocation's ``idempotency_key``, so a graph node that is executed
 again after a resume gets the row it already wrote instead of a duplicate. Invocation ids are
-`inv-1`, `inv-2`, ... in recording order within one diagnosis.
+``inv-1``, ``inv-2``, ... in recording order within one diagnosis. ``InMemoryLedger`` serves one
+process (tests, scenario runs); ``SqlLedger`` is the ``tool_invocation`` table.
 """
 
 from __future__ import annotations
 
 import builtins
 import threading
-from typing import Any, Protocol, runtime_checkable
+import zlib
+from typing import Protocol
+
+from pydantic import TypeAdapter
+
+from persistence.database import Database, Transaction, load_json
+from state.records import Invocation, InvocationDraft
 
 
-@runtime_checkable
 class InvocationLedger(Protocol):
-    """Storage of tool invocations (contracts section 2)."""
+    """Storage of tool invocations."""
 
-    def record(self, invocation: dict[str, Any]) -> dict[str, Any]:
-        """Stores an invocation once per idempotency key.
-
-        Args:
-            invocation: The invocation row; must carry `diagnosis_id` and `idempotency_key`.
-                Its `invocation_id` is assigned here.
+    def record(self, draft: InvocationDraft) -> Invocation:
+        """Store an invocation once per idempotency key.
 
         Returns:
             The stored row: the existing one, unchanged, when the key was already recorded;
-            otherwise the new row with `invocation_id` = `inv-<n>`, n being the number of
+            otherwise the new row with ``invocation_id`` = ``inv-<n>``, n being the number of
             invocations already recorded for the diagnosis plus one.
         """
         ...
 
-    def find(self, idempotency_key: str) -> dict[str, Any] | None:
-        """Returns the row recorded under this idempotency key, or None."""
+    def find(self, idempotency_key: str) -> Invocation | None:
+        """The row recorded under this idempotency key, or None."""
         ...
 
-    def list(self, diagnosis_id: str) -> builtins.list[dict[str, Any]]:
-        """Returns the rows of one diagnosis in call order."""
+    def list(self, diagnosis_id: str) -> builtins.list[Invocation]:
+        """The rows of one diagnosis in call order."""
         ...
+
+
+def _with_id(draft: InvocationDraft, invocation_id: str) -> Invocation:
+    return Invocation(**draft, invocation_id=invocation_id)
 
 
 class InMemoryLedger:
-    """A thread-safe ledger held in memory (tests, the CLI, scenario runs).
+    """A thread-safe ledger held in memory.
 
     Rows are shallow-copied in and out: the ledger takes over the nested values of a recorded
-    row and shares them with the rows it hands out, so treat both as read-only (deep copies on
-    every record and read made the ledger the largest cost of a tool call).
+    row and shares them with the rows it hands out, so treat both as read-only.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._by_key: dict[str, dict[str, Any]] = {}
+        self._by_key: dict[str, Invocation] = {}
         self._by_diagnosis: dict[str, builtins.list[str]] = {}
 
-    def record(self, invocation: dict[str, Any]) -> dict[str, Any]:
-        """Stores an invocation once per idempotency key.
-
-        Args:
-            invocation: The invocation row; must carry `diagnosis_id` and `idempotency_key`.
-
-        Returns:
-            A copy of the stored row (the existing one when the key was already recorded).
-
-        Raises:
-            ValueError: When `diagnosis_id` or `idempotency_key` is missing.
-        """
-        key = invocation.get("idempotency_key")
-        diagnosis_id = invocation.get("diagnosis_id")
-        if not isinstance(key, str) or not key:
-            raise ValueError("invocation has no idempotency_key")
-        if not isinstance(diagnosis_id, str) or not diagnosis_id:
-            raise ValueError("invocation has no diagnosis_id")
+    def record(self, draft: InvocationDraft) -> Invocation:
+        """Store an invocation once per idempotency key (see ``InvocationLedger.record``)."""
         with self._lock:
-            existing = self._by_key.get(key)
+            existing = self._by_key.get(draft["idempotency_key"])
             if existing is not None:
-                return dict(existing)
-            keys = self._by_diagnosis.setdefault(diagnosis_id, [])
-            row = dict(invocation)
-            row["invocation_id"] = f"inv-{len(keys) + 1}"
-            self._by_key[key] = row
-            keys.append(key)
-            return dict(row)
+                return existing.copy()
+            keys = self._by_diagnosis.setdefault(draft["diagnosis_id"], [])
+            row = _with_id(draft, f"inv-{len(keys) + 1}")
+            self._by_key[draft["idempotency_key"]] = row
+            keys.append(draft["idempotency_key"])
+            return row.copy()
 
-    def find(self, idempotency_key: str) -> dict[str, Any] | None:
-        """Returns a copy of the row recorded under this idempotency key, or None."""
+    def find(self, idempotency_key: str) -> Invocation | None:
+        """The row recorded under this idempotency key, or None."""
         with self._lock:
             row = self._by_key.get(idempotency_key)
-            return dict(row) if row is not None else None
+            return row.copy() if row is not None else None
 
-    def list(self, diagnosis_id: str) -> builtins.list[dict[str, Any]]:
-        """Returns copies of the rows of one diagnosis in call order."""
+    def list(self, diagnosis_id: str) -> builtins.list[Invocation]:
+        """The rows of one diagnosis in call order."""
         with self._lock:
-            keys = self._by_diagnosis.get(diagnosis_id, [])
-            return [dict(self._by_key[k]) for k in keys]
+            return [self._by_key[k].copy() for k in self._by_diagnosis.get(diagnosis_id, [])]
+
+
+_COLUMNS = (
+    "invocation_id, diagnosis_id, thread_id, round, tool_name, arguments, status, output, "
+    "retrieval_details, idempotency_key, started_at, duration_ms, error"
+)
+_ROW: TypeAdapter[Invocation] = TypeAdapter(Invocation)
+_LEDGER_LOCK = 0x5B12
+"""First key of the PostgreSQL advisory lock that serialises id assignment per diagnosis."""
+
+
+def _row(row: dict[str, object]) -> Invocation:
+    """A database row as an ``Invocation`` (validated: the database is outside the code)."""
+    decoded = {
+        key: load_json(value) if key in ("arguments", "output", "retrieval_details") else value
+        for key, value in row.items()
+    }
+    return _ROW.validate_python(decoded)
+
+
+class SqlLedger:
+    """``InvocationLedger`` on the ``tool_invocation`` table (PostgreSQL or SQLite)."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    def _find(self, tx: Transaction, idempotency_key: str) -> Invocation | None:
+        rows = tx.execute(
+            f"SELECT {_COLUMNS} FROM tool_invocation WHERE idempotency_key = %s",
+            (idempotency_key,),
+        )
+        return _row(rows[0]) if rows else None
+
+    def record(self, draft: InvocationDraft) -> Invocation:
+        """Store an invocation once per idempotency key (see ``InvocationLedger.record``)."""
+        key = draft["idempotency_key"]
+        with self._db.transaction() as tx:
+            if tx.dialect == "postgres":
+                lock = zlib.crc32(draft["diagnosis_id"].encode("utf-8")) - 2**31
+                tx.execute("SELECT pg_advisory_xact_lock(%s::int4, %s::int4)", (_LEDGER_LOCK, lock))
+            existing = self._find(tx, key)
+            if existing is not None:
+                return existing
+            count = tx.execute(
+                "SELECT COUNT(*) AS n FROM tool_invocation WHERE diagnosis_id = %s",
+                (draft["diagnosis_id"],),
+            )[0]["n"]
+            seq = int(str(count)) + 1
+            row = _with_id(draft, f"inv-{seq}")
+            tx.execute(
+                "INSERT INTO tool_invocation (diagnosis_id, invocation_id, seq, thread_id, round, "
+                "tool_name, arguments, status, output, retrieval_details, idempotency_key, "
+                "started_at, duration_ms, error) "
+                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                (
+                    row["diagnosis_id"],
+                    row["invocation_id"],
+                    seq,
+                    row["thread_id"] or "-",
+                    row["round"],
+                    row["tool_name"],
+                    tx.json(row["arguments"]),
+                    row["status"],
+                    tx.json(row["output"]),
+                    tx.json(row["retrieval_details"]),
+                    key,
+                    row["started_at"],
+                    row["duration_ms"],
+                    row["error"],
+                ),
+            )
+            stored = self._find(tx, key)
+        assert stored is not None
+        return stored
+
+    def find(self, idempotency_key: str) -> Invocation | None:
+        """The stored row with this idempotency key, if any."""
+        with self._db.transaction() as tx:
+            return self._find(tx, idempotency_key)
+
+    def list(self, diagnosis_id: str) -> builtins.list[Invocation]:
+        """Every invocation of a diagnosis in call order."""
+        with self._db.transaction() as tx:
+            rows = tx.execute(
+                f"SELECT {_COLUMNS} FROM tool_invocation WHERE diagnosis_id = %s ORDER BY seq",
+                (diagnosis_id,),
+            )
+        return [_row(r) for r in rows]

@@ -21,10 +21,9 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 
-from persistence.audit import utcnow
+from persistence.audit import SqlAuditStore, utcnow
 from persistence.database import SETUP_LOCK_KEY, Database, DatabaseError, open_database
-from persistence.sql_audit import SqlAuditStore
-from persistence.sql_ledger import SqlLedger
+from persistence.ledger import SqlLedger
 
 
 class ThreadBusy(DatabaseError):

@@ -1,25 +1,34 @@
-"""The typed graph state. Only plain data: pydantic objects are dumped before they get here.
+"""The graph state: the conversation plus the current diagnosis's records (``state.records``).
 
-One thread (a chat conversation) holds many diagnoses; ``intake`` resets every per-diagnosis
-field when a new user message arrives, so nothing from an earlier question leaks into the next.
+One thread (a chat conversation) holds many diagnoses. ``intake`` starts each one: it writes the
+question and the diagnosis id and resets the fields a client reads while a run is under way
+(verdict, score, answer, rounds, route). Every other per-diagnosis field is written by its node
+before any node of the same diagnosis reads it. Only plain data: no tool output is kept here
+(the ledger holds it), so checkpoints stay small.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+import operator
+from typing import Annotated
 
 from langchain_core.messages import AnyMessage
 from langgraph.graph.message import add_messages
 from typing_extensions import TypedDict
 
-RESET = "__reset__"
-
-
-def extend_or_reset(left: list[Any] | None, right: list[Any] | None) -> list[Any]:
-    """Append ``right`` to ``left``; a ``right`` that starts with ``RESET`` replaces ``left``."""
-    if right and right[0] == RESET:
-        return list(right[1:])
-    return list(left or []) + list(right or [])
+from state.records import (
+    ComposerOutput,
+    ExecutorAnswer,
+    GatekeeperResult,
+    JSONObject,
+    ParseStatus,
+    RetryContext,
+    RoundSummary,
+    RuleEvaluation,
+    RunInfo,
+    TraceItem,
+    VerifierResult,
+)
 
 
 class InputState(TypedDict):
@@ -49,8 +58,8 @@ class DiagnosisState(TypedDict, total=False):
     question: str
     """Written by ``intake``: the text of the last human message."""
 
-    run_info: dict[str, Any]
-    """Written by ``intake``: offline flag and the model label per role."""
+    run_info: RunInfo
+    """Written by ``intake``: offline flag, language and the model label per role."""
 
     round: int
     """Written by ``intake`` (1) and ``retry`` (2)."""
@@ -64,41 +73,44 @@ class DiagnosisState(TypedDict, total=False):
     tool_calls_used: int
     """Written by ``planner`` (0) and ``tools``: tool calls made in the current round."""
 
-    parse_status: dict[str, Any]
-    """Written by ``evidence``: {status: valid|missing|malformed, fence_stripped, error}."""
+    parse_status: ParseStatus
+    """Written by ``evidence``: how the executor's final message parsed as JSON."""
 
-    structured_output: dict[str, Any] | None
-    """Written by ``evidence``: the parsed executor_evidence_v2 object, or None."""
+    structured_output: JSONObject | None
+    """Written by ``evidence``: the executor's parsed object as written (audit, Verifier)."""
 
-    trace_summary: list[dict[str, Any]]
-    """Written by ``evidence``: the tool trace summary over both rounds (contracts section 8)."""
+    executor_answer: ExecutorAnswer
+    """Written by ``evidence``: that object read into records, with its schema findings."""
 
-    gatekeeper_result: dict[str, Any]
-    """Written by ``gatekeeper`` (contracts section 4)."""
+    trace_summary: list[TraceItem]
+    """Written by ``evidence``: the tool trace summary over both rounds."""
 
-    rule_evaluation: dict[str, Any]
-    """Written by ``gatekeeper``: the deterministic evidence score (contracts section 7)."""
+    gatekeeper_result: GatekeeperResult
+    """Written by ``gatekeeper``."""
 
-    verifier_result: dict[str, Any]
+    rule_evaluation: RuleEvaluation
+    """Written by ``gatekeeper``: the deterministic evidence score."""
+
+    verifier_result: VerifierResult
     """Written by ``verifier``: claim checks, facts, score, model/derived/effective verdicts."""
 
     verdict: str
-    """Written by ``verifier``: the effective verdict PASS | LOW_CONFID | REJECT."""
+    """Written by ``verifier`` (``intake`` resets it): the effective verdict."""
 
     groundedness_score: float
-    """Written by ``verifier``: computed in code from the claim checks."""
+    """Written by ``verifier`` (``intake`` resets it): computed in code from the claim checks."""
 
-    retry_context: dict[str, Any] | None
-    """Written by ``retry``: what round 1 lacked (verdict, score, gaps, failed rules, queries)."""
+    retry_context: RetryContext | None
+    """Written by ``retry`` (``intake`` resets it): what round 1 lacked."""
 
-    composer_output: dict[str, Any]
-    """Written by ``composer``: {mode, parse_status, language}."""
+    composer_output: ComposerOutput
+    """Written by ``composer``: how the answer was written."""
 
     answer: str
-    """Written by ``composer``: the user-facing answer (also the last AI message)."""
+    """Written by ``composer`` (``intake`` resets it): the answer (also the last AI message)."""
 
-    rounds: Annotated[list[dict[str, Any]], extend_or_reset]
-    """Appended by ``verifier``: one summary per round; ``intake`` resets it."""
+    rounds: Annotated[list[RoundSummary], operator.add]
+    """Appended by ``verifier``: one summary per round; ``intake`` overwrites it with []."""
 
-    route: Annotated[list[str], extend_or_reset]
-    """Appended by every node: node ids in the order they ran; ``intake`` resets it."""
+    route: Annotated[list[str], operator.add]
+    """Appended by every node: node ids in the order they ran; ``intake`` starts it anew."""

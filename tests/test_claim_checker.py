@@ -6,8 +6,12 @@ from typing import Any
 
 import pytest
 
-from verification.claim_checker import check_claims, extract_tokens
-from verification.verdict import finalize
+from state.records import Decision, GatekeeperResult, ParseStatus, TraceItem, VerifierReply
+from verification.claim_checker import check_claims, claim_tokens
+from verification.executor_output import read_answer
+from verification.verdict import decide
+
+VALID: ParseStatus = {"status": "valid", "fence_stripped": False, "error": None}
 
 LOG_TEXT = (
     "2026-03-01T10:01:00Z ERROR order-service order-1: HTTP 500 "
@@ -24,11 +28,24 @@ ZERO_SUMMARY = (
 FOUND_SUMMARY = "query_logs level=ERROR service=order-service matched 3 of 3 (complete)"
 RUNBOOK_TEXT = "Connection pool runbook (wiki): when HTTP 500 appears, raise the pool size to 50"
 
-TRACE: list[dict[str, Any]] = [
-    {"trace_ref": "t1", "tool_name": "query_logs", "source_invocation_ids": ["inv-1", "inv-4"]},
-    {"trace_ref": "t2", "tool_name": "query_metrics", "source_invocation_ids": ["inv-2"]},
-    {"trace_ref": "t3", "tool_name": "lookup_knowledge", "source_invocation_ids": ["inv-3"]},
-    {"trace_ref": "t4", "tool_name": "query_logs", "source_invocation_ids": ["inv-5"]},
+def _item(trace_ref: str, tool_name: str, ids: list[str]) -> TraceItem:
+    return TraceItem(
+        trace_ref=trace_ref,
+        tool_name=tool_name,
+        round=1,
+        success=True,
+        evidence_level="direct",
+        input_summary="",
+        output_summary="",
+        source_invocation_ids=ids,
+    )
+
+
+TRACE: list[TraceItem] = [
+    _item("t1", "query_logs", ["inv-1", "inv-4"]),
+    _item("t2", "query_metrics", ["inv-2"]),
+    _item("t3", "lookup_knowledge", ["inv-3"]),
+    _item("t4", "query_logs", ["inv-5"]),
 ]
 
 _SOURCES = {
@@ -86,50 +103,78 @@ def _case(
         "recommended_actions": [],
         "missing_info": [],
     }
-    gatekeeper = {
+    gatekeeper: GatekeeperResult = {
         "status": "pass",
         "severity": "none",
+        "checked_bindings": len(bindings),
         "failed_rules": [],
-        "verified_excerpts": {"c1": excerpts} if excerpts else {},
+        "warnings": [],
+        "errors": [],
+        "verified_excerpts": {"c1": excerpts} if excerpts else {},  # type: ignore[dict-item]
+        "rule_set_version": "test",
+        "rules": [],
     }
     return output, gatekeeper
+
+
+def reply_of(
+    output: dict[str, Any],
+    gatekeeper: GatekeeperResult,
+    trace: list[TraceItem],
+    known_services: list[str] | None = None,
+) -> VerifierReply:
+    """The claim checker's reply on a raw executor object, read as the graph reads it."""
+    return check_claims(
+        read_answer(VALID, output), gatekeeper, trace, known_services=known_services or ()
+    )
+
+
+def check(
+    output: dict[str, Any],
+    gatekeeper: GatekeeperResult,
+    trace: list[TraceItem],
+    known_services: list[str] | None = None,
+) -> Decision:
+    """The offline decision: the claim checker's reply through ``decide``."""
+    reply = reply_of(output, gatekeeper, trace, known_services)
+    answer = read_answer(VALID, output)
+    return decide(answer, gatekeeper, reply, parse_status=VALID, trace=trace, mode="offline")
 
 
 def _label(text: str, **kwargs: Any) -> str:
     known = kwargs.pop("known_services", None)
     output, gatekeeper = _case(text, **kwargs)
-    result = check_claims(output, gatekeeper, TRACE, known_services=known)
-    return str(result["claim_checks"][0]["verification"])
+    return check(output, gatekeeper, TRACE, known_services=known)["claim_checks"][0]["verification"]
 
 
 # --- tokens ----------------------------------------------------------------------------------
 
 
 def test_extract_tokens_finds_every_kind_of_specific() -> None:
-    tokens = extract_tokens(
+    tokens = claim_tokens(
         "order-service 在 10:00 后 HTTP 500 错误率 12.5%，超时 30s，"
         "抛出 SQLTimeoutException，错误码 ORA-01555，payments 也受影响。",
-        known_services=["payments"],
+        ["payments"],
     )
     assert tokens == [
         "10:00",
         "500",
         "12.5%",
         "30s",
-        "ora-01555",
         "sqltimeoutexception",
+        "ora-01555",
         "payments",
         "order-service",
     ]
 
 
 def test_extract_tokens_ignores_plain_words_and_log_levels() -> None:
-    assert extract_tokens("The Error rate is high and ERROR logs exist") == []
-    assert extract_tokens("数据库连接池耗尽") == []
+    assert claim_tokens("The Error rate is high and ERROR logs exist") == []
+    assert claim_tokens("数据库连接池耗尽") == []
 
 
 def test_extract_tokens_reads_full_width_characters() -> None:
-    assert extract_tokens("ＨＴＴＰ ５００") == ["500"]
+    assert claim_tokens("ＨＴＴＰ ５００") == ["500"]
 
 
 # --- labels ----------------------------------------------------------------------------------
@@ -137,13 +182,13 @@ def test_extract_tokens_reads_full_width_characters() -> None:
 
 def test_check_claims_all_tokens_present_is_direct_observation() -> None:
     output, gatekeeper = _case("order-service returned HTTP 500 after 30s")
-    result = check_claims(output, gatekeeper, TRACE)
-    check = result["claim_checks"][0]
-    assert check["verification"] == "direct_observation"
-    assert check["evidence_refs"] == [
+    result = check(output, gatekeeper, TRACE)
+    checked = result["claim_checks"][0]
+    assert checked["verification"] == "direct_observation"
+    assert checked["evidence_refs"] == [
         {"trace_ref": "t1", "tool_name": "query_logs", "source_invocation_ids": ["inv-1"]}
     ]
-    assert "500" in check["detail"] and "missing" not in check["detail"]
+    assert "500" in checked["detail"] and "missing" not in checked["detail"]
     assert result["verdict"] == "PASS"
     assert result["groundedness_score"] == 1.0
     assert result["critical_fact_count"] == 1
@@ -151,10 +196,10 @@ def test_check_claims_all_tokens_present_is_direct_observation() -> None:
 
 def test_check_claims_some_tokens_missing_is_overstated() -> None:
     output, gatekeeper = _case("order-service returned HTTP 500 and 503 errors")
-    result = check_claims(output, gatekeeper, TRACE)
-    check = result["claim_checks"][0]
-    assert check["verification"] == "overstated"
-    assert "missing: 503" in check["detail"]
+    result = check(output, gatekeeper, TRACE)
+    checked = result["claim_checks"][0]
+    assert checked["verification"] == "overstated"
+    assert "missing: 503" in checked["detail"]
     assert result["verdict"] == "LOW_CONFID"
     assert result["groundedness_score"] == 0.6
 
@@ -192,25 +237,17 @@ def test_check_claims_time_range_counts_when_both_ends_are_stated() -> None:
 def test_check_claims_without_verified_binding_is_unsupported() -> None:
     output, gatekeeper = _case("order-service returned HTTP 500")
     gatekeeper["verified_excerpts"] = {}
-    result = check_claims(output, gatekeeper, TRACE)
+    result = check(output, gatekeeper, TRACE)
     assert result["claim_checks"][0]["verification"] == "unsupported"
     assert result["claim_checks"][0]["evidence_refs"] == []
 
 
 def test_check_claims_knowledge_only_is_external_unknown() -> None:
     output, gatekeeper = _case("HTTP 500 means the pool size must be 50", sources=("documents[0]",))
-    result = check_claims(output, gatekeeper, TRACE)
-    check = result["claim_checks"][0]
-    assert check["verification"] == "external_unknown"
-    assert check["evidence_refs"][0]["trace_ref"] == "t3"
-
-
-def test_check_claims_knowledge_tool_read_from_binding_when_excerpt_lacks_it() -> None:
-    output, gatekeeper = _case("raise the pool size to 50", sources=("documents[0]",))
-    del gatekeeper["verified_excerpts"]["c1"][0]["tool_name"]
-    assert check_claims(output, gatekeeper, TRACE)["claim_checks"][0]["verification"] == (
-        "external_unknown"
-    )
+    result = check(output, gatekeeper, TRACE)
+    checked = result["claim_checks"][0]
+    assert checked["verification"] == "external_unknown"
+    assert checked["evidence_refs"][0]["trace_ref"] == "t3"
 
 
 def test_check_claims_knowledge_text_does_not_support_incident_tokens() -> None:
@@ -312,19 +349,19 @@ def test_check_claims_refs_come_from_trace_items_of_verified_invocations() -> No
     output, gatekeeper = _case(
         "order-service HighErrorRate at 12.5% with HTTP 500", sources=("logs[0]", "alerts[0]")
     )
-    check = check_claims(output, gatekeeper, TRACE)["claim_checks"][0]
-    assert check["verification"] == "direct_observation"
-    assert [r["trace_ref"] for r in check["evidence_refs"]] == ["t1", "t2"]
+    checked = check(output, gatekeeper, TRACE)["claim_checks"][0]
+    assert checked["verification"] == "direct_observation"
+    assert [r["trace_ref"] for r in checked["evidence_refs"]] == ["t1", "t2"]
 
 
 def test_check_claims_direct_without_trace_item_is_downgraded() -> None:
     output, gatekeeper = _case("order-service returned HTTP 500")
-    result = check_claims(output, gatekeeper, [])
+    result = check(output, gatekeeper, [])
     assert result["claim_checks"][0]["verification"] == "unsupported"
     assert result["verdict"] == "LOW_CONFID"
 
 
-def test_check_claims_verdict_and_score_agree_with_finalize() -> None:
+def test_check_claims_verdict_and_score_agree_with_decide() -> None:
     output, gatekeeper = _case("order-service returned HTTP 500")
     output["claims"].append(
         {
@@ -337,61 +374,29 @@ def test_check_claims_verdict_and_score_agree_with_finalize() -> None:
     )
     output["claims"].append({"claim_id": "c3", "claim_text": "payment-service is down"})
     gatekeeper["verified_excerpts"]["c2"] = gatekeeper["verified_excerpts"]["c1"]
-    raw = check_claims(output, gatekeeper, TRACE)
-    assert [c["verification"] for c in raw["claim_checks"]] == [
+    reply = reply_of(output, gatekeeper, TRACE)
+    final = decide(
+        read_answer(VALID, output),
+        gatekeeper,
+        reply,
+        parse_status=VALID,
+        trace=TRACE,
+        mode="offline",
+    )
+    assert [c["verification"] for c in final["claim_checks"]] == [
         "direct_observation",
         "reasonable_inference",
         "unsupported",
     ]
-    final = finalize(
-        raw,
-        structured_output=output,
-        parse_status={"status": "valid", "fence_stripped": False, "error": None},
-        gatekeeper_result=gatekeeper,
-        trace_summary=TRACE,
-        mode="offline",
-    )
-    assert final["groundedness_score"] == raw["groundedness_score"] == 0.5333
-    assert final["verdict"] == raw["verdict"] == "LOW_CONFID"
-    assert final["notes"] == []
-    assert set(raw) == {
-        "verdict",
-        "groundedness_score",
-        "critical_fact_count",
-        "claim_checks",
-        "rationale",
-    }
-    assert "3 claim" in raw["rationale"]
-
-
-@pytest.mark.parametrize(
-    ("structured_output", "gatekeeper", "trace"),
-    [
-        (None, {}, []),
-        ("text", None, None),
-        ({"claims": "x"}, {"verified_excerpts": []}, "t"),
-        (
-            {"claims": [None, 3, {"claim_id": 5}, {"claim_id": "c1", "claim_text": 7}]},
-            {
-                "verified_excerpts": {
-                    "c1": [None, {"text": 3}, {"text": "HTTP 500", "binding": "x"}]
-                }
-            },
-            [None, {"trace_ref": None}, {"trace_ref": "t1", "source_invocation_ids": "inv-1"}],
-        ),
-    ],
-    ids=["none", "strings", "wrong-types", "junk-items"],
-)
-def test_check_claims_never_raises_on_garbage(
-    structured_output: Any, gatekeeper: Any, trace: Any
-) -> None:
-    result = check_claims(structured_output, gatekeeper, trace)
-    assert result["verdict"] == "LOW_CONFID"
-    assert all(c["verification"] != "direct_observation" for c in result["claim_checks"])
+    assert final["groundedness_score"] == reply["groundedness_score"] == 0.5333
+    assert final["verdict"] == reply["verdict"] == "LOW_CONFID"
+    assert "3 claim" in reply["rationale"]
 
 
 def test_check_claims_no_claims_scores_zero() -> None:
-    result = check_claims({"claims": []}, {"status": "pass"}, TRACE)
+    output, gatekeeper = _case("x")
+    output["claims"] = []
+    result = reply_of(output, gatekeeper, TRACE)
     assert result["groundedness_score"] == 0.0
     assert result["claim_checks"] == []
     assert result["verdict"] == "LOW_CONFID"

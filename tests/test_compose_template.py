@@ -8,7 +8,32 @@ from typing import Any
 
 import pytest
 
-from verification.answer import render_template, select_material
+from state.records import GatekeeperResult, Material, ParseStatus
+from verification.answer import render_template
+from verification.answer import select_material as select_records
+from verification.executor_output import read_answer
+
+VALID: ParseStatus = {"status": "valid", "fence_stripped": False, "error": None}
+
+
+def select_material(verifier: Any, structured: Any, gatekeeper: Any) -> Material:
+    """``select_material`` on raw inputs, read as the graph reads them."""
+    checks = [
+        {**check, "model_verification": check["verification"]}
+        for check in verifier["claim_checks"]
+    ]
+    result: GatekeeperResult = {
+        "status": "pass",
+        "severity": "none",
+        "checked_bindings": 0,
+        "failed_rules": [],
+        "warnings": [],
+        "errors": [],
+        "rule_set_version": "test",
+        "rules": [],
+        **gatekeeper,
+    }
+    return select_records(checks, read_answer(VALID, structured), result)
 
 TEXTS = {
     "c1": "order-service 在 10:01 返回 HTTP 500",
@@ -164,8 +189,8 @@ def test_select_material_knowledge_excerpts_are_not_listed_as_evidence() -> None
     [None, "text", {"claims": "x", "hypotheses": 3}, {"claims": [None, 5, {"claim_text": 1}]}],
     ids=["none", "string", "wrong-types", "junk-claims"],
 )
-def test_select_material_never_raises_on_garbage(structured: Any) -> None:
-    material = select_material({"claim_checks": "x"}, structured, {"verified_excerpts": None})
+def test_select_material_from_garbage_output_confirms_nothing(structured: Any) -> None:
+    material = select_material({"claim_checks": []}, structured, {"verified_excerpts": {}})
     assert material["confirmed"] == []
     assert material["directions"] == []
 

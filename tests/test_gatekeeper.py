@@ -8,15 +8,14 @@ from typing import Any
 import pytest
 
 from verification import gatekeeper
-from verification.gatekeeper import (
+from verification.catalog import (
     DEFAULT_RULE_SET_VERSION,
     KNOWN_RULE_IDS,
     CatalogError,
-    extract_specifics,
-    fallback_pass,
     load_catalog,
-    run_gatekeeper,
 )
+from verification.gatekeeper import fallback_pass, run_gatekeeper
+from verification.text import contains_whole, specifics
 
 VALID = {"status": "valid", "fence_stripped": False, "error": None}
 
@@ -597,7 +596,7 @@ def test_gatekeeper_unbound_specifics_skips_claims_without_verified_binding() ->
 def test_extract_specifics_finds_numbers_and_exception_names() -> None:
     text = "返回 ５００, p99 30s, 12%. java.lang.NullPointerException: TimeoutError at 10:30."
 
-    found = extract_specifics(text)
+    found = specifics(text)
 
     assert found == [
         "500",
@@ -608,7 +607,7 @@ def test_extract_specifics_finds_numbers_and_exception_names() -> None:
         "TimeoutError",
         "10:30",
     ]
-    assert extract_specifics("An Error occurred, the error rate rose") == []
+    assert specifics("An Error occurred, the error rate rose") == []
 
 
 # --------------------------------------------------------------------------- aggregation
@@ -763,6 +762,8 @@ def test_gatekeeper_fails_closed_on_internal_exception(monkeypatch: pytest.Monke
             "rule_id": "gatekeeper.internal_error",
             "target": "gatekeeper",
             "message": "RuntimeError: boom",
+            "claim_id": None,
+            "binding_index": None,
         }
     ]
     assert result["rule_set_version"] == DEFAULT_RULE_SET_VERSION
@@ -800,11 +801,11 @@ def test_gatekeeper_rules_summary_present_on_fail() -> None:
 
 
 def test_gatekeeper_specifics_split_on_chinese_punctuation() -> None:
-    assert gatekeeper.extract_specifics("HTTP 500：Cannot acquire，耗时 30000ms。") == [
+    assert specifics("HTTP 500：Cannot acquire，耗时 30000ms。") == [
         "500",
         "30000ms",
     ]
-    assert gatekeeper.extract_specifics("错误率 ２３％") == ["23%"]
+    assert specifics("错误率 ２３％") == ["23%"]
 
 
 @pytest.mark.parametrize(
@@ -831,4 +832,4 @@ def test_gatekeeper_specifics_split_on_chinese_punctuation() -> None:
 def test_gatekeeper_contains_specific_matches_whole_numbers(
     needle: str, haystack: str, found: bool
 ) -> None:
-    assert gatekeeper.contains_specific(needle, haystack) is found
+    assert contains_whole(needle, haystack) is found

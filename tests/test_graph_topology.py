@@ -7,7 +7,8 @@ from pathlib import Path
 
 from apps.langgraph_server import graph
 from graph.builder import NODES, build_graph
-from graph.routing import after_executor, after_verifier, composer_mode
+from graph.routing import after_executor, after_verifier
+from nodes.composer import composer_section
 
 EXPECTED_EDGES = {
     ("__start__", "intake", False),
@@ -53,8 +54,8 @@ def test_routing_routers_are_typed_with_their_targets() -> None:
     assert "Literal['composer', 'retry']" in str(after_verifier.__annotations__["return"])
 
 
-def test_routing_composer_mode_per_verdict() -> None:
-    assert composer_mode("PASS") == "pass"
-    assert composer_mode("LOW_CONFID") == "uncertain"
-    assert composer_mode("REJECT") == "degraded"
-    assert composer_mode(None) == "degraded"
+def test_composer_section_per_verdict() -> None:
+    assert composer_section("PASS") == "pass"
+    assert composer_section("LOW_CONFID") == "uncertain"
+    assert composer_section("REJECT") == "degraded"
+    assert composer_section(None) == "degraded"

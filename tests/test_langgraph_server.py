@@ -26,9 +26,9 @@ from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from apps import langgraph_server as server_app
 from graph.builder import build_graph
 from graph.checkpointers import checkpointer
+from persistence.audit import SqlAuditStore
 from persistence.database import DatabaseError, default_sqlite_path, open_database
-from persistence.sql_audit import SqlAuditStore
-from persistence.sql_ledger import SqlLedger
+from persistence.ledger import SqlLedger
 
 ROOT = Path(__file__).resolve().parents[1]
 QUESTION = "order-service 为什么报 500？"

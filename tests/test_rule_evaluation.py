@@ -4,10 +4,20 @@ from typing import Any
 
 import pytest
 
-from verification.gatekeeper import run_gatekeeper
-from verification.rule_evaluation import FORMULA_VERSION, evaluate_rules
+from state.records import GatekeeperResult, ParseStatus, RuleEvaluation
+from verification.executor_output import read_answer
+from verification.gatekeeper import internal_error, run_gatekeeper
+from verification.rule_evaluation import FORMULA_VERSION
+from verification.rule_evaluation import evaluate_rules as evaluate_records
 
-VALID = {"status": "valid", "fence_stripped": False, "error": None}
+VALID: ParseStatus = {"status": "valid", "fence_stripped": False, "error": None}
+
+
+def evaluate_rules(
+    rows: list[Any], output: dict[str, Any] | None, gatekeeper: GatekeeperResult
+) -> RuleEvaluation:
+    """``evaluate_rules`` on a raw executor object, read as the graph reads it."""
+    return evaluate_records(rows, read_answer(VALID, output), gatekeeper)
 LOG_0 = "2026-03-01T10:05:00Z ERROR order-service order-1: Cannot acquire connection from pool"
 LOG_1 = "2026-03-01T10:06:00Z ERROR order-service order-2: Connection is not available"
 
@@ -166,12 +176,7 @@ def test_rule_evaluation_scores_zero_without_claims(output: dict[str, Any] | Non
 
 def test_rule_evaluation_uses_gatekeeper_verification_only() -> None:
     output = structured(claim("c1", bind("logs[0]", "Cannot acquire connection")))
-    failed_closed = {
-        "status": "fail",
-        "severity": "reject",
-        "checked_bindings": 0,
-        "verified_excerpts": {},
-    }
+    failed_closed = internal_error(RuntimeError("boom"))
 
     result = evaluate_rules(invocations(), output, failed_closed)
 
@@ -182,7 +187,13 @@ def test_rule_evaluation_uses_gatekeeper_verification_only() -> None:
 
 
 def test_rule_evaluation_score_stays_in_unit_interval_with_odd_inputs() -> None:
-    inflated = {"checked_bindings": 1, "verified_excerpts": {"c1": [{}, {}, {}], "zz": [{}]}}
+    excerpt = {"binding": 0, "invocation_id": "inv-2", "tool_name": "query_logs", "raw_path": "x"}
+    inflated = internal_error(RuntimeError("odd"))
+    inflated["checked_bindings"] = 1
+    inflated["verified_excerpts"] = {
+        "c1": [{**excerpt, "text": "a"}, {**excerpt, "text": "b"}, {**excerpt, "text": "c"}],  # type: ignore[list-item]
+        "zz": [{**excerpt, "text": "d"}],  # type: ignore[list-item]
+    }
     output = structured(claim("c1", bind("logs[0]", "x")))
 
     result = evaluate_rules(invocations(), output, inflated)

@@ -8,9 +8,10 @@ import pytest
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from persistence.ledger import InMemoryLedger, InvocationLedger
+from state.records import EVIDENCE_TOOLS, HELPER_TOOLS, Invocation, InvocationDraft
 from tools.runner import TRUNCATION_MARKER, ToolRunner, tool_message_content
 from tools.sample import SampleBackend
-from tools.schemas import EVIDENCE_TOOLS, HELPER_TOOLS, tool_specs
+from tools.schemas import tool_specs
 
 POOL_TIMEOUT = "HikariPool-1 - Connection is not available, request timed out after 30000ms."
 
@@ -150,15 +151,28 @@ def _call(name: str, args: Any, call_id: str) -> dict[str, Any]:
 
 def _run(
     runner: ToolRunner, call: dict[str, Any], *, round: int = 1, diagnosis_id: str = "d1"
-) -> dict[str, Any]:
+) -> Invocation:
     return runner.run(call, diagnosis_id=diagnosis_id, thread_id="t1", round=round)
 
 
 # --- ledger -----------------------------------------------------------------------------------
 
 
-def _row(diagnosis_id: str, key: str) -> dict[str, Any]:
-    return {"diagnosis_id": diagnosis_id, "idempotency_key": key, "tool_name": "query_logs"}
+def _row(diagnosis_id: str, key: str) -> InvocationDraft:
+    return InvocationDraft(
+        diagnosis_id=diagnosis_id,
+        thread_id="t1",
+        round=1,
+        tool_name="query_logs",
+        arguments={},
+        status="ok",
+        output=None,
+        retrieval_details={},
+        idempotency_key=key,
+        started_at="2026-03-01T10:00:00Z",
+        duration_ms=1.0,
+        error=None,
+    )
 
 
 def test_ledger_assigns_ids_in_call_order_per_diagnosis(ledger: InMemoryLedger) -> None:
@@ -172,8 +186,8 @@ def test_ledger_assigns_ids_in_call_order_per_diagnosis(ledger: InMemoryLedger) 
 
 
 def test_ledger_same_key_twice_keeps_one_row(ledger: InMemoryLedger) -> None:
-    first = ledger.record(_row("a", "a:1") | {"status": "ok"})
-    second = ledger.record(_row("a", "a:1") | {"status": "error"})
+    first = ledger.record(_row("a", "a:1"))
+    second = ledger.record({**_row("a", "a:1"), "status": "error"})
     assert second == first
     assert second["status"] == "ok"
     assert len(ledger.list("a")) == 1
@@ -182,7 +196,8 @@ def test_ledger_same_key_twice_keeps_one_row(ledger: InMemoryLedger) -> None:
 
 
 def test_ledger_rows_are_copies(ledger: InMemoryLedger) -> None:
-    invocation = _row("a", "a:1") | {"arguments": {"service": "x"}}
+    invocation = _row("a", "a:1")
+    invocation["arguments"] = {"service": "x"}
     stored = ledger.record(invocation)
     invocation["tool_name"] = "changed"
     stored["tool_name"] = "changed too"
@@ -191,13 +206,6 @@ def test_ledger_rows_are_copies(ledger: InMemoryLedger) -> None:
     assert found["arguments"] == {"service": "x"}
     assert found["tool_name"] == "query_logs"
     assert "invocation_id" not in invocation
-
-
-def test_ledger_rejects_rows_without_keys(ledger: InMemoryLedger) -> None:
-    with pytest.raises(ValueError, match="idempotency_key"):
-        ledger.record({"diagnosis_id": "a"})
-    with pytest.raises(ValueError, match="diagnosis_id"):
-        ledger.record({"idempotency_key": "k"})
 
 
 def test_ledger_is_thread_safe(ledger: InMemoryLedger) -> None:
@@ -216,7 +224,8 @@ def test_ledger_is_thread_safe(ledger: InMemoryLedger) -> None:
 
 
 def test_ledger_in_memory_satisfies_protocol(ledger: InMemoryLedger) -> None:
-    assert isinstance(ledger, InvocationLedger)
+    typed: InvocationLedger = ledger  # checked by mypy
+    assert typed.list("nobody") == []
 
 
 # --- runner: successful calls -----------------------------------------------------------------

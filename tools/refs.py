@@ -1,230 +1,186 @@
-"""Evidence refs: the citable units of one tool invocation (contracts section 2).
+"""Evidence refs: the citable units of one tool invocation, and the one renderer of entries.
 
-Each entry of an evidence tool's output becomes one ref whose `raw_path` names it (`logs[0]`,
-`alerts[1]`, `series[0]`, `documents[2]`) and whose `text` renders it on one line; every evidence
-invocation ends with one `summary` ref stating what was asked and how much matched. A claim cites
-a ref by invocation id + `raw_path`, and its excerpt must occur in the ref's text, so these texts
-are a contract: they change only together with the contracts document.
+Each entry of an evidence tool's output becomes one ref whose ``raw_path`` names it (``logs[0]``,
+``alerts[1]``, ``series[0]``, ``documents[2]``) and whose ``text`` renders it on one line; every
+evidence invocation ends with one ``summary`` ref stating what was asked and how much matched. A
+claim cites a ref by invocation id + ``raw_path``, and its excerpt must occur in the ref's text, so
+these texts are a contract (docs/contracts.md, "Evidence tools"). The trace summary renders
+entries with the same functions, leaving fields out (``fields=``).
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Collection, Mapping
 
-from tools.schemas import EVIDENCE_TOOLS
+from state.records import (
+    EVIDENCE_TOOLS,
+    AlertEntry,
+    DocumentEntry,
+    EvidenceRef,
+    LogEntry,
+    SeriesEntry,
+    SourceType,
+    ToolOutput,
+)
+
+LOG_FIELDS = ("timestamp", "level", "service", "instance")
+ALERT_FIELDS = ("service", "severity", "state", "value", "threshold", "active_at")
+SERIES_FIELDS = ("min", "max", "last", "points_count")
 
 
-def format_value(value: Any) -> str:
-    """Renders one value the way every ref text shows it.
+def format_value(value: object) -> str:
+    """Render one value the way every ref text shows it.
 
-    Rules: `None` -> `null`; bool -> `true`/`false`; int -> decimal digits; a float that is
-    integral -> its int form (`12.0` -> `12`); any other float -> `repr` (`0.23`); str as is;
-    list/dict -> compact JSON (no spaces, non-ASCII kept); anything else -> `str()`.
-
-    Args:
-        value: The value to render.
-
-    Returns:
-        The rendered text.
+    ``None`` -> ``null``; bool -> ``true``/``false``; int -> digits; an integral float -> its int
+    form (``12.0`` -> ``12``); any other float -> ``repr`` (``0.23``); str as is; list/dict ->
+    compact JSON (no spaces, non-ASCII kept); anything else -> ``str()``.
     """
     if value is None:
         return "null"
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
     if isinstance(value, float):
-        if value.is_integer():
-            return str(int(value))
-        return repr(value)
-    if isinstance(value, str):
-        return value
+        return str(int(value)) if value.is_integer() else repr(value)
+    if isinstance(value, int | str):
+        return str(value)
     if isinstance(value, list | dict):
         return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
     return str(value)
 
 
-def _present(entry: dict[str, Any], key: str) -> bool:
-    return entry.get(key) is not None
-
-
-def _with_message(head: list[str], message: Any) -> str:
-    """Joins the head parts with spaces and appends `: <message>` when there is one."""
+def _with_message(head: list[str], message: object) -> str:
+    """Join the head parts with spaces and append ``: <message>`` when there is one."""
     text = " ".join(head)
     if message is None:
         return text
     return f"{text}: {format_value(message)}" if text else format_value(message)
 
 
-def log_text(entry: dict[str, Any]) -> str:
-    """Renders a log entry: `<timestamp> <level> <service> <instance>: <message>`.
-
-    Args:
-        entry: One element of `logs`.
-
-    Returns:
-        The ref text; absent fields are left out.
-    """
+def log_text(entry: LogEntry, *, fields: Collection[str] = LOG_FIELDS) -> str:
+    """``<timestamp> <level> <service> <instance>: <message>``; absent fields left out."""
     head = [
-        format_value(entry[k])
-        for k in ("timestamp", "level", "service", "instance")
-        if _present(entry, k)
+        format_value(entry.get(key))
+        for key in LOG_FIELDS
+        if key in fields and entry.get(key) is not None
     ]
     return _with_message(head, entry.get("message"))
 
 
-def alert_text(entry: dict[str, Any]) -> str:
-    """Renders an alert.
+def alert_text(
+    entry: AlertEntry, *, fields: Collection[str] = ALERT_FIELDS, summary: bool = True
+) -> str:
+    """An alert on one line; absent fields are left out with their key.
 
-    Format: `<alert_name> service=<service> severity=<severity> state=<state> value=<value>
-    threshold=<threshold> active_at=<active_at>: <summary>` (one line).
-
-    Args:
-        entry: One element of `alerts`.
-
-    Returns:
-        The ref text; absent fields are left out with their key.
+    ``<alert_name> service=<s> severity=<s> state=<s> value=<v> threshold=<t> active_at=<t>:
+    <summary>``.
     """
-    head = [format_value(entry["alert_name"])] if _present(entry, "alert_name") else []
-    for key in ("service", "severity", "state", "value", "threshold", "active_at"):
-        if _present(entry, key):
-            head.append(f"{key}={format_value(entry[key])}")
-    return _with_message(head, entry.get("summary"))
+    name = entry.get("alert_name")
+    head = [format_value(name)] if name is not None else []
+    head += [
+        f"{key}={format_value(entry.get(key))}"
+        for key in ALERT_FIELDS
+        if key in fields and entry.get(key) is not None
+    ]
+    return _with_message(head, entry.get("summary") if summary else None)
 
 
-def series_text(entry: dict[str, Any]) -> str:
-    """Renders a metric series.
+def series_text(entry: SeriesEntry, *, fields: Collection[str] = SERIES_FIELDS) -> str:
+    """``<metric>{<k>=<v>,...} min=<min><unit> max=<max><unit> last=<last><unit> points=<n>``.
 
-    Format: `<metric>{<k>=<v>,...} min=<min><unit> max=<max><unit> last=<last><unit>
-    points=<points_count>` (one line, labels sorted by key, `{}` when there are none).
-
-    Args:
-        entry: One element of `series`.
-
-    Returns:
-        The ref text; absent fields are left out with their key.
+    Labels sorted by key (``{}`` when there are none); absent fields left out with their key.
     """
-    labels = entry.get("labels")
-    label_map: dict[str, Any] = labels if isinstance(labels, dict) else {}
+    labels = entry.get("labels") or {}
     rendered = ",".join(
-        f"{k}={format_value(label_map[k])}" for k in sorted(label_map) if label_map[k] is not None
+        f"{k}={format_value(labels[k])}" for k in sorted(labels) if labels[k] is not None
     )
-    metric = format_value(entry["metric"]) if _present(entry, "metric") else ""
-    parts = [f"{metric}{{{rendered}}}"]
-    unit = format_value(entry["unit"]) if _present(entry, "unit") else ""
+    metric = entry.get("metric")
+    parts = [f"{format_value(metric) if metric is not None else ''}{{{rendered}}}"]
+    unit = entry.get("unit")
+    suffix = format_value(unit) if unit is not None else ""
     for key in ("min", "max", "last"):
-        if _present(entry, key):
-            parts.append(f"{key}={format_value(entry[key])}{unit}")
-    if _present(entry, "points_count"):
-        parts.append(f"points={format_value(entry['points_count'])}")
+        value = entry.get(key)
+        if key in fields and value is not None:
+            parts.append(f"{key}={format_value(value)}{suffix}")
+    points = entry.get("points_count")
+    if "points_count" in fields and points is not None:
+        parts.append(f"points={format_value(points)}")
     return " ".join(parts)
 
 
-def document_text(entry: dict[str, Any]) -> str:
-    """Renders a knowledge document: `<title> (<source>): <chunk>`.
-
-    Args:
-        entry: One element of `documents`.
-
-    Returns:
-        The ref text; absent fields are left out.
-    """
-    head = [format_value(entry["title"])] if _present(entry, "title") else []
-    if _present(entry, "source"):
-        head.append(f"({format_value(entry['source'])})")
+def document_text(entry: DocumentEntry) -> str:
+    """``<title> (<source>): <chunk>``; absent fields left out."""
+    title, source = entry.get("title"), entry.get("source")
+    head = [format_value(title)] if title is not None else []
+    if source is not None:
+        head.append(f"({format_value(source)})")
     return _with_message(head, entry.get("chunk"))
 
 
-def summary_text(tool_name: str, arguments: dict[str, Any], output: dict[str, Any]) -> str:
-    """Renders the `summary` ref of an evidence invocation.
+def summary_text(tool_name: str, arguments: Mapping[str, object], output: ToolOutput) -> str:
+    """The ``summary`` ref of an evidence invocation.
 
-    Format: `<tool_name> <k>=<v> ... matched <n> of <total> (complete|truncated)`, arguments
-    sorted by key with `None` values skipped. For `query_logs`, `n` is the number of lines
-    returned and `total` the output's `total`; for `query_metrics` both count alerts plus series;
-    for `lookup_knowledge` both count documents. The result is `truncated` when fewer entries
-    were returned than matched or when the output says `truncated: true` (a field was capped).
-
-    Args:
-        tool_name: The tool that was called.
-        arguments: The call's arguments.
-        output: The (bounded) output of the call.
-
-    Returns:
-        The summary text.
+    ``<tool_name> <k>=<v> ... matched <n> of <total> (complete|truncated)``, arguments sorted by
+    key with ``None`` values left out. For ``query_logs``, ``n`` is the number of lines returned
+    and ``total`` the output's ``total``; for ``query_metrics`` both count alerts plus series; for
+    ``lookup_knowledge`` both count documents. ``truncated`` when fewer entries were returned than
+    matched or the output says ``truncated`` (a field was capped).
     """
     if tool_name == "query_logs":
-        returned = len(_entries(output, "logs"))
-        total_raw = output.get("total")
-        total = (
-            total_raw
-            if isinstance(total_raw, int) and not isinstance(total_raw, bool)
-            else returned
-        )
+        returned = len(output.get("logs", []))
+        total = output.get("total", returned)
     elif tool_name == "query_metrics":
-        returned = len(_entries(output, "alerts")) + len(_entries(output, "series"))
-        total = returned
+        returned = total = len(output.get("alerts", [])) + len(output.get("series", []))
     else:
-        returned = len(_entries(output, "documents"))
-        total = returned
+        returned = total = len(output.get("documents", []))
     incomplete = returned < total or output.get("truncated") is True
     parts = [tool_name]
-    parts.extend(
+    parts += [
         f"{key}={format_value(arguments[key])}"
         for key in sorted(arguments)
         if arguments[key] is not None
-    )
+    ]
     parts.append(f"matched {returned} of {total} ({'truncated' if incomplete else 'complete'})")
     return " ".join(parts)
 
 
-def _entries(output: dict[str, Any], key: str) -> list[Any]:
-    value = output.get(key)
-    return value if isinstance(value, list) else []
-
-
-_ARRAYS: dict[str, list[tuple[str, str]]] = {
-    "query_logs": [("logs", "log")],
-    "query_metrics": [("alerts", "alert"), ("series", "metric")],
-    "lookup_knowledge": [("documents", "knowledge")],
+ENTRY_ARRAYS: dict[str, tuple[str, ...]] = {
+    "query_logs": ("logs",),
+    "query_metrics": ("alerts", "series"),
+    "lookup_knowledge": ("documents",),
 }
+"""The output arrays of each evidence tool, in ref order."""
 
-_RENDERERS = {
-    "logs": log_text,
-    "alerts": alert_text,
-    "series": series_text,
-    "documents": document_text,
-}
+
+def _entry_refs(array: str, output: ToolOutput) -> list[EvidenceRef]:
+    if array == "logs":
+        logs = output.get("logs", [])
+        return [_ref(f"logs[{i}]", log_text(e), "log") for i, e in enumerate(logs)]
+    if array == "alerts":
+        alerts = output.get("alerts", [])
+        return [_ref(f"alerts[{i}]", alert_text(e), "alert") for i, e in enumerate(alerts)]
+    if array == "series":
+        series = output.get("series", [])
+        return [_ref(f"series[{i}]", series_text(e), "metric") for i, e in enumerate(series)]
+    documents = output.get("documents", [])
+    return [_ref(f"documents[{i}]", document_text(e), "knowledge") for i, e in enumerate(documents)]
+
+
+def _ref(raw_path: str, text: str, source_type: SourceType) -> EvidenceRef:
+    return EvidenceRef(raw_path=raw_path, text=text, source_type=source_type)
 
 
 def build_evidence_refs(
-    tool_name: str, arguments: dict[str, Any], output: dict[str, Any] | None
-) -> list[dict[str, Any]]:
-    """Builds the evidence refs of one invocation.
-
-    Args:
-        tool_name: The tool that was called.
-        arguments: The call's arguments (as recorded on the invocation).
-        output: The call's (bounded) output; `None` for a failed call.
+    tool_name: str, arguments: Mapping[str, object], output: ToolOutput | None
+) -> list[EvidenceRef]:
+    """The evidence refs of one invocation.
 
     Returns:
-        `[{raw_path, text, source_type}]`: one ref per output entry in output order
-        (`source_type` log, alert, metric or knowledge), then exactly one `summary` ref
-        (`source_type` summary). Helper tools, unknown tools and failed calls give `[]`.
+        One ref per output entry in output order, then exactly one ``summary`` ref. Helper
+        tools, unknown tools and failed calls (no output) give ``[]``.
     """
-    if tool_name not in EVIDENCE_TOOLS or not isinstance(output, dict):
+    if tool_name not in EVIDENCE_TOOLS or output is None:
         return []
-    refs: list[dict[str, Any]] = []
-    for array, source_type in _ARRAYS[tool_name]:
-        render = _RENDERERS[array]
-        for index, entry in enumerate(_entries(output, array)):
-            text = render(entry) if isinstance(entry, dict) else format_value(entry)
-            refs.append({"raw_path": f"{array}[{index}]", "text": text, "source_type": source_type})
-    refs.append(
-        {
-            "raw_path": "summary",
-            "text": summary_text(tool_name, arguments, output),
-            "source_type": "summary",
-        }
-    )
+    refs = [ref for array in ENTRY_ARRAYS[tool_name] for ref in _entry_refs(array, output)]
+    refs.append(_ref("summary", summary_text(tool_name, arguments, output), "summary"))
     return refs

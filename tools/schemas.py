@@ -14,13 +14,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from state.records import TOOL_NAMES, JSONObject
 from tools.backend import parse_timestamp
-
-EVIDENCE_TOOLS: frozenset[str] = frozenset({"query_logs", "query_metrics", "lookup_knowledge"})
-"""Tools whose results are evidence units a claim may cite."""
-
-HELPER_TOOLS: frozenset[str] = frozenset({"get_current_time"})
-"""Tools that only help the executor; they produce no evidence refs."""
 
 _START = "Start of the time window, ISO-8601 (e.g. 2026-03-01T10:00:00Z); inclusive."
 _END = "End of the time window, ISO-8601 (e.g. 2026-03-01T10:30:00Z); inclusive."
@@ -176,7 +171,7 @@ _PARAMETER_ORDER = {
 }
 
 
-def parameters_schema(tool_name: str) -> dict[str, Any]:
+def parameters_schema(tool_name: str) -> JSONObject:
     """Builds the JSON schema of one tool's parameters.
 
     Args:
@@ -191,7 +186,7 @@ def parameters_schema(tool_name: str) -> dict[str, Any]:
     schema = _strip_titles(copy.deepcopy(ARGUMENT_MODELS[tool_name].model_json_schema()))
     raw = schema.get("properties", {})
     ordered = sorted(raw, key=lambda name: _PARAMETER_ORDER.get(name, len(_PARAMETER_ORDER)))
-    properties = {name: _collapse_optional(raw[name]) for name in ordered}
+    properties: JSONObject = {name: _collapse_optional(raw[name]) for name in ordered}
     return {
         "type": "object",
         "properties": properties,
@@ -200,14 +195,13 @@ def parameters_schema(tool_name: str) -> dict[str, Any]:
     }
 
 
-def tool_specs() -> list[dict[str, Any]]:
+def tool_specs() -> list[JSONObject]:
     """Returns OpenAI-style function tool specs of the four tools, for `bind_tools`.
 
     Returns:
         One `{"type": "function", "function": {"name", "description", "parameters"}}` per tool,
         evidence tools first, in a fixed order.
     """
-    order = ["query_logs", "query_metrics", "lookup_knowledge", "get_current_time"]
     return [
         {
             "type": "function",
@@ -217,5 +211,5 @@ def tool_specs() -> list[dict[str, Any]]:
                 "parameters": parameters_schema(name),
             },
         }
-        for name in order
+        for name in TOOL_NAMES
     ]

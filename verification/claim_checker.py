@@ -1,47 +1,40 @@
 """Deterministic claim checker: labels executor claims without a language model.
 
-It compares the concrete tokens of each claim (numbers, percentages, durations, status and error
-codes, exception names, service names) with the full texts of the claim's Gatekeeper-verified
-evidence refs. It is used when the Verifier model's output cannot be parsed (the verdict is then
-capped at LOW_CONFID by `verification.verdict.finalize`) and as the designated verifier in
-offline mode.
-Its output has the shape of the Verifier model's raw output, with verdict and score computed by
-`verification.verdict`, so they always agree with the code-side arithmetic.
+It compares what each claim states concretely (its specifics, plus service names) with the full
+texts of the claim's Gatekeeper-verified incident evidence, through the shared text rules of
+``verification.text``. It stands in for the Verifier when the model's reply cannot be parsed
+(the verdict is then capped at LOW_CONFID) and is the designated verifier in offline mode. Its
+reply has the shape of the model's; ``verification.verdict.decide`` turns it into the decision.
 """
 
 from __future__ import annotations
 
 import re
-import unicodedata
-from typing import Any
+from collections.abc import Sequence
+from typing import Final
 
-from verification.verdict import (
-    claim_text,
-    claims_with_ids,
-    derive_verdict,
-    facts_from_checks,
-    groundedness_score,
-    normalize_claim_checks,
-    verified_excerpts_for,
+from state.records import (
+    KNOWLEDGE_TOOL,
+    Claim,
+    ClaimLabel,
+    ExecutorAnswer,
+    GatekeeperResult,
+    ProposedCheck,
+    RawCitation,
+    TraceItem,
+    VerifiedExcerpt,
+    VerifierReply,
 )
+from verification.gatekeeper import verified_excerpts_of
+from verification.text import grounded, normalize, specifics, strip_invisible
+from verification.verdict import claim_checks, derive_verdict, facts_of, groundedness_score
 
-KNOWLEDGE_TOOL = "lookup_knowledge"
-"""Tool whose results (runbooks, past cases) are never evidence about the current incident."""
-
-INFERENTIAL_TYPES: tuple[str, ...] = ("correlation", "causal", "state")
+INFERENTIAL_TYPES: Final[tuple[str, ...]] = ("correlation", "causal", "state")
 """Claim types that evidence can at most support as an inference."""
 
-# A run of these characters containing a digit is a concrete specific (as the Gatekeeper reads it).
-_SPECIFIC_RUN = re.compile(r"[A-Za-z0-9._%:/-]+")
-_EDGE_PUNCT = ".:/-"
-_TIME_RANGE = re.compile(r"^(\d{1,2}:\d{2}(?::\d{2})?)-(\d{1,2}:\d{2}(?::\d{2})?)$")
-_EXCEPTION = re.compile(
-    r"(?<![A-Za-z0-9_])[A-Za-z_][A-Za-z0-9_]*(?:Exception|Error)(?![A-Za-z0-9_])"
-)
 _SERVICE = re.compile(r"(?<![a-z0-9-])[a-z0-9]+(?:-[a-z0-9]+)*-service(?![a-z0-9])")
 _WORD = re.compile(r"[a-z0-9]+")
 _ZERO_MATCH = re.compile(r"\bmatched 0 of 0\b")
-
 _STOPWORDS = frozenset(
     "the and for with from was were are has have had this that these those been being into its "
     "there their than then also which while when where who what all any per".split()
@@ -52,105 +45,25 @@ _MIN_WORD = 3
 _OVERLAP = 0.5
 
 
-def _norm(text: str) -> str:
-    """NFKC-normalise (full-width to half-width) and lower-case."""
-    return unicodedata.normalize("NFKC", text).lower()
+def claim_tokens(text: str, known_services: Sequence[str] = ()) -> list[str]:
+    """What a claim text states concretely, lower-cased, distinct, in order of appearance.
 
-
-def _specific_tokens(text: str) -> list[str]:
-    """Extract numbers, percentages, durations and codes (runs of specific chars with a digit)."""
-    tokens: list[str] = []
-    for match in _SPECIFIC_RUN.finditer(text):
-        token = match.group(0).strip(_EDGE_PUNCT)
-        if any(ch.isdigit() for ch in token):
-            tokens.append(token)
-    return tokens
-
-
-def extract_tokens(text: str, known_services: list[str] | None = None) -> list[str]:
-    """Extract the concrete tokens of a claim text.
-
-    Tokens: maximal runs of `[A-Za-z0-9._%:/-]` containing a digit (numbers, percentages,
-    durations, HTTP status and error codes, timestamps; edge punctuation stripped), identifiers
-    ending in `Exception`/`Error`, names of `known_services` occurring as whole tokens, and any
-    `<name>-service` token. Matching is case-insensitive; full-width characters are read as their
-    half-width forms.
-
-    Args:
-        text: The claim text.
-        known_services: Service names known to the deployment.
-
-    Returns:
-        The distinct tokens, lower-cased, in order of first appearance.
+    Its specifics (``verification.text.specifics``), the ``known_services`` it names as whole
+    tokens, and any ``<name>-service`` token.
     """
-    if not isinstance(text, str):
-        return []
-    nfkc = unicodedata.normalize("NFKC", text)
-    lowered = nfkc.lower()
-    found: list[str] = []
-    found.extend(_specific_tokens(nfkc))
-    found.extend(m.group(0) for m in _EXCEPTION.finditer(nfkc))
-    for service in known_services or []:
-        if not isinstance(service, str) or not service.strip():
-            continue
-        name = _norm(service.strip())
-        pattern = r"(?<![a-z0-9-])" + re.escape(name) + r"(?![a-z0-9])"
-        if re.search(pattern, lowered):
+    lowered = normalize(text, collapse_whitespace=False)
+    found = [token.casefold() for token in specifics(text)]
+    for service in known_services:
+        name = normalize(service)
+        if name and re.search(r"(?<![a-z0-9-])" + re.escape(name) + r"(?![a-z0-9])", lowered):
             found.append(name)
-    found.extend(m.group(0) for m in _SERVICE.finditer(lowered))
-    tokens: list[str] = []
-    for token in found:
-        low = token.lower()
-        if low and low not in tokens:
-            tokens.append(low)
-    return tokens
-
-
-def _edge_ok(token_char: str, neighbour: str, beyond: str) -> bool:
-    """Whether a neighbouring char ends the token (a digit must not continue a number)."""
-    if not neighbour:
-        return True
-    if token_char.isdigit():
-        if neighbour.isdigit():
-            return False
-        return not (neighbour == "." and beyond.isdigit())
-    if token_char.isalpha():
-        return not neighbour.isalpha()
-    return True
-
-
-def _occurs(token: str, text: str) -> bool:
-    """Whether the (lower-cased) token occurs in the (lower-cased) text as a whole value.
-
-    A token ending (or starting) in a digit must not be part of a longer number: `5` does not
-    occur in `500` or `0.5`; a token ending in a letter must not run into more letters.
-    """
-    start = text.find(token)
-    while start != -1:
-        end = start + len(token)
-        before = text[start - 1] if start > 0 else ""
-        before2 = text[start - 2] if start > 1 else ""
-        after = text[end] if end < len(text) else ""
-        after2 = text[end + 1] if end + 1 < len(text) else ""
-        if _edge_ok(token[0], before, before2) and _edge_ok(token[-1], after, after2):
-            return True
-        start = text.find(token, start + 1)
-    return False
-
-
-def _token_present(token: str, text: str) -> bool:
-    """Whether a token is stated in the text; a time range counts when both ends are."""
-    if _occurs(token, text):
-        return True
-    range_match = _TIME_RANGE.match(token)
-    if range_match:
-        return _occurs(range_match.group(1), text) and _occurs(range_match.group(2), text)
-    return False
+    found.extend(match.group(0) for match in _SERVICE.finditer(lowered))
+    return list(dict.fromkeys(token for token in found if token))
 
 
 def _looks_negative(text: str) -> bool:
-    """Whether a claim text states an absence (English or Chinese negation)."""
-    lowered = _norm(text)
+    """Whether a text states an absence (English or Chinese negation)."""
+    lowered = normalize(text)
     if set(_WORD.findall(lowered)) & _NEGATIONS:
         return True
     return any(marker in lowered for marker in _CJK_NEGATIONS)
@@ -158,112 +71,52 @@ def _looks_negative(text: str) -> bool:
 
 def _word_overlap(claim: str, evidence: str) -> float:
     """Share of the claim's ASCII words (>= 3 chars, no stopwords) found in the evidence text."""
-    words = [w for w in _WORD.findall(_norm(claim)) if len(w) >= _MIN_WORD and w not in _STOPWORDS]
+    words = [
+        word
+        for word in _WORD.findall(normalize(claim))
+        if len(word) >= _MIN_WORD and word not in _STOPWORDS
+    ]
     if not words:
         return 0.0
-    present = sum(1 for w in words if w in evidence)
-    return present / len(words)
-
-
-def _binding(claim: dict[str, Any], index: Any) -> dict[str, Any]:
-    """Return the claim's binding at `index`, or an empty dict."""
-    bindings = claim.get("evidence_bindings")
-    if isinstance(index, int) and isinstance(bindings, list) and 0 <= index < len(bindings):
-        found = bindings[index]
-        if isinstance(found, dict):
-            return found
-    return {}
-
-
-def _excerpt_tool(excerpt: dict[str, Any], claim: dict[str, Any]) -> str:
-    """The tool of a verified excerpt (from the excerpt, else from its binding)."""
-    tool = excerpt.get("tool_name")
-    if not isinstance(tool, str) or not tool:
-        tool = _binding(claim, excerpt.get("binding")).get("tool_name")
-    return tool if isinstance(tool, str) else ""
-
-
-def _excerpt_invocation(excerpt: dict[str, Any], claim: dict[str, Any]) -> str | None:
-    """The invocation id of a verified excerpt (from the excerpt, else from its binding)."""
-    inv = excerpt.get("invocation_id")
-    if isinstance(inv, str) and inv:
-        return inv
-    binding = _binding(claim, excerpt.get("binding"))
-    single = binding.get("source_invocation_id")
-    if isinstance(single, str) and single:
-        return single
-    plural = binding.get("source_invocation_ids")
-    if isinstance(plural, list) and len(plural) == 1 and isinstance(plural[0], str):
-        return plural[0]
-    return None
-
-
-def _refs_for(invocation_ids: list[str], trace_summary: Any) -> list[dict[str, Any]]:
-    """Trace items containing any of the invocation ids, as evidence refs."""
-    refs: list[dict[str, Any]] = []
-    if not isinstance(trace_summary, list):
-        return refs
-    for item in trace_summary:
-        if not isinstance(item, dict) or not isinstance(item.get("trace_ref"), str):
-            continue
-        item_ids = item.get("source_invocation_ids")
-        if not isinstance(item_ids, list):
-            continue
-        shared = [i for i in item_ids if isinstance(i, str) and i in invocation_ids]
-        if shared:
-            tool = item.get("tool_name")
-            refs.append(
-                {
-                    "trace_ref": item["trace_ref"],
-                    "tool_name": tool if isinstance(tool, str) else "",
-                    "source_invocation_ids": shared,
-                }
-            )
-    return refs
+    return sum(1 for word in words if word in evidence) / len(words)
 
 
 def _label_claim(
-    claim: dict[str, Any], verified: list[dict[str, Any]], known_services: list[str] | None
-) -> tuple[str, str]:
-    """Label one claim from its verified excerpts; returns `(label, detail)`."""
+    claim: Claim, verified: Sequence[VerifiedExcerpt], known_services: Sequence[str]
+) -> tuple[ClaimLabel, str]:
+    """Label one claim from its verified excerpts; returns ``(label, detail)``."""
     if not verified:
         return "unsupported", "no Gatekeeper-verified evidence binding"
-    incident = [e for e in verified if _excerpt_tool(e, claim) != KNOWLEDGE_TOOL]
+    incident = [entry for entry in verified if entry["tool_name"] != KNOWLEDGE_TOOL]
     if not incident:
         return (
             "external_unknown",
             "verified evidence is knowledge only (runbook or past case), "
             "not evidence about this incident",
         )
-    text = claim_text(claim)
-    claim_type = claim.get("claim_type")
-    support_level = claim.get("support_level")
-    evidence = "\n".join(_norm(e["text"]) for e in incident)
+    text = strip_invisible(claim["claim_text"])
+    claim_type = claim["claim_type"]
+    texts = [entry["text"] for entry in incident]
+    evidence = "\n".join(normalize(t, collapse_whitespace=False) for t in texts)
     zero_match = [
-        e
-        for e in incident
-        if e.get("raw_path") == "summary" and _ZERO_MATCH.search(_norm(e["text"]))
+        entry
+        for entry in incident
+        if entry["raw_path"] == "summary" and _ZERO_MATCH.search(normalize(entry["text"]))
     ]
-    negative = claim_type == "negative_observation" or (
-        len(zero_match) == len(incident) and _looks_negative(text)
-    )
-    if not negative and len(zero_match) == len(incident):
+    only_zero = len(zero_match) == len(incident)
+    negative = claim_type == "negative_observation" or (only_zero and _looks_negative(text))
+    if not negative and only_zero:
         return "unsupported", "the only verified evidence is a query that matched nothing"
 
-    tokens = extract_tokens(text, known_services)
-    label: str
+    tokens = claim_tokens(text, known_services)
+    label: ClaimLabel
     if tokens:
-        found = [t for t in tokens if _token_present(t, evidence)]
-        missing = [t for t in tokens if t not in found]
+        found = [token for token in tokens if grounded(token, texts)]
+        missing = [token for token in tokens if token not in found]
         detail = f"found in verified evidence: {', '.join(found) or 'none'}"
         if missing:
             detail += f"; missing: {', '.join(missing)}"
-        if not missing:
-            label = "direct_observation"
-        elif found:
-            label = "overstated"
-        else:
-            label = "unsupported"
+        label = "direct_observation" if not missing else "overstated" if found else "unsupported"
     elif claim_type in INFERENTIAL_TYPES:
         label, detail = "reasonable_inference", "no concrete tokens to compare"
     elif negative and zero_match:
@@ -272,16 +125,14 @@ def _label_claim(
         overlap = _word_overlap(text, evidence)
         detail = f"no concrete tokens; word overlap with verified evidence {overlap:.0%}"
         negation_lost = _looks_negative(text) and not _looks_negative(evidence)
-        if support_level == "direct" and overlap >= _OVERLAP and not negation_lost:
-            label = "direct_observation"
-        else:
-            label = "reasonable_inference"
+        direct = claim["support_level"] == "direct" and overlap >= _OVERLAP and not negation_lost
+        label = "direct_observation" if direct else "reasonable_inference"
 
     if label == "direct_observation":
         if claim_type in INFERENTIAL_TYPES:
             label = "reasonable_inference"
             detail += f"; a {claim_type} claim is at most an inference"
-        elif support_level != "direct":
+        elif claim["support_level"] != "direct":
             label = "reasonable_inference"
             detail += "; the executor marked its support as indirect"
         elif negative and not zero_match:
@@ -290,56 +141,54 @@ def _label_claim(
     return label, detail
 
 
+def _citations(
+    excerpts: Sequence[VerifiedExcerpt], trace: Sequence[TraceItem]
+) -> list[RawCitation]:
+    """The trace items holding the verified invocations, as citations."""
+    invocation_ids = {entry["invocation_id"] for entry in excerpts}
+    citations: list[RawCitation] = []
+    for item in trace:
+        shared = [i for i in item["source_invocation_ids"] if i in invocation_ids]
+        if shared:
+            citations.append(RawCitation(trace_ref=item["trace_ref"], source_invocation_ids=shared))
+    return citations
+
+
 def check_claims(
-    structured_output: dict[str, Any] | None,
-    gatekeeper_result: dict[str, Any],
-    trace_summary: list[dict[str, Any]],
+    answer: ExecutorAnswer,
+    gatekeeper: GatekeeperResult,
+    trace: Sequence[TraceItem],
     *,
-    known_services: list[str] | None = None,
-) -> dict[str, Any]:
-    """Check every executor claim deterministically against its Gatekeeper-verified evidence.
+    known_services: Sequence[str] = (),
+) -> VerifierReply:
+    """Check every claim deterministically against its Gatekeeper-verified evidence.
 
-    Per claim: no verified binding -> `unsupported`; only knowledge (`lookup_knowledge`) bindings
-    verified -> `external_unknown`; otherwise the claim's concrete tokens are compared with the
-    verified ref texts of its incident evidence: all present -> `direct_observation` (at most
-    `reasonable_inference` for correlation/causal/state claims, for indirect support, and for a
-    negative observation not bound to a query that matched nothing), some -> `overstated`, none
-    -> `unsupported`. A claim with no tokens is `direct_observation` only when it is a direct
-    observation whose words largely appear in the evidence (or a negative observation bound to a
-    `matched 0 of 0` summary), else `reasonable_inference`. A positive claim whose only incident
-    evidence is a query that matched nothing is `unsupported`.
-
-    Args:
-        structured_output: The executor's structured output (may be None or garbage).
-        gatekeeper_result: The Gatekeeper result with `verified_excerpts`.
-        trace_summary: The tool trace summary items.
-        known_services: Service names known to the deployment (counted as tokens).
+    Per claim: no verified binding -> ``unsupported``; knowledge only -> ``external_unknown``;
+    otherwise its tokens are compared with the verified incident texts: all found ->
+    ``direct_observation`` (at most ``reasonable_inference`` for correlation, causal and state
+    claims, for indirect support, and for an absence not bound to a query that matched nothing),
+    some -> ``overstated``, none -> ``unsupported``. A claim without tokens is a direct
+    observation only when its words largely appear in the evidence (or it is a negative
+    observation bound to a ``matched 0 of 0`` summary), else an inference. A positive claim whose
+    only evidence is a query that matched nothing is ``unsupported``.
 
     Returns:
-        A Verifier-shaped object `{verdict, groundedness_score, critical_fact_count,
-        claim_checks, rationale}`; each check is `{claim_id, verification, detail,
-        evidence_refs}`.
+        A Verifier reply whose verdict and score follow from its checks.
     """
-    raw_checks: list[dict[str, Any]] = []
-    for claim_id, claim in claims_with_ids(structured_output):
-        verified = verified_excerpts_for(gatekeeper_result, claim_id)
+    proposed: list[ProposedCheck] = []
+    for claim in answer["claims"]:
+        verified = verified_excerpts_of(gatekeeper, claim["claim_id"])
         label, detail = _label_claim(claim, verified, known_services)
-        invocation_ids = [
-            inv for inv in (_excerpt_invocation(e, claim) for e in verified) if inv is not None
-        ]
-        raw_checks.append(
-            {
-                "claim_id": claim_id,
-                "verification": label,
-                "detail": detail,
-                "evidence_refs": _refs_for(invocation_ids, trace_summary),
-            }
+        proposed.append(
+            ProposedCheck(
+                claim_id=claim["claim_id"],
+                verification=label,
+                detail=detail,
+                evidence_refs=_citations(verified, trace),
+            )
         )
-    checks, _notes = normalize_claim_checks(
-        raw_checks, structured_output, gatekeeper_result, trace_summary
-    )
-    score = groundedness_score(facts_from_checks(checks, structured_output))
-    verdict = derive_verdict(checks, score, gatekeeper_result)
+    checks = claim_checks(answer, proposed, gatekeeper, trace, [])
+    score = groundedness_score(facts_of(checks, answer))
     counts: dict[str, int] = {}
     for check in checks:
         counts[check["verification"]] = counts.get(check["verification"], 0) + 1
@@ -348,13 +197,10 @@ def check_claims(
         rationale = f"Deterministic claim check of {len(checks)} claim(s): {summary}."
     else:
         rationale = "Deterministic claim check: there are no executor claims to check."
-    return {
-        "verdict": verdict,
-        "groundedness_score": score,
-        "critical_fact_count": len(checks),
-        "claim_checks": [
-            {key: check[key] for key in ("claim_id", "verification", "detail", "evidence_refs")}
-            for check in checks
-        ],
-        "rationale": rationale,
-    }
+    return VerifierReply(
+        verdict=derive_verdict(checks, score, gatekeeper),
+        groundedness_score=score,
+        claim_checks=proposed,
+        rationale=rationale,
+        notes=[],
+    )

@@ -8,6 +8,8 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+from state.records import PromptAudit, PromptRef
+
 
 @dataclass(frozen=True)
 class Prompt:
@@ -38,13 +40,13 @@ def load_prompt(role: str) -> Prompt:
     return Prompt(role=role, name=entry["name"], version=entry["version"], text=text.strip())
 
 
-def prompt_audit() -> dict[str, Any]:
+def prompt_audit() -> PromptAudit:
     """Prompt names and versions for the audit record (never the prompt text)."""
     catalog = _catalog()
-    return {
-        "version": catalog["version"],
-        "prompts": {
-            role: {"name": entry["name"], "version": entry["version"]}
+    return PromptAudit(
+        version=catalog["version"],
+        prompts={
+            role: PromptRef(name=entry["name"], version=entry["version"])
             for role, entry in catalog["prompts"].items()
         },
-    }
+    )

@@ -1,0 +1,668 @@
+"""The typed records of one diagnosis, in the order the data flows (see docs/contracts.md).
+
+tool call -> ``Invocation`` (with its ``EvidenceRef`` list) -> ``TraceItem`` -> ``ExecutorAnswer``
+(its ``Claim`` and ``Binding`` records) -> ``GatekeeperResult`` (``Finding``, ``VerifiedExcerpt``)
+-> ``VerifierReply`` -> ``VerifierResult`` (``ClaimCheck``, ``FactCheck``) -> ``Material`` ->
+the answer -> ``DiagnosisRecord``.
+
+Everything here is plain data (``TypedDict``, ``Literal``), so it can sit in a checkpoint and in a
+JSON column as it is. Untrusted input (the executor's and the Verifier's replies, scenario and
+environment files, database rows, request bodies) is validated into these records once, where it
+enters; code inside trusts them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final, Literal, NotRequired, TypeAlias, get_args
+
+from typing_extensions import TypedDict
+
+# --------------------------------------------------------------------------- JSON
+
+JSONScalar: TypeAlias = str | int | float | bool | None
+if TYPE_CHECKING:
+    JSONValue: TypeAlias = JSONScalar | list["JSONValue"] | dict[str, "JSONValue"]
+    """Any value a JSON document can hold."""
+else:  # the same type, in a form pydantic can validate (records are checked at the edges)
+    from pydantic import JsonValue as JSONValue
+JSONObject: TypeAlias = dict[str, JSONValue]
+"""A JSON object, e.g. the executor's raw final answer or a tool call's arguments."""
+
+# --------------------------------------------------------------------------- closed sets
+
+ToolName = Literal["query_logs", "query_metrics", "lookup_knowledge", "get_current_time"]
+EvidenceToolName = Literal["query_logs", "query_metrics", "lookup_knowledge"]
+TOOL_NAMES: Final[tuple[ToolName, ...]] = get_args(ToolName)
+EVIDENCE_TOOLS: Final[frozenset[str]] = frozenset(get_args(EvidenceToolName))
+"""Tools whose results are evidence a claim may cite; every other tool is a helper."""
+HELPER_TOOLS: Final[frozenset[str]] = frozenset({"get_current_time"})
+KNOWLEDGE_TOOL: Final = "lookup_knowledge"
+"""Runbooks and past cases: guidance for next steps, never evidence about the incident."""
+
+InvocationStatus = Literal["ok", "no_hit", "error"]
+SourceType = Literal["log", "alert", "metric", "knowledge", "summary"]
+EvidenceLevel = Literal["direct", "none"]
+
+ParseStatusName = Literal["valid", "missing", "malformed"]
+ClaimType = Literal["observation", "negative_observation", "correlation", "causal", "state"]
+SupportLevel = Literal["direct", "indirect"]
+CLAIM_TYPES: Final[tuple[ClaimType, ...]] = get_args(ClaimType)
+SUPPORT_LEVELS: Final[tuple[SupportLevel, ...]] = get_args(SupportLevel)
+ANSWER_VERSION: Final = "executor_evidence_v2"
+FORBIDDEN_KEYS: Final[tuple[str, ...]] = ("diagnosis_summary", "user_facing_answer")
+
+RuleId = Literal[
+    "schema.executor_v2",
+    "evidence.invocation_ref",
+    "evidence.raw_path_missing",
+    "evidence.refs_missing",
+    "evidence.raw_path",
+    "evidence.excerpt_mismatch",
+    "evidence.unbound_specifics",
+    "gatekeeper.internal_error",
+]
+GatekeeperStatus = Literal["pass", "warn", "fail"]
+Severity = Literal["none", "low_confid", "reject"]
+SEVERITIES: Final[tuple[Severity, ...]] = get_args(Severity)
+
+Verdict = Literal["PASS", "LOW_CONFID", "REJECT"]
+VERDICTS: Final[tuple[Verdict, ...]] = get_args(Verdict)
+ClaimLabel = Literal[
+    "direct_observation",
+    "reasonable_inference",
+    "overstated",
+    "unsupported",
+    "external_unknown",
+    "contradicted",
+]
+CLAIM_LABELS: Final[tuple[ClaimLabel, ...]] = get_args(ClaimLabel)
+CONFIRMED_LABELS: Final[tuple[ClaimLabel, ...]] = ("direct_observation", "reasonable_inference")
+"""Labels under which a claim may be presented as established."""
+FactLabel = Literal["direct_evidence", "indirect_support", "no_evidence", "contradicted"]
+"""The legacy ``facts_checked`` labels, derived from the claim labels."""
+VerifierMode = Literal["model", "fallback", "offline"]
+
+ComposerSection = Literal["pass", "uncertain", "degraded"]
+ComposerOutputMode = Literal["model", "template", "fallback"]
+DirectionKind = Literal["hypothesis", "overstated"]
+GapKind = Literal["unsupported", "external_unknown", "missing_info"]
+
+DiagnosisStatus = Literal["running", "done", "failed", "abandoned"]
+MAX_ROUNDS: Final = 2
+"""A diagnosis has at most two rounds: the first, and one extra on thin evidence."""
+
+# --------------------------------------------------------------------------- task
+
+
+class Task(TypedDict):
+    """What the planner, then the executor, work from (sent to their models as JSON)."""
+
+    question: str
+    round: int
+    language: str
+    known_services: list[str]
+    retry_context: NotRequired[RetryContext]
+    plan: NotRequired[str]
+
+
+# --------------------------------------------------------------------------- tools
+
+
+class LogEntry(TypedDict, total=False):
+    """One log line (``instance`` is optional everywhere)."""
+
+    timestamp: str
+    level: str
+    service: str
+    instance: str
+    message: str
+
+
+class AlertEntry(TypedDict, total=False):
+    """One alert; ``state`` is e.g. firing, pending or resolved."""
+
+    alert_name: str
+    service: str
+    severity: str
+    state: str
+    value: JSONScalar
+    threshold: JSONScalar
+    summary: str
+    active_at: str
+
+
+class SeriesEntry(TypedDict, total=False):
+    """One metric series, summarised over the window."""
+
+    metric: str
+    labels: dict[str, str]
+    points_count: int
+    min: float
+    max: float
+    last: float
+    unit: str
+
+
+class DocumentEntry(TypedDict, total=False):
+    """One knowledge chunk (runbook or past case)."""
+
+    doc_id: str
+    title: str
+    source: str
+    chunk: str
+    score: float
+    relevance: str
+    deduped: bool
+
+
+class ToolOutput(TypedDict, total=False):
+    """What a tool returned, bounded by the tool runner (one shape for all four tools)."""
+
+    logs: list[LogEntry]
+    total: int
+    alerts: list[AlertEntry]
+    series: list[SeriesEntry]
+    documents: list[DocumentEntry]
+    truncated: bool
+    now: str
+
+
+class EvidenceRef(TypedDict):
+    """One citable unit of an invocation: ``logs[0]``, ``alerts[1]``, ..., or ``summary``."""
+
+    raw_path: str
+    text: str
+    source_type: SourceType
+
+
+class RetrievalDetails(TypedDict, total=False):
+    """Per-invocation extras; ``evidence_refs`` is absent only on rows older than refs."""
+
+    evidence_refs: list[EvidenceRef]
+    layers: list[str]
+    relevance: list[str | None]
+    source_docs: list[str | None]
+    deduped: list[str]
+
+
+class InvocationDraft(TypedDict):
+    """A tool call as run, before the ledger gives it its ``invocation_id``."""
+
+    diagnosis_id: str
+    thread_id: str
+    round: int
+    tool_name: str
+    arguments: JSONObject
+    status: InvocationStatus
+    output: ToolOutput | None
+    retrieval_details: RetrievalDetails
+    idempotency_key: str
+    started_at: str
+    duration_ms: float
+    error: str | None
+
+
+class Invocation(InvocationDraft):
+    """A recorded tool call (``inv-1``, ``inv-2``, ... in call order within the diagnosis)."""
+
+    invocation_id: str
+
+
+class TraceItem(TypedDict):
+    """One line of the Verifier's tool trace summary (calls merged by tool and arguments)."""
+
+    trace_ref: str
+    tool_name: str
+    round: int
+    success: bool
+    evidence_level: EvidenceLevel
+    input_summary: str
+    output_summary: str
+    source_invocation_ids: list[str]
+    query_samples: NotRequired[list[str]]
+    retrieval_layers: NotRequired[list[str]]
+    relevance_levels: NotRequired[list[str]]
+    source_docs: NotRequired[list[str]]
+    repeat_count: NotRequired[int]
+    failed_count: NotRequired[int]
+    no_hit_count: NotRequired[int]
+
+
+# --------------------------------------------------------------------------- executor answer
+
+
+class ParseStatus(TypedDict):
+    """How the executor's final message parsed as JSON (not whether it follows the contract)."""
+
+    status: ParseStatusName
+    fence_stripped: bool
+    error: str | None
+
+
+class Binding(TypedDict):
+    """One pointer from a claim into an invocation, as the executor wrote it.
+
+    A field the executor gave with the wrong JSON type is ``None`` here and named in
+    ``bad_fields`` (with the value it had, rendered), so the rules can say what was wrong.
+    """
+
+    index: int
+    source_type: str | None
+    tool_name: str | None
+    source_invocation_id: str | None
+    source_invocation_ids: list[str] | None
+    raw_path: str | None
+    evidence_excerpt: str | None
+    bad_fields: dict[str, str]
+
+
+class Claim(TypedDict):
+    """A fact about the current incident as the executor stated it.
+
+    ``claim_id`` is the id the claim is known by: the executor's id, or its position
+    ``claims[<index>]`` when that id is missing, empty or repeats an earlier one
+    (``id_valid`` false).
+    """
+
+    index: int
+    claim_id: str
+    id_valid: bool
+    claim_type: str
+    claim_text: str
+    support_level: str
+    evidence_bindings: list[Binding]
+
+
+class Hypothesis(TypedDict):
+    """A possible direction that the evidence does not establish."""
+
+    text: str
+    basis: str
+
+
+class RecommendedAction(TypedDict):
+    """A next step (may come from runbooks)."""
+
+    text: str
+    source: str
+
+
+class MissingInfo(TypedDict):
+    """An evidence gap, with the query that could close it."""
+
+    text: str
+    suggested_query: JSONObject | None
+
+
+class ExecutorAnswer(TypedDict):
+    """The executor's ``executor_evidence_v2`` object, read into records.
+
+    ``schema_findings`` are the ``schema.executor_v2`` (and binding shape) findings of reading it;
+    the claims it does contain are still checked and scored.
+    """
+
+    claims: list[Claim]
+    hypotheses: list[Hypothesis]
+    recommended_actions: list[RecommendedAction]
+    missing_info: list[MissingInfo]
+    schema_findings: list[Finding]
+
+
+# --------------------------------------------------------------------------- Gatekeeper
+
+
+class Finding(TypedDict):
+    """A Gatekeeper error or warning, with the claim and binding it concerns.
+
+    ``claim_id`` and ``binding_index`` are absent only on findings recorded by older versions.
+    """
+
+    rule_id: RuleId
+    target: str
+    message: str
+    claim_id: NotRequired[str | None]
+    binding_index: NotRequired[int | None]
+
+
+class VerifiedExcerpt(TypedDict):
+    """A binding that passed every evidence rule; ``text`` is the full text of its ref."""
+
+    binding: int
+    invocation_id: str
+    tool_name: str
+    raw_path: str
+    text: str
+
+
+class RuleSummary(TypedDict):
+    """One catalog rule as reported in a result."""
+
+    id: str
+    enabled: bool
+    default_severity: Severity
+
+
+class GatekeeperResult(TypedDict):
+    """The deterministic Gatekeeper's result."""
+
+    status: GatekeeperStatus
+    severity: Severity
+    checked_bindings: int
+    failed_rules: list[RuleId]
+    warnings: list[Finding]
+    errors: list[Finding]
+    verified_excerpts: dict[str, list[VerifiedExcerpt]]
+    rule_set_version: str
+    rules: list[RuleSummary]
+    fallback: NotRequired[bool]
+
+
+class EvidenceCallCounts(TypedDict):
+    """Evidence tool calls by status."""
+
+    ok: int
+    no_hit: int
+    error: int
+
+
+class RuleEvaluation(TypedDict):
+    """The deterministic evidence score of a round (``self_evaluation.rule_evaluation``)."""
+
+    formula_version: str
+    evidence_calls: EvidenceCallCounts
+    claim_count: int
+    verified_claims: int
+    verified_claim_fraction: float
+    distinct_refs_cited: int
+    bindings_checked: int
+    bindings_valid: int
+    score: float
+
+
+# --------------------------------------------------------------------------- Verifier
+
+
+class TraceCitation(TypedDict):
+    """A Verifier pointer from a claim check into the trace summary."""
+
+    trace_ref: str
+    tool_name: str
+    source_invocation_ids: list[str]
+
+
+class ProposedCheck(TypedDict):
+    """One claim check as the Verifier (model or claim checker) proposed it.
+
+    ``verification`` is the label as written (it may be unknown); ``evidence_refs`` holds
+    the citations that are well formed (their trace refs are checked later).
+    """
+
+    claim_id: str
+    verification: str | None
+    detail: str
+    evidence_refs: list[RawCitation]
+
+
+class RawCitation(TypedDict):
+    """A citation as proposed: ``trace_ref`` and the invocation ids it names."""
+
+    trace_ref: str
+    source_invocation_ids: list[str]
+
+
+class VerifierReply(TypedDict):
+    """A Verifier reply read into records; ``notes`` say what was unreadable and ignored."""
+
+    verdict: Verdict | None
+    groundedness_score: float | None
+    claim_checks: list[ProposedCheck] | None
+    rationale: str
+    notes: list[str]
+
+
+class ClaimCheck(TypedDict):
+    """The final label of one claim, decided in code."""
+
+    claim_id: str
+    verification: ClaimLabel
+    detail: str
+    evidence_refs: list[TraceCitation]
+    model_verification: str | None
+
+
+class FactCheck(TypedDict):
+    """A legacy ``facts_checked`` item (every claim is a critical fact)."""
+
+    fact: str
+    is_critical: bool
+    verification: FactLabel
+    detail: str
+    evidence_refs: list[TraceCitation]
+
+
+class ReplyParse(TypedDict):
+    """How the Verifier's replies parsed."""
+
+    fence_stripped: bool
+    repair_attempts: int
+    errors: list[str]
+
+
+class Decision(TypedDict):
+    """Claim checks, facts, score and verdicts of one round (``verification.verdict.decide``)."""
+
+    verdict: Verdict
+    model_verdict: Verdict | None
+    derived_verdict: Verdict
+    groundedness_score: float
+    critical_fact_count: int
+    claim_checks: list[ClaimCheck]
+    facts_checked: list[FactCheck]
+    rationale: str
+    verifier_mode: VerifierMode
+    notes: list[str]
+
+
+class VerifierResult(Decision):
+    """A ``Decision`` with how it was reached."""
+
+    reply_parse: ReplyParse
+    model: str
+
+
+class RoundSummary(TypedDict):
+    """One round of a diagnosis, as the audit keeps it."""
+
+    round: int
+    verdict: Verdict
+    model_verdict: Verdict | None
+    derived_verdict: Verdict
+    groundedness_score: float
+    verifier_mode: VerifierMode
+    executor_output_parse_status: ParseStatusName
+    gatekeeper_status: GatekeeperStatus
+    gatekeeper_severity: Severity
+    failed_rules: list[RuleId]
+    claims: int
+
+
+class GapNote(TypedDict):
+    """Something round 1 lacked."""
+
+    claim_id: str | None
+    verification: str
+    text: str
+
+
+class RetryContext(TypedDict):
+    """What round 1 lacked, handed to round 2's planner and Verifier."""
+
+    previous_round: int
+    previous_verdict: Verdict
+    previous_score: float
+    gaps: list[GapNote]
+    failed_rules: list[RuleId]
+    suggested_queries: list[JSONObject]
+
+
+# --------------------------------------------------------------------------- answer
+
+
+class EvidenceLine(TypedDict):
+    """One verified incident excerpt shown under a confirmed fact."""
+
+    invocation_id: str
+    raw_path: str
+    text: str
+
+
+class ConfirmedItem(TypedDict):
+    """A claim the answer may present as established (an inference is marked)."""
+
+    claim_id: str
+    claim_text: str
+    inference: bool
+    evidence: list[EvidenceLine]
+
+
+class DirectionItem(TypedDict):
+    """A possible direction: a hypothesis or an overstated claim."""
+
+    text: str
+    kind: DirectionKind
+    basis: str
+    claim_id: str | None
+
+
+class GapItem(TypedDict):
+    """An evidence gap: an unsupported or knowledge-only claim, or missing information."""
+
+    text: str
+    kind: GapKind
+    claim_id: str | None
+
+
+class NextStep(TypedDict):
+    """A recommended action with its source."""
+
+    text: str
+    source: str
+
+
+class Material(TypedDict):
+    """The Verifier-allowed material an answer is built from, and nothing else."""
+
+    confirmed: list[ConfirmedItem]
+    directions: list[DirectionItem]
+    gaps: list[GapItem]
+    next_steps: list[NextStep]
+
+
+class ComposerOutput(TypedDict):
+    """How the answer was written."""
+
+    mode: ComposerOutputMode
+    parse_status: Literal["valid", "invalid", "not_applicable"]
+    language: str
+    composer_mode: ComposerSection
+    violations: NotRequired[list[str]]
+
+
+# --------------------------------------------------------------------------- audit
+
+
+class RunInfo(TypedDict):
+    """How a diagnosis is run: offline rules or models, and the model per role."""
+
+    offline: bool
+    language: str
+    models: dict[str, str]
+
+
+class PromptRef(TypedDict):
+    """A prompt's name and version (never its text)."""
+
+    name: str
+    version: str
+
+
+class PromptAudit(TypedDict):
+    """Which prompts a diagnosis used."""
+
+    version: str
+    prompts: dict[str, PromptRef]
+
+
+class VerifierEvaluation(TypedDict):
+    """The ``self_evaluation.verifier_evaluation`` channel: everything a re-check needs."""
+
+    verdict: Verdict
+    model_verdict: Verdict | None
+    derived_verdict: Verdict
+    groundedness_score: float
+    critical_fact_count: int
+    claim_checks: list[ClaimCheck]
+    facts_checked: list[FactCheck]
+    rationale: str
+    verifier_mode: VerifierMode
+    executor_output_parse_status: ParseStatus
+    executor_structured_output: JSONObject | None
+    executor_final_answer: str
+    retry_context: RetryContext | None
+    tool_trace_summary: list[TraceItem]
+    traceability_version: str
+    gatekeeper_result: GatekeeperResult
+    composer_output: ComposerOutput
+    prompt_audit: PromptAudit
+    offline: bool
+    models: dict[str, str]
+    rounds: list[RoundSummary]
+
+
+class DiagnosisOutcome(TypedDict):
+    """What a finished diagnosis records on its row."""
+
+    status: DiagnosisStatus
+    rounds: int
+    verdict: Verdict | None
+    score: float | None
+    answer: str | None
+
+
+class GatekeeperBrief(TypedDict):
+    """The Gatekeeper outcome in a diagnosis summary."""
+
+    status: GatekeeperStatus | None
+    severity: Severity | None
+    failed_rules: list[RuleId]
+
+
+class DiagnosisSummary(TypedDict):
+    """What ``diagnose --json`` prints and ``POST /api/chat`` answers."""
+
+    diagnosis_id: str | None
+    thread_id: str
+    verdict: str | None
+    model_verdict: Verdict | None
+    groundedness_score: float | None
+    rounds: int | None
+    offline: bool
+    answer: str | None
+    gatekeeper: GatekeeperBrief
+
+
+class DiagnosisRecord(TypedDict):
+    """One ``diagnosis_session`` row."""
+
+    id: str
+    thread_id: str
+    question: str
+    status: DiagnosisStatus
+    rounds: int
+    verdict: Verdict | None
+    score: float | None
+    final_answer: str | None
+    note: str | None
+    created_at: str
+    updated_at: str
+    self_evaluation: JSONObject | None

@@ -1,0 +1,124 @@
+"""The check of a model-written answer summary: only Verifier-allowed material, nothing new.
+
+The composer model is asked for a short summary that cites the confirmed claims it states.
+Code accepts it only when it cites confirmed claims (on REJECT: direct observations only), every
+specific it states is stated by one of those claims as a whole token (``verification.text``), it
+repeats no gap or direction as established, carries no executor JSON, and a REJECT reply gives no
+directions. Anything else falls back to the template.
+"""
+
+from __future__ import annotations
+
+from state.records import ConfirmedItem, JSONObject, Material
+from verification.text import contains_whole, normalize, specifics
+
+SUMMARY_CHARS = 1000
+"""Longest model summary accepted (the prompt asks for one or two sentences)."""
+
+# Fragments of the executor contract: a summary carrying them leaks executor JSON.
+_CONTRACT_FRAGMENTS = (
+    "answer_version",
+    "executor_evidence_v2",
+    "evidence_bindings",
+    "claim_id",
+    "support_level",
+    "source_invocation_id",
+    "evidence_excerpt",
+    "user_facing_answer",
+    "diagnosis_summary",
+)
+
+
+def usable_confirmed(material: Material, verdict: str) -> list[ConfirmedItem]:
+    """The confirmed claims a model may state for this verdict.
+
+    On REJECT the answer gives no root cause: confirmed claims that are only inferences
+    (possibly causal) are withheld, exactly as the template withholds them.
+    """
+    return [
+        item for item in material["confirmed"] if verdict != "REJECT" or not item["inference"]
+    ]
+
+
+def model_material(material: Material, verdict: str) -> JSONObject:
+    """The material the composer model is shown for this verdict (no evidence texts)."""
+    return {
+        "confirmed": [
+            {"claim_id": c["claim_id"], "claim_text": c["claim_text"], "inference": c["inference"]}
+            for c in usable_confirmed(material, verdict)
+        ],
+        "directions": []
+        if verdict == "REJECT"
+        else [
+            {"text": d["text"], "kind": d["kind"], "basis": d["basis"], "claim_id": d["claim_id"]}
+            for d in material["directions"]
+        ],
+        "gaps": [
+            {"text": g["text"], "kind": g["kind"], "claim_id": g["claim_id"]}
+            for g in material["gaps"]
+        ],
+        "next_steps": [{"text": s["text"], "source": s["source"]} for s in material["next_steps"]],
+    }
+
+
+def check_composer_reply(reply: JSONObject | None, material: Material, verdict: str) -> list[str]:
+    """Violations of the composer contract in a parsed model reply (empty when usable)."""
+    if reply is None:
+        return ["the reply is not one JSON object"]
+    summary = reply.get("summary")
+    if not isinstance(summary, str) or not summary.strip():
+        return ["summary is missing or empty"]
+    problems: list[str] = []
+    if len(summary) > SUMMARY_CHARS:
+        problems.append(f"summary is longer than {SUMMARY_CHARS} characters")
+    confirmed = {c["claim_id"]: c["claim_text"] for c in usable_confirmed(material, verdict)}
+    withheld = {
+        c["claim_id"]: c["claim_text"]
+        for c in material["confirmed"]
+        if c["claim_id"] not in confirmed
+    }
+    cited_raw = reply.get("summary_claim_ids")
+    if not isinstance(cited_raw, list) or not cited_raw:
+        problems.append("summary_claim_ids must list the confirmed claims the summary states")
+        cited_raw = []
+    cited = [str(claim_id) for claim_id in cited_raw]
+    for claim_id in cited:
+        if claim_id in withheld:
+            problems.append(
+                f"summary cites {claim_id!r}, an inference that a REJECT answer must not state"
+            )
+        elif claim_id not in confirmed:
+            problems.append(f"summary cites {claim_id!r}, which is not a confirmed claim")
+    presented = reply.get("confirmed")
+    if presented is not None and not isinstance(presented, list):
+        problems.append("confirmed must be a list")
+        presented = []
+    for item in presented or []:
+        shown = item.get("claim_id") if isinstance(item, dict) else None
+        if str(shown) not in confirmed:
+            problems.append(f"{shown!r} is presented as confirmed but was not confirmed")
+    allowed = normalize(" ".join(confirmed[c] for c in cited if c in confirmed))
+    for token in specifics(summary):
+        if not contains_whole(normalize(token), allowed):
+            problems.append(f"summary states {token!r}, which no cited confirmed claim states")
+    norm_summary = normalize(summary)
+    problems += [
+        f"summary carries executor JSON ({fragment!r})"
+        for fragment in _CONTRACT_FRAGMENTS
+        if fragment in norm_summary
+    ]
+    for kind, texts in (
+        ("direction", [d["text"] for d in material["directions"]]),
+        ("gap", [g["text"] for g in material["gaps"]]),
+    ):
+        for raw in texts:
+            text = normalize(raw)
+            if len(text) >= 8 and text in norm_summary:
+                problems.append(f"summary presents a {kind} as established: {text[:60]!r}")
+    for claim_id, withheld_text in withheld.items():
+        text = normalize(withheld_text)
+        if len(text) >= 8 and text in norm_summary:
+            problems.append(f"summary states the inference {claim_id!r} in a REJECT answer")
+    if verdict == "REJECT" and reply.get("directions"):
+        problems.append("a REJECT answer must not give directions or a root cause")
+    return problems

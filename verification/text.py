@@ -1,0 +1,242 @@
+"""Text rules shared by every check: normalisation, specifics and whole-token matching.
+
+The Gatekeeper (excerpts and ``evidence.unbound_specifics``), the deterministic claim checker and
+the check of a model-written answer all compare claim text with evidence text through these
+functions, so the three can never disagree about what a text states.
+
+- **Invisible characters** (zero-width spaces and joiners, bidirectional controls, the byte-order
+  mark, soft hyphens) are removed before anything else: they must not split ``503`` into ``5``
+  and ``03``, nor hide a word.
+- **Normalisation** for comparison: NFKC (full-width letters and digits become half-width),
+  case folding, every run of whitespace (line and paragraph separators included) one space.
+- **Specifics**: what a claim states concretely. A maximal run of ``[A-Za-z0-9._%:/-]`` holding a
+  digit (numbers, percentages, durations, status and error codes, versions, ids), and an
+  identifier ending in ``Exception`` or ``Error``. Full-width punctuation separates runs as it
+  does in the original text (``HTTP 500：timeout`` states ``500``).
+- **Whole tokens**: a specific is found only as a whole: ``2`` is not in ``2026`` nor ``0.2`` in
+  ``0.23``, ``Error`` is not in ``TimeoutError``, while ``500`` is in ``status=500`` and ``500s``.
+  A time range ``10:00-10:30`` is found when both of its ends are.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Iterable
+from functools import lru_cache
+from typing import Literal
+
+UnicodeForm = Literal["NFKC", "NFC", "NFKD", "NFD", "none"]
+UNICODE_FORMS: tuple[UnicodeForm, ...] = ("NFKC", "NFC", "NFKD", "NFD", "none")
+
+IDENTIFIER_SUFFIXES: tuple[str, ...] = ("Exception", "Error")
+"""Suffixes that make an identifier a specific (``NullPointerException``, ``TimeoutError``)."""
+EDGE_PUNCTUATION = ".:/-"
+"""Stripped from both ends of a specific (``500.`` at the end of a sentence states ``500``)."""
+ELLIPSIS = "…"
+
+INVISIBLE = re.compile("[\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u206f\ufeff]")
+"""Zero-width, invisible-format and bidirectional control characters."""
+_CONTROL = re.compile("[\x00-\x08\x0e-\x1b\x7f-\x84\x86-\x9f]")
+_WHITESPACE = re.compile(r"\s+")
+_FULLWIDTH_PUNCTUATION = re.compile(
+    "[\u3000-\u303f\uff01-\uff04\uff06-\uff0f\uff1a-\uff20\uff3b-\uff40\uff5b-\uff65]"
+)
+_DIGIT = re.compile(r"\d")
+# A maximal run of the specific characters that holds a digit.
+_DIGIT_RUN = re.compile(r"(?<![A-Za-z0-9._%:/-])[A-Za-z0-9._%:/-]*[0-9][A-Za-z0-9._%:/-]*")
+_TIME_RANGE = re.compile(r"^(\d{1,2}:\d{2}(?::\d{2})?)-(\d{1,2}:\d{2}(?::\d{2})?)$")
+_FENCE = re.compile(r"^```[A-Za-z0-9_-]*[ \t]*\n(?P<body>.*)\n```$", re.DOTALL)
+_WORD_CHAR = re.compile(r"[A-Za-z0-9]")
+
+
+def strip_invisible(text: str) -> str:
+    """Remove zero-width, invisible-format and bidirectional control characters."""
+    return INVISIBLE.sub("", text)
+
+
+def one_line(text: str) -> str:
+    """Text for one line of output: no control or invisible characters, whitespace collapsed.
+
+    Line and paragraph separators, tabs and form feeds become single spaces; other control
+    characters (terminal escapes, BEL, backspace) are removed.
+    """
+    return _WHITESPACE.sub(" ", _CONTROL.sub("", strip_invisible(text))).strip()
+
+
+@lru_cache(maxsize=8192)
+def normalize(
+    text: str,
+    *,
+    unicode_form: UnicodeForm = "NFKC",
+    casefold: bool = True,
+    collapse_whitespace: bool = True,
+) -> str:
+    """Normalise text for comparison (invisible characters are always removed first).
+
+    Args:
+        text: The text to normalise.
+        unicode_form: A ``unicodedata`` normal form (``NFKC`` folds full-width characters to
+            half-width), or ``"none"``.
+        casefold: Whether to casefold.
+        collapse_whitespace: Whether to collapse whitespace runs to one space and strip the ends.
+
+    Returns:
+        The normalised text.
+    """
+    text = strip_invisible(text)
+    if unicode_form != "none":
+        text = unicodedata.normalize(unicode_form, text)
+    if casefold:
+        text = text.casefold()
+    if collapse_whitespace:
+        text = _WHITESPACE.sub(" ", text).strip()
+    return text
+
+
+@lru_cache(maxsize=32)
+def _identifier_pattern(suffixes: tuple[str, ...]) -> re.Pattern[str]:
+    alternatives = "|".join(re.escape(suffix) for suffix in suffixes)
+    return re.compile(
+        rf"(?<![A-Za-z0-9_$.])[A-Za-z_$][A-Za-z0-9_$.]*(?:{alternatives})(?![A-Za-z0-9_$])"
+    )
+
+
+def specifics(
+    text: str,
+    *,
+    identifier_suffixes: Iterable[str] = IDENTIFIER_SUFFIXES,
+    strip_punctuation: str = EDGE_PUNCTUATION,
+) -> list[str]:
+    """The specifics a text states, distinct (case-insensitively), in order of appearance.
+
+    Args:
+        text: A claim or summary text.
+        identifier_suffixes: Suffixes marking exception or error identifiers (case-sensitive, with
+            at least one character before the suffix).
+        strip_punctuation: Characters stripped from both ends of a run before it is kept.
+
+    Returns:
+        The specifics as written (after NFKC), e.g. ``["500", "30s", "NullPointerException"]``.
+    """
+    separated = _FULLWIDTH_PUNCTUATION.sub(" ", strip_invisible(text))
+    normalised = unicodedata.normalize("NFKC", separated)
+    found: list[tuple[int, str]] = []
+    for match in _DIGIT_RUN.finditer(normalised):
+        token = match.group().strip(strip_punctuation)
+        if _DIGIT.search(token):
+            found.append((match.start(), token))
+    suffixes = tuple(suffix for suffix in identifier_suffixes if suffix)
+    if suffixes:
+        for match in _identifier_pattern(suffixes).finditer(normalised):
+            token = match.group().strip(strip_punctuation)
+            if any(token.endswith(suffix) and len(token) > len(suffix) for suffix in suffixes):
+                found.append((match.start(), token))
+    found.sort(key=lambda item: item[0])
+    result: list[str] = []
+    seen: set[str] = set()
+    for _, token in found:
+        key = token.casefold()
+        if key not in seen:
+            seen.add(key)
+            result.append(token)
+    return result
+
+
+def _continues(edge: str, neighbour: str, beyond: str) -> bool:
+    """Whether ``neighbour`` (then ``beyond``) would continue the token past its ``edge`` char."""
+    if not neighbour:
+        return False
+    if edge.isdigit():
+        return neighbour.isdigit() or (neighbour == "." and beyond.isdigit())
+    if _WORD_CHAR.match(edge):
+        return bool(_WORD_CHAR.match(neighbour))
+    return False
+
+
+def contains_whole(needle: str, haystack: str) -> bool:
+    """Whether ``needle`` occurs in ``haystack`` as a whole token (both already normalised).
+
+    A needle that starts or ends with a digit must not be part of a longer number; one that
+    starts or ends with a letter must not run on into more letters or digits (``_``, ``.`` and
+    other punctuation separate: ``p99`` is found in ``latency_p99``).
+    """
+    if not needle:
+        return False
+    start = haystack.find(needle)
+    while start >= 0:
+        end = start + len(needle)
+        before = haystack[start - 1] if start > 0 else ""
+        before2 = haystack[start - 2] if start > 1 else ""
+        after = haystack[end] if end < len(haystack) else ""
+        after2 = haystack[end + 1] if end + 1 < len(haystack) else ""
+        # ``before2`` guards the decimal case from the left: ``0.5`` must not match ``5``.
+        left = _continues(needle[0], before, "") or (
+            needle[0].isdigit() and before == "." and before2.isdigit()
+        )
+        if not left and not _continues(needle[-1], after, after2):
+            return True
+        start = haystack.find(needle, start + 1)
+    return False
+
+
+def grounded(specific: str, texts: Iterable[str], *, casefold: bool = True) -> bool:
+    """Whether a specific is stated by one of ``texts`` (a time range: both of its ends).
+
+    Args:
+        specific: One specific, as returned by ``specifics``.
+        texts: Evidence texts, raw (they are normalised here, with the same case rule).
+        casefold: Compare case-insensitively.
+
+    Returns:
+        True when one text states it as a whole token.
+    """
+    needle = normalize(specific, casefold=casefold, collapse_whitespace=False)
+    haystacks = [normalize(text, casefold=casefold, collapse_whitespace=False) for text in texts]
+    if any(contains_whole(needle, haystack) for haystack in haystacks):
+        return True
+    span = _TIME_RANGE.match(needle)
+    if span is None:
+        return False
+    return all(
+        any(contains_whole(end, haystack) for haystack in haystacks) for end in span.groups()
+    )
+
+
+def strip_fence(text: str) -> tuple[str, bool]:
+    """Strip one surrounding Markdown code fence; tell whether there was one."""
+    body = text.strip()
+    fenced = _FENCE.match(body)
+    if fenced is None:
+        return body, False
+    return fenced.group("body").strip(), True
+
+
+def clip(text: str, limit: int) -> str:
+    """Cut ``text`` to at most ``limit`` characters, marking a cut with an ellipsis."""
+    if len(text) <= limit:
+        return text
+    return text[: max(limit - len(ELLIPSIS), 0)].rstrip() + ELLIPSIS
+
+
+def json_type(value: object) -> str:
+    """How a JSON value's type reads in a message (``an object``, ``a string``, ...)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
+
+
+def error_line(exc: BaseException) -> str:
+    """``<Type>: <message>`` on one line (``<Type>`` alone when there is no message)."""
+    message = one_line(str(exc))
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__

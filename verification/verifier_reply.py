@@ -1,0 +1,126 @@
+"""The Verifier's reply: parsed strictly, then read into a ``VerifierReply``.
+
+A reply is usable when it is exactly one JSON object (one surrounding code fence tolerated) with
+a ``claim_checks`` array and a known ``verdict``; otherwise the reason is worded for the model to
+repair its reply. Reading keeps what is well formed and notes what is not; whether a check names
+a real claim, a real trace item and a known label is decided by ``verification.verdict``.
+"""
+
+from __future__ import annotations
+
+import json
+
+from state.records import VERDICTS, JSONObject, JSONValue, ProposedCheck, RawCitation, VerifierReply
+from verification.text import strip_fence
+
+_NOTE_CHARS = 80
+
+
+def short(value: object) -> str:
+    """A value for a human-readable note, bounded."""
+    text = value if isinstance(value, str) else repr(value)
+    return text if len(text) <= _NOTE_CHARS else text[: _NOTE_CHARS - 1] + "…"
+
+
+def parse_verifier_reply(text: str) -> tuple[JSONObject | None, bool, str | None]:
+    """Strictly parse one Verifier reply.
+
+    Returns:
+        ``(object, fence_stripped, error)``: the object when the reply is usable; otherwise None
+        and the reason.
+    """
+    body, fenced = strip_fence(text)
+    if not body:
+        return None, fenced, "the reply was empty"
+    try:
+        data = json.loads(body)
+    except json.JSONDecodeError as exc:
+        return (
+            None,
+            fenced,
+            f"not a single JSON object ({exc.msg} at line {exc.lineno} column {exc.colno})",
+        )
+    if not isinstance(data, dict):
+        return None, fenced, f"expected a JSON object, got {type(data).__name__}"
+    if not isinstance(data.get("claim_checks"), list):
+        return None, fenced, "the object has no claim_checks array"
+    if data.get("verdict") not in VERDICTS:
+        return None, fenced, "verdict must be one of PASS, LOW_CONFID, REJECT"
+    return data, fenced, None
+
+
+def _ids(value: JSONValue) -> list[str]:
+    values = [value] if isinstance(value, str) else value if isinstance(value, list) else []
+    return [item.strip() for item in values if isinstance(item, str) and item.strip()]
+
+
+def _citations(raw: JSONValue, claim_id: str, notes: list[str]) -> list[RawCitation]:
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        notes.append(f"{claim_id}: evidence_refs is not a list, ignored")
+        return []
+    citations: list[RawCitation] = []
+    for item in raw:
+        if not isinstance(item, dict):
+            notes.append(f"{claim_id}: evidence ref {short(item)} is not an object, dropped")
+            continue
+        trace_ref = item.get("trace_ref")
+        if not isinstance(trace_ref, str) or not trace_ref.strip():
+            notes.append(f"{claim_id}: evidence ref {short(item)} names no trace item, dropped")
+            continue
+        ids = _ids(item.get("source_invocation_ids")) + _ids(item.get("source_invocation_id"))
+        citations.append(RawCitation(trace_ref=trace_ref.strip(), source_invocation_ids=ids))
+    return citations
+
+
+def _checks(raw: JSONValue, notes: list[str]) -> list[ProposedCheck] | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, list):
+        notes.append("claim_checks is not a list, ignored")
+        return None
+    checks: list[ProposedCheck] = []
+    for position, item in enumerate(raw):
+        if not isinstance(item, dict):
+            notes.append(f"claim_checks[{position}] is not an object, dropped")
+            continue
+        claim_id = item.get("claim_id")
+        if not isinstance(claim_id, str) or not claim_id.strip():
+            notes.append(
+                f"claim_checks[{position}] names no executor claim ({short(claim_id)}), dropped"
+            )
+            continue
+        label, detail = item.get("verification"), item.get("detail")
+        checks.append(
+            ProposedCheck(
+                claim_id=claim_id.strip(),
+                verification=label if isinstance(label, str) else None,
+                detail=detail.strip() if isinstance(detail, str) else "",
+                evidence_refs=_citations(item.get("evidence_refs"), claim_id.strip(), notes),
+            )
+        )
+    return checks
+
+
+def read_verifier_reply(raw: object) -> VerifierReply:
+    """Read a Verifier reply object (or garbage) into a ``VerifierReply``; never raises."""
+    notes: list[str] = []
+    if raw is not None and not isinstance(raw, dict):
+        notes.append("verifier output is not an object, ignored")
+    data: JSONObject = raw if isinstance(raw, dict) else {}
+    stated = data.get("verdict")
+    verdict = next((v for v in VERDICTS if v == stated), None)
+    if "verdict" in data and verdict is None:
+        notes.append(f"verifier verdict {short(stated)} is not a known verdict, ignored")
+    score = data.get("groundedness_score")
+    rationale = data.get("rationale")
+    return VerifierReply(
+        verdict=verdict,
+        groundedness_score=float(score)
+        if isinstance(score, int | float) and not isinstance(score, bool)
+        else None,
+        claim_checks=_checks(data.get("claim_checks"), notes),
+        rationale=rationale.strip() if isinstance(rationale, str) else "",
+        notes=notes,
+    )
