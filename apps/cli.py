@@ -116,7 +116,8 @@ def _parser() -> argparse.ArgumentParser:
     evaluate = commands.add_parser(
         "eval",
         help="run scenario files against the real graph with scripted model replies",
-        description="Run scenario files (contracts section 9): the real graph, tools over each "
+        description="Run scenario files (format: docs/contracts.md, Scenario files): the real "
+        "graph, tools over each "
         "scenario's environment, Gatekeeper, verdict code, routing and Composer; only the model "
         "replies are scripted. Prints one line per scenario, the metrics, and 'N passed, N "
         "failed'. Exit 1 if any scenario failed, 2 for a missing path.",

@@ -1,4 +1,4 @@
-"""Fixed, safe answer template (contracts section 6), in Chinese (default) and English.
+"""Fixed, safe answer template (docs/contracts.md, Composer), in Chinese (default) or English.
 
 The template sees only Verifier-allowed material: confirmed claims (direct observations and marked
 inferences) with their Gatekeeper-verified excerpts, possible directions (hypotheses and overstated

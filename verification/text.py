@@ -38,6 +38,10 @@ ELLIPSIS = "…"
 INVISIBLE = re.compile("[\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u206f\ufeff]")
 """Zero-width, invisible-format and bidirectional control characters."""
 _CONTROL = re.compile("[\x00-\x08\x0e-\x1b\x7f-\x84\x86-\x9f]")
+# Terminal escape sequences (CSI such as colours and cursor moves, OSC such as window titles).
+_ESCAPE = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]|\x9b[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"
+)
 _WHITESPACE = re.compile(r"\s+")
 _FULLWIDTH_PUNCTUATION = re.compile(
     "[\u3000-\u303f\uff01-\uff04\uff06-\uff0f\uff1a-\uff20\uff3b-\uff40\uff5b-\uff65]"
@@ -58,10 +62,11 @@ def strip_invisible(text: str) -> str:
 def one_line(text: str) -> str:
     """Text for one line of output: no control or invisible characters, whitespace collapsed.
 
-    Line and paragraph separators, tabs and form feeds become single spaces; other control
-    characters (terminal escapes, BEL, backspace) are removed.
+    Line and paragraph separators, tabs and form feeds become single spaces; terminal escape
+    sequences and other control characters (BEL, backspace) are removed.
     """
-    return _WHITESPACE.sub(" ", _CONTROL.sub("", strip_invisible(text))).strip()
+    text = _CONTROL.sub("", _ESCAPE.sub("", strip_invisible(text)))
+    return _WHITESPACE.sub(" ", text).strip()
 
 
 @lru_cache(maxsize=8192)

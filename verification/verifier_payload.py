@@ -1,4 +1,4 @@
-"""The Verifier's input: exactly the blocks of contracts section 1, bounded and sanitised.
+"""The Verifier's input: exactly the blocks docs/contracts.md (Flow) allows, bounded, sanitised.
 
 Tool and executor text is untrusted: zero-width and bidirectional control characters are
 stripped, the quoting markers cannot be forged from inside, and the whole payload is quoted

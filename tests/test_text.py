@@ -1,0 +1,132 @@
+"""The shared text rules: normalisation, specifics, whole-token matching, one-line text.
+
+The Gatekeeper, the claim checker and the check of a model-written summary all use these, so
+they are tested once, here.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from verification.text import (
+    clip,
+    contains_whole,
+    error_line,
+    grounded,
+    normalize,
+    one_line,
+    specifics,
+    strip_fence,
+)
+
+INVISIBLE = ["\u200b", "\u200c", "\u200d", "\u2060", "\ufeff", "\u00ad", "\u202e"]
+
+
+def test_specifics_finds_numbers_and_exception_names() -> None:
+    text = "返回 ５００, p99 30s, 12%. java.lang.NullPointerException: TimeoutError at 10:30."
+
+    assert specifics(text) == [
+        "500",
+        "p99",
+        "30s",
+        "12%",
+        "java.lang.NullPointerException",
+        "TimeoutError",
+        "10:30",
+    ]
+    assert specifics("An Error occurred, the error rate rose") == []
+
+
+def test_specifics_split_on_chinese_punctuation() -> None:
+    assert specifics("HTTP 500：Cannot acquire，耗时 30000ms。") == ["500", "30000ms"]
+    assert specifics("错误率 ２３％") == ["23%"]
+
+
+@pytest.mark.parametrize("char", INVISIBLE, ids=lambda c: f"U+{ord(c):04X}")
+def test_specifics_are_not_split_by_invisible_characters(char: str) -> None:
+    assert specifics(f"order-service returned HTTP 5{char}03") == ["503"]
+
+
+@pytest.mark.parametrize(
+    ("needle", "haystack", "found"),
+    [
+        ("2", "2026-03-01t10:07:00z error", False),
+        ("0.2", "value=0.23", False),
+        ("500", "status=500 error", True),
+        ("500", "http 500s at the gateway", True),
+        ("23%", "ratio is 23% over", True),
+        ("0.3", "value=0.3 threshold", True),
+        ("3", "value=0.3 threshold", False),
+        ("p99", "http_server_latency_p99{service=a}", True),
+        ("timeouterror", "sockettimeouterror raised", False),
+        ("nullpointerexception", "java.lang.nullpointerexception at", True),
+        ("5", "0.5 seconds", False),
+    ],
+    ids=[
+        "year-is-not-2",
+        "0.23-is-not-0.2",
+        "status",
+        "plural",
+        "percent",
+        "decimal",
+        "3-is-not-0.3",
+        "underscore-separates",
+        "word-inside-word",
+        "dotted-name",
+        "decimal-from-the-left",
+    ],
+)
+def test_contains_whole_matches_whole_tokens_only(needle: str, haystack: str, found: bool) -> None:
+    assert contains_whole(needle, haystack) is found
+
+
+def test_grounded_time_range_needs_both_ends() -> None:
+    assert grounded("10:00-10:30", ["from 10:00 until 10:30"])
+    assert not grounded("10:00-10:45", ["from 10:00 until 10:30"])
+
+
+def test_grounded_compares_normalised_and_case_insensitively() -> None:
+    assert grounded("TimeoutError", ["raised ＴｉｍｅｏｕｔＥｒｒｏｒ"])
+    assert not grounded("TimeoutError", ["raised timeouterror"], casefold=False)
+
+
+def test_normalize_folds_width_case_whitespace_and_invisible_characters() -> None:
+    assert normalize("Ｃａｎｎｏｔ\u200b  Acquire\n\u2028pool") == "cannot acquire pool"
+    assert normalize("A  b", collapse_whitespace=False) == "a  b"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "first\nsecond",
+        "first\u2028second",
+        "first\u2029second",
+        "first\x0bsecond",
+        "first\x0csecond",
+        "first\x85second",
+        "first\r\nsecond",
+    ],
+    ids=["lf", "line-separator", "paragraph-separator", "vt", "ff", "nel", "crlf"],
+)
+def test_one_line_turns_every_line_break_into_one_space(text: str) -> None:
+    assert one_line(text) == "first second"
+
+
+def test_one_line_removes_control_and_invisible_characters() -> None:
+    assert one_line("\x1b[31mred\x1b[0m \x07bell\x08 z\u200bw") == "red bell zw"
+    assert one_line("\x1b]0;owned\x07title") == "title"
+
+
+def test_strip_fence_strips_one_fence_and_says_so() -> None:
+    assert strip_fence('```json\n{"a": 1}\n```') == ('{"a": 1}', True)
+    assert strip_fence('  {"a": 1} ') == ('{"a": 1}', False)
+
+
+def test_clip_marks_a_cut() -> None:
+    assert clip("abcdef", 10) == "abcdef"
+    assert clip("abcdef", 4) == "abc…"
+
+
+def test_error_line_is_one_line_with_the_type() -> None:
+    assert error_line(ValueError("bad\nthing")) == "ValueError: bad thing"
+    assert error_line(KeyboardInterrupt()) == "KeyboardInterrupt"
