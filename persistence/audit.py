@@ -206,8 +206,8 @@ class SqlAuditStore:
 
     def update_channel(self, diagnosis_id: str, channel: str, value: Mapping[str, object]) -> None:
         """Replace one ``self_evaluation`` channel, preserving the others."""
-        lock = " FOR UPDATE" if self._db.dialect == "postgres" else ""
         with self._db.transaction() as tx:
+            lock = " FOR UPDATE" if tx.dialect == "postgres" else ""
             rows = tx.execute(
                 f"SELECT self_evaluation FROM diagnosis_session WHERE id = %s{lock}",
                 (diagnosis_id,),

@@ -15,8 +15,8 @@ import os
 import re
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from importlib import resources
@@ -31,8 +31,8 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 Dialect = Literal["postgres", "sqlite"]
 
 ENV_VAR = "SUPERBIZ_DATABASE_URL"
-SETUP_LOCK_KEY = 0x5B12_0002
-"""PostgreSQL advisory lock taken (by polling) while LangGraph's checkpoint tables are set up."""
+MIGRATION_LOCK_KEY = 0x5B12_0001
+"""PostgreSQL advisory lock held by the transaction that migrates the audit tables."""
 _MIGRATION_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 _PASSWORD = re.compile(r"(://[^:/@]+:)[^@]+@")
 
@@ -128,24 +128,116 @@ def load_json(value: Any) -> Any:
 
 
 class Database:
-    """A connection pool (PostgreSQL) or a shared connection (SQLite) to the audit tables."""
+    """The audit tables' database, opened on first use: a PostgreSQL pool or an SQLite connection.
 
-    def __init__(self, target: DatabaseTarget) -> None:
-        self.target = target
-        self.dialect: Dialect = target.dialect
-        self._pool: ConnectionPool[Any] | None = None
-        self._sqlite: sqlite3.Connection | None = None
-        self._lock = threading.RLock()
-        if target.dialect == "postgres":
-            self._pool = _open_pool(target)
-        else:
-            self._sqlite = _open_sqlite(target)
+    Making one opens nothing. The first ``transaction()`` (or ``open()``, ``ping()``, ``pool``)
+    resolves the setting, connects, checks that the database answers and brings its schema up to
+    date, once, while other threads wait for it. A database that cannot be opened raises
+    ``DatabaseError`` with the reason and stays closed, so the next use tries again; after
+    ``close()``, the next use opens it again.
+
+    Args:
+        value: ``--db``; None reads ``SUPERBIZ_DATABASE_URL`` (else the embedded default) each
+            time the database is opened.
+    """
+
+    def __init__(self, value: str | None = None) -> None:
+        self._value = value
+        self._lock = threading.Lock()
+        self._opened: _Opened | None = None
+
+    @property
+    def target(self) -> DatabaseTarget:
+        """Where the data lives: the open target, else the one the setting names now.
+
+        Raises:
+            DatabaseError: for a URL scheme that is neither PostgreSQL nor SQLite.
+        """
+        opened = self._opened
+        return opened.target if opened is not None else resolve_target(self._value)
+
+    @property
+    def dialect(self) -> Dialect:
+        """The dialect of ``target``."""
+        return self.target.dialect
+
+    @property
+    def pool(self) -> ConnectionPool[Any] | None:
+        """The PostgreSQL pool (None for SQLite), opening the database if needed."""
+        return self._open().pool
+
+    def open(self) -> None:
+        """Open the database now unless it is open.
+
+        Raises:
+            DatabaseError: when the database is unreachable, misconfigured or too new.
+        """
+        self._open()
+
+    def _open(self) -> _Opened:
+        opened = self._opened
+        if opened is not None:
+            return opened
+        with self._lock:
+            if self._opened is None:
+                self._opened = _Opened.connect(resolve_target(self._value))
+            return self._opened
 
     @contextmanager
     def transaction(self) -> Iterator[Transaction]:
-        """One transaction: committed when the block ends, rolled back on an exception."""
-        if self._pool is not None:
-            with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+        """One transaction: committed when the block ends, rolled back on an exception.
+
+        Raises:
+            DatabaseError: when the database cannot be opened.
+        """
+        with self._open().transaction() as tx:
+            yield tx
+
+    def ping(self) -> None:
+        """Raise ``DatabaseError`` when the database cannot answer a trivial query."""
+        self._open().ping()
+
+    def close(self) -> None:
+        """Close the pool or connection, if open."""
+        with self._lock:
+            opened, self._opened = self._opened, None
+        if opened is not None:
+            opened.close()
+
+
+class _Opened:
+    """An open target: its PostgreSQL pool, or its SQLite connection and that one's lock."""
+
+    def __init__(
+        self,
+        target: DatabaseTarget,
+        pool: ConnectionPool[Any] | None = None,
+        sqlite: sqlite3.Connection | None = None,
+    ) -> None:
+        self.target = target
+        self.pool = pool
+        self._sqlite = sqlite
+        self._lock = threading.RLock()
+
+    @classmethod
+    def connect(cls, target: DatabaseTarget) -> _Opened:
+        """Connect to the target, check that it answers and migrate it (closed on failure)."""
+        if target.dialect == "postgres":
+            opened = cls(target, pool=_open_pool(target))
+        else:
+            opened = cls(target, sqlite=connect_sqlite(target, autocommit=True))
+        try:
+            opened.ping()
+            _migrate(target, opened.transaction)
+        except BaseException:
+            opened.close()
+            raise
+        return opened
+
+    @contextmanager
+    def transaction(self) -> Iterator[Transaction]:
+        if self.pool is not None:
+            with self.pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
                 yield Transaction("postgres", cur)
             return
         assert self._sqlite is not None
@@ -159,13 +251,7 @@ class Database:
                 raise
             cur.execute("COMMIT")
 
-    @property
-    def pool(self) -> ConnectionPool[Any] | None:
-        """The PostgreSQL pool (None for SQLite); shared with the checkpointer."""
-        return self._pool
-
     def ping(self) -> None:
-        """Raise ``DatabaseError`` when the database cannot answer a trivial query."""
         try:
             with self.transaction() as tx:
                 tx.execute("SELECT 1")
@@ -173,9 +259,8 @@ class Database:
             raise DatabaseError(f"database {self.target.display} is not reachable: {exc}") from exc
 
     def close(self) -> None:
-        """Close the pool or connection."""
-        if self._pool is not None:
-            self._pool.close()
+        if self.pool is not None:
+            self.pool.close()
         if self._sqlite is not None:
             self._sqlite.close()
 
@@ -184,68 +269,110 @@ POOL_SIZE_VAR = "SUPERBIZ_DB_POOL_SIZE"
 """Connections a pool may hold open at once (default 10)."""
 
 CONNECT_TIMEOUT_S = 5
+POOL_OPEN_TIMEOUT_S = 10.0
+SQLITE_BUSY_TIMEOUT_S = 30.0
 
 POOL_KWARGS: dict[str, Any] = {"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row}
 """Connection settings of every pool: autocommit (the checkpointer creates indexes
 concurrently, which cannot run in a transaction), no prepared statements (poolers), dict rows."""
 
 
-def pool_size(minimum: int = 1) -> int:
-    """The configured pool size, at least ``minimum``.
+def pool_size() -> int:
+    """The configured pool size, at least 1.
 
     Raises:
         DatabaseError: when ``SUPERBIZ_DB_POOL_SIZE`` is not a whole number.
     """
     try:
-        return max(minimum, int(os.environ.get(POOL_SIZE_VAR, "10")))
+        return max(1, int(os.environ.get(POOL_SIZE_VAR, "10")))
     except ValueError as exc:
         raise DatabaseError(f"{POOL_SIZE_VAR} must be a whole number") from exc
 
 
+def pool_options(name: str) -> dict[str, Any]:
+    """Keyword arguments of every connection pool, sync or async, named ``name`` in its logs.
+
+    Raises:
+        DatabaseError: when ``SUPERBIZ_DB_POOL_SIZE`` is not a whole number.
+    """
+    return {"kwargs": POOL_KWARGS, "min_size": 1, "max_size": pool_size(), "name": name}
+
+
+def pool_error(target: DatabaseTarget) -> DatabaseError:
+    """The error for a pool whose first connection did not open in time."""
+    return DatabaseError(f"cannot open a connection pool to {target.display}")
+
+
 def connect_error(target: DatabaseTarget, exc: BaseException) -> DatabaseError:
-    """The readable error for a PostgreSQL database that cannot be reached."""
+    """The readable error for a database that cannot be reached (PostgreSQL) or opened (SQLite)."""
+    if target.dialect == "sqlite":
+        return DatabaseError(
+            f"cannot open the SQLite database {target.path}: {exc} (check --db or {ENV_VAR})"
+        )
     reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return DatabaseError(
         f"cannot connect to PostgreSQL at {target.display}: {reason} (check --db or {ENV_VAR})"
     )
 
 
-def _open_pool(target: DatabaseTarget) -> ConnectionPool[Any]:
+def connect_postgres(target: DatabaseTarget) -> psycopg.Connection[Any]:
+    """A direct connection to a PostgreSQL target, with the pools' settings (``POOL_KWARGS``).
+
+    Raises:
+        DatabaseError: with the real reason (refused, unknown database, authentication).
+    """
     try:
-        # A direct probe gives the real reason (refused, unknown database, auth) at once.
-        psycopg.connect(target.conninfo, connect_timeout=CONNECT_TIMEOUT_S).close()
+        conn: psycopg.Connection[Any] = psycopg.connect(
+            target.conninfo, connect_timeout=CONNECT_TIMEOUT_S, **POOL_KWARGS
+        )
     except psycopg.Error as exc:
         raise connect_error(target, exc) from exc
+    return conn
+
+
+def _open_pool(target: DatabaseTarget) -> ConnectionPool[Any]:
+    # A direct probe gives the real reason (refused, unknown database, auth) at once.
+    connect_postgres(target).close()
     pool: ConnectionPool[Any] = ConnectionPool(
         target.conninfo,
-        kwargs=POOL_KWARGS,
-        min_size=1,
-        max_size=pool_size(),
         check=ConnectionPool.check_connection,
         open=True,
-        name="superbiz",
+        **pool_options("superbiz"),
     )
     try:
-        pool.wait(timeout=10)
+        pool.wait(timeout=POOL_OPEN_TIMEOUT_S)
     except PoolTimeout as exc:
         pool.close()
-        raise DatabaseError(f"cannot open a connection pool to {target.display}") from exc
+        raise pool_error(target) from exc
     return pool
 
 
-def _open_sqlite(target: DatabaseTarget) -> sqlite3.Connection:
+def connect_sqlite(target: DatabaseTarget, *, autocommit: bool) -> sqlite3.Connection:
+    """A connection to an SQLite target, usable from any thread, in WAL mode; waits 30 s for locks.
+
+    The file and its folder are created when missing.
+
+    Args:
+        target: an SQLite target.
+        autocommit: True: no implicit transactions, the caller writes ``BEGIN`` (the audit
+            tables); False: Python's implicit transactions (what LangGraph's ``SqliteSaver``
+            commits).
+
+    Raises:
+        DatabaseError: when the file cannot be created or opened.
+    """
     assert target.path is not None
     try:
         target.path.parent.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(
-            str(target.path), check_same_thread=False, isolation_level=None, timeout=30
+            str(target.path), check_same_thread=False, timeout=SQLITE_BUSY_TIMEOUT_S
         )
+        if autocommit:
+            conn.isolation_level = None
         conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA busy_timeout=30000")
+        conn.execute(f"PRAGMA busy_timeout={int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
     except (OSError, sqlite3.Error) as exc:
-        raise DatabaseError(
-            f"cannot open the SQLite database {target.path}: {exc} (check --db or {ENV_VAR})"
-        ) from exc
+        raise connect_error(target, exc) from exc
     return conn
 
 
@@ -277,19 +404,25 @@ def migrate(db: Database) -> tuple[int, int]:
     Raises:
         SchemaTooNew: when the database's schema is newer than this code.
     """
-    latest = latest_version(db.dialect)
-    with db.transaction() as tx:
-        if db.dialect == "postgres":
-            tx.execute("SELECT pg_advisory_xact_lock(%s)", (0x5B12_0001,))
+    return _migrate(db.target, db.transaction)
+
+
+def _migrate(
+    target: DatabaseTarget, transaction: Callable[[], AbstractContextManager[Transaction]]
+) -> tuple[int, int]:
+    latest = latest_version(target.dialect)
+    with transaction() as tx:
+        if tx.dialect == "postgres":
+            tx.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK_KEY,))
         tx.execute("CREATE TABLE IF NOT EXISTS superbiz_schema (version INTEGER NOT NULL)")
         rows = tx.execute("SELECT version FROM superbiz_schema")
         current = int(rows[0]["version"]) if rows else 0
         if current > latest:
             raise SchemaTooNew(
-                f"database {db.target.display} has schema version {current}, newer than this "
+                f"database {target.display} has schema version {current}, newer than this "
                 f"superbiz (version {latest}); upgrade superbiz before using this database"
             )
-        for version, _name, sql in migrations(db.dialect):
+        for version, _name, sql in migrations(tx.dialect):
             if version <= current:
                 continue
             for statement in _statements(sql):
@@ -302,16 +435,11 @@ def migrate(db: Database) -> tuple[int, int]:
 
 
 def open_database(value: str | None = None) -> Database:
-    """Connect to the configured database and bring its schema up to date.
+    """Connect to the configured database now and bring its schema up to date.
 
     Raises:
         DatabaseError: when the database is unreachable, misconfigured or too new.
     """
-    db = Database(resolve_target(value))
-    try:
-        db.ping()
-        migrate(db)
-    except BaseException:
-        db.close()
-        raise
+    db = Database(value)
+    db.open()
     return db

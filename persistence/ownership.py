@@ -7,10 +7,17 @@ never handed to an API caller.
 
 from __future__ import annotations
 
-from typing import Any
+from typing_extensions import TypedDict
 
 from persistence.audit import utcnow
 from persistence.database import Database
+
+
+class OwnedThread(TypedDict):
+    """A thread an API identity owns, and when it claimed it."""
+
+    thread_id: str
+    created_at: str
 
 
 class ThreadOwners:
@@ -49,12 +56,15 @@ class ThreadOwners:
             rows = tx.execute("SELECT owner FROM thread_owner WHERE thread_id = %s", (thread_id,))
         return bool(rows) and str(rows[0]["owner"]) == owner
 
-    def threads_of(self, owner: str) -> list[dict[str, Any]]:
-        """The threads an identity owns, oldest first: ``{thread_id, created_at}``."""
+    def threads_of(self, owner: str) -> list[OwnedThread]:
+        """The threads an identity owns, oldest first."""
         with self._db.transaction() as tx:
             rows = tx.execute(
                 "SELECT thread_id, created_at FROM thread_owner WHERE owner = %s "
                 "ORDER BY created_at, thread_id",
                 (owner,),
             )
-        return [dict(r) for r in rows]
+        return [
+            OwnedThread(thread_id=str(r["thread_id"]), created_at=str(r["created_at"]))
+            for r in rows
+        ]

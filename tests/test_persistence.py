@@ -26,7 +26,8 @@ from persistence.database import (
     open_database,
     resolve_target,
 )
-from persistence.store import Persistence, ThreadBusy, open_persistence
+from persistence.locks import ThreadBusy
+from persistence.store import Persistence, open_persistence
 from state.context import Context
 from tools.sample import SampleBackend, default_environment
 

@@ -1,0 +1,101 @@
+"""One writer per thread: a run holds its thread's lock while it diagnoses, or is refused.
+
+PostgreSQL: a session advisory lock on a pooled connection, held for the run (a killed process's
+connection closes, which releases it). SQLite: a ``thread_lock`` row naming the holder's process
+and host; a row left by a process of this host that is no longer alive is stale and taken over.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from persistence.audit import utcnow
+from persistence.database import Database, DatabaseError
+
+THREAD_LOCK_KEY = 0x5B13
+"""First key of the PostgreSQL advisory lock of a thread (the second is the thread's hash)."""
+
+
+class ThreadBusy(DatabaseError):
+    """Another run is diagnosing on the same thread right now."""
+
+
+@contextmanager
+def thread_lock(db: Database, thread_id: str) -> Iterator[None]:
+    """Hold the thread's writer lock for the block; refuse when another run holds it.
+
+    Raises:
+        ThreadBusy: when another live run holds the thread.
+    """
+    lock = _postgres_lock if db.dialect == "postgres" else _sqlite_lock
+    with lock(db, thread_id):
+        yield
+
+
+def _busy(thread_id: str, holder: str = "") -> ThreadBusy:
+    who = f" ({holder})" if holder else ""
+    return ThreadBusy(
+        f"thread {thread_id!r} is already being diagnosed by another run{who}; wait for it to "
+        "finish, or use another --thread"
+    )
+
+
+@contextmanager
+def _postgres_lock(db: Database, thread_id: str) -> Iterator[None]:
+    key = zlib.crc32(thread_id.encode("utf-8")) - 2**31
+    assert db.pool is not None
+    with db.pool.connection() as conn:
+        row = conn.execute(
+            "SELECT pg_try_advisory_lock(%s::int4, %s::int4) AS ok", (THREAD_LOCK_KEY, key)
+        ).fetchone()
+        if not row or not row["ok"]:
+            raise _busy(thread_id)
+        try:
+            yield
+        finally:
+            conn.execute("SELECT pg_advisory_unlock(%s::int4, %s::int4)", (THREAD_LOCK_KEY, key))
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@contextmanager
+def _sqlite_lock(db: Database, thread_id: str) -> Iterator[None]:
+    owner, host, pid = uuid.uuid4().hex, socket.gethostname(), os.getpid()
+    with db.transaction() as tx:
+        rows = tx.execute(
+            "SELECT owner, pid, host, acquired_at FROM thread_lock WHERE thread_id = %s",
+            (thread_id,),
+        )
+        if rows:
+            held = rows[0]
+            stale = held["host"] == host and not _pid_alive(int(held["pid"]))
+            if not stale:
+                raise _busy(
+                    thread_id, f"pid {held['pid']} on {held['host']} since {held['acquired_at']}"
+                )
+            tx.execute("DELETE FROM thread_lock WHERE thread_id = %s", (thread_id,))
+        tx.execute(
+            "INSERT INTO thread_lock (thread_id, owner, pid, host, acquired_at) "
+            "VALUES (%s, %s, %s, %s, %s)",
+            (thread_id, owner, pid, host, utcnow()),
+        )
+    try:
+        yield
+    finally:
+        with db.transaction() as tx:
+            tx.execute(
+                "DELETE FROM thread_lock WHERE thread_id = %s AND owner = %s", (thread_id, owner)
+            )
