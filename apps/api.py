@@ -51,12 +51,13 @@ from graph.builder import build_graph
 from graph.runner import run_diagnosis, summary_of
 from nodes.common import GetModel
 from persistence.database import DatabaseError
+from persistence.locks import ThreadBusy
 from persistence.ownership import ThreadOwners
-from persistence.store import Persistence, ThreadBusy, open_persistence
+from persistence.store import Persistence, open_persistence
 from state.context import Context, Language
 from state.records import DiagnosisSummary
 from tools.backend import EvidenceBackend
-from tools.sample import json_type
+from verification.text import json_type
 
 logger = logging.getLogger("superbiz.api")
 

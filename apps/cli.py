@@ -20,7 +20,8 @@ from persistence.database import DatabaseError, migrate, open_database
 from persistence.store import Persistence, open_persistence
 from state.context import Context
 from state.records import DiagnosisRecord, Invocation
-from tools.sample import EnvironmentFileError, SampleBackend, default_environment, load_environment
+from tools.environment import EnvironmentFileError, default_environment, load_environment
+from tools.sample import SampleBackend
 from verification.text import error_line
 
 DB_HELP = (

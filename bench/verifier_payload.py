@@ -29,8 +29,9 @@ from typing import Any
 from _common import fmt, fmt_bytes, machine, median, table, verdict_line
 
 from persistence.ledger import InMemoryLedger
+from tools.environment import default_environment
 from tools.runner import ToolRunner, tool_message_content
-from tools.sample import SampleBackend, default_environment
+from tools.sample import SampleBackend
 from tools.trace_summary import build_trace_summary
 from verification.gatekeeper import run_gatekeeper
 from verification.verifier_payload import build_payload, render_payload

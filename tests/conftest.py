@@ -10,6 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.sqlite import SqliteSaver
 
 _real_connect = socket.socket.connect
 
@@ -106,3 +109,15 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
     url: str = request.getfixturevalue("postgres_url")
     _empty_postgres(url)
     yield url
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def checkpointer(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[BaseCheckpointSaver[str]]:
+    """One graph test body, two checkpointers: LangGraph's in-memory saver and an SQLite file."""
+    if request.param == "memory":
+        yield InMemorySaver()
+        return
+    with SqliteSaver.from_conn_string(str(tmp_path / "checkpoints.sqlite")) as saver:
+        yield saver

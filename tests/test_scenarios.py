@@ -11,17 +11,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import TypeAdapter
 
 from apps import evaluation
 from apps.evaluation import (
-    ScenarioError,
+    Checkpointer,
+    ScenarioResult,
     eval_command,
-    load_scenario,
     run_graph,
     run_paths,
     run_scenario,
     summarize,
 )
+from apps.scenario import Scenario, ScenarioError, load_scenario, validate_scenario
 
 SCENARIOS = Path(__file__).parent / "scenarios"
 FILES = sorted(SCENARIOS.glob("*.json"))
@@ -46,16 +48,17 @@ def _scenario_id(path: Path) -> str:
 
 
 @functools.cache
-def _result(path: Path) -> dict[str, Any]:
+def _result(path: Path) -> ScenarioResult:
     return run_scenario(load_scenario(path))
 
 
-def _corpus() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _corpus() -> tuple[list[ScenarioResult], list[Scenario]]:
     scenarios = [load_scenario(path) for path in FILES]
     return [_result(path) for path in FILES], scenarios
 
 
-def _scenario(name: str) -> dict[str, Any]:
+def _scenario(name: str) -> Any:
+    """A fresh copy of a corpus scenario, for a test to change (typed loosely for that)."""
     return copy.deepcopy(load_scenario(SCENARIOS / f"{name}.json"))
 
 
@@ -66,7 +69,7 @@ def _write(folder: Path, name: str, data: Any) -> Path:
     return path
 
 
-def _final_claims(scenario: dict[str, Any]) -> list[dict[str, Any]]:
+def _final_claims(scenario: Scenario) -> list[dict[str, Any]]:
     """The claims of the last executor answer of the script (when it is readable JSON)."""
     content = scenario["script"]["rounds"][-1]["executor"][-1].get("content")
     if isinstance(content, str):
@@ -83,10 +86,11 @@ def _final_claims(scenario: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize("path", FILES, ids=[_scenario_id(p) for p in FILES])
-def test_scenario_meets_its_expectations(path: Path) -> None:
-    result = _result(path)
+def test_scenario_meets_its_expectations(path: Path, checkpointer: Checkpointer) -> None:
+    result = run_scenario(load_scenario(path), checkpointer=checkpointer)
 
     assert result["ok"], f"{result['id']}: " + "; ".join(result["mismatches"])
+    assert checkpointer.get_tuple({"configurable": {"thread_id": f"eval-{result['id']}"}})
 
 
 def test_corpus_has_forty_scenarios_in_both_languages() -> None:
@@ -215,6 +219,84 @@ def test_load_scenario_names_the_file_and_the_problem(
     assert str(path) in message
     assert reason in message
     assert "\n" not in message
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            lambda s: s["script"]["rounds"][0]["executor"][0]["tool_calls"][0].pop("name"),
+            "script.rounds[0].executor[0].tool_calls[0].name must be a tool name",
+        ),
+        (
+            lambda s: s["script"]["rounds"][0].update(verifer="x"),
+            "script.rounds[0] has unknown key(s) verifer; allowed: planner, executor, verifier",
+        ),
+        (
+            lambda s: s["script"]["rounds"][0]["executor"].insert(1, {}),
+            "script.rounds[0].executor[1] needs 'tool_calls' or 'content'",
+        ),
+        (
+            lambda s: s["script"]["rounds"][0].update(verifier=["{}", 3]),
+            "script.rounds[0].verifier[1] must be a string or a JSON object, got a number",
+        ),
+        (
+            lambda s: s["environment"]["logs"][1].update(timestamp="noon"),
+            "environment.logs[1].timestamp: 'noon' is not an ISO-8601 timestamp",
+        ),
+        (
+            lambda s: s["environment"]["logs"][0].update(level=3),
+            "environment.logs[0].level must be a string, got a number",
+        ),
+        (lambda s: s["expect"].update(rounds=True), "expect.rounds must be 1 or 2"),
+        (
+            lambda s: s["expect"].update(verdict=None),
+            "expect.verdict must not be null; leave the key out instead",
+        ),
+    ],
+    ids=[
+        "tool-name",
+        "round-key",
+        "empty-step",
+        "verifier-attempt",
+        "timestamp",
+        "type",
+        "bool",
+        "null",
+    ],
+)
+def test_load_scenario_names_the_field_by_its_path(
+    tmp_path: Path, change: Any, message: str
+) -> None:
+    data = json.loads((SCENARIOS / "pass-basic-zh.json").read_text(encoding="utf-8"))
+    change(data)
+    path = _write(tmp_path, "broken.json", data)
+
+    with pytest.raises(ScenarioError) as raised:
+        load_scenario(path)
+
+    assert str(raised.value).startswith(f"{path}: {message}")
+
+
+def test_load_scenario_gives_a_record_of_the_file() -> None:
+    record = TypeAdapter(Scenario)
+    for path in FILES:
+        scenario = load_scenario(path)
+
+        assert record.validate_python(scenario, strict=True) == scenario
+        assert validate_scenario(scenario, origin=str(path)) == scenario
+
+
+def test_load_scenario_holds_every_verifier_reply_in_a_list(tmp_path: Path) -> None:
+    data = json.loads((SCENARIOS / "pass-basic-zh.json").read_text(encoding="utf-8"))
+    data.pop("expect")
+    reply = data["script"]["rounds"][0]["verifier"]
+
+    scenario = load_scenario(_write(tmp_path, "one.json", data))
+
+    assert not isinstance(reply, list)
+    assert scenario["script"]["rounds"][0]["verifier"] == [reply]
+    assert scenario["expect"] == {}
 
 
 def test_load_scenario_rejects_text_that_is_not_json(tmp_path: Path) -> None:

@@ -6,14 +6,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import TypeAdapter
 
 from tools.backend import BackendError, EvidenceBackend
-from tools.sample import (
+from tools.environment import (
+    Environment,
     EnvironmentFileError,
-    SampleBackend,
     default_environment,
     load_environment,
 )
+from tools.sample import SampleBackend
 
 
 def _log(ts: str, level: str, service: str, message: str, instance: str = "i-1") -> dict[str, Any]:
@@ -555,3 +557,53 @@ def test_sample_load_environment_names_scenario_entries(tmp_path: Path) -> None:
         EnvironmentFileError, match=r"environment\.logs\[0\] is missing required field 'level'"
     ):
         load_environment(path)
+
+
+def test_environment_load_gives_records(tmp_path: Path) -> None:
+    log = dict(LOGS[0], instance=None, trace_id="abc")
+    series = dict(SERIES[2], labels=None)
+    path = _write(tmp_path, "env.json", {"logs": [log], "series": [series], "alerts": None})
+
+    env = load_environment(path)
+
+    assert env == {
+        "logs": [{k: v for k, v in LOGS[0].items() if k != "instance"}],
+        "series": [{k: v for k, v in SERIES[2].items() if k != "labels"}],
+    }
+    assert isinstance(env["series"][0]["min"], float)
+    assert TypeAdapter(Environment).validate_python(env, strict=True) == env
+    assert TypeAdapter(Environment).validate_python(default_environment(), strict=True)
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        pytest.param(
+            {"logs": [dict(LOGS[0], level=3)]},
+            "logs[0].level must be a string, got a number",
+            id="level-number",
+        ),
+        pytest.param(
+            {"alerts": [dict(ALERTS[0], state=True)]},
+            "alerts[0].state must be a string, got a boolean",
+            id="state-boolean",
+        ),
+        pytest.param(
+            {"series": [dict(SERIES[0], points_count="36")]},
+            "series[0].points_count must be an integer, got a string",
+            id="count-string",
+        ),
+        pytest.param(
+            {"environment": {"documents": [dict(DOCUMENTS[0], chunk=["a"])]}},
+            "environment.documents[0].chunk must be a string, got an array",
+            id="chunk-array",
+        ),
+    ],
+)
+def test_environment_values_are_not_coerced(tmp_path: Path, content: Any, expected: str) -> None:
+    path = _write(tmp_path, "bad.json", content)
+
+    with pytest.raises(EnvironmentFileError) as info:
+        load_environment(path)
+
+    assert str(info.value) == f"{path}: {expected}"

@@ -1,13 +1,19 @@
 """The interface every evidence source implements, and the timestamp rules they share.
 
 A backend answers the four tool calls with plain data in the output shapes of the evidence tools
-(contracts section 2). It does not bound, cap or record anything: the tool runner does that.
+(contracts section 2): ``LogsOutput``, ``MetricsOutput``, ``KnowledgeOutput`` and ``TimeOutput``,
+whose entries are the ``state.records`` entry records. It does not bound, cap or record anything:
+the tool runner does that (and validates what it gets into a ``ToolOutput``).
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
+
+from typing_extensions import TypedDict
+
+from state.records import AlertEntry, DocumentEntry, LogEntry, SeriesEntry
 
 
 class BackendError(Exception):
@@ -44,6 +50,33 @@ def parse_timestamp(value: str) -> datetime:
     return parsed
 
 
+class LogsOutput(TypedDict):
+    """What ``query_logs`` returns: ``total`` counts the matches before the limit."""
+
+    logs: list[LogEntry]
+    total: int
+    truncated: bool
+
+
+class MetricsOutput(TypedDict):
+    """What ``query_metrics`` returns."""
+
+    alerts: list[AlertEntry]
+    series: list[SeriesEntry]
+
+
+class KnowledgeOutput(TypedDict):
+    """What ``lookup_knowledge`` returns, best document first."""
+
+    documents: list[DocumentEntry]
+
+
+class TimeOutput(TypedDict):
+    """What ``get_current_time`` returns: an ISO-8601 timestamp."""
+
+    now: str
+
+
 @runtime_checkable
 class EvidenceBackend(Protocol):
     """A source of logs, metrics and knowledge documents for the evidence tools.
@@ -61,7 +94,7 @@ class EvidenceBackend(Protocol):
         start: str | None = None,
         end: str | None = None,
         limit: int = 20,
-    ) -> dict[str, Any]:
+    ) -> LogsOutput:
         """Finds log lines.
 
         Args:
@@ -86,7 +119,7 @@ class EvidenceBackend(Protocol):
         promql: str | None = None,
         start: str | None = None,
         end: str | None = None,
-    ) -> dict[str, Any]:
+    ) -> MetricsOutput:
         """Finds alerts and metric series.
 
         Args:
@@ -102,7 +135,7 @@ class EvidenceBackend(Protocol):
         """
         ...
 
-    def lookup_knowledge(self, *, query: str, top_k: int = 3) -> dict[str, Any]:
+    def lookup_knowledge(self, *, query: str, top_k: int = 3) -> KnowledgeOutput:
         """Searches runbooks and past incidents.
 
         Args:
@@ -114,7 +147,7 @@ class EvidenceBackend(Protocol):
         """
         ...
 
-    def get_current_time(self, *, timezone: str | None = None) -> dict[str, Any]:
+    def get_current_time(self, *, timezone: str | None = None) -> TimeOutput:
         """Tells the current time of the environment.
 
         Args:
