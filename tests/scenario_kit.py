@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
-from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage, HumanMessage
 from langchain_core.outputs import ChatResult
-from langchain_core.runnables import RunnableConfig
+from langchain_core.runnables import Runnable, RunnableConfig
+from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
 from pydantic import Field
 
@@ -27,9 +27,15 @@ from nodes.common import GetModel, message_text
 from persistence.audit import InMemoryAuditStore
 from persistence.ledger import InMemoryLedger
 from state.context import ComposerMode, Context, Language
+from state.records import DiagnosisRecord
 from tools.sample import SampleBackend
 
+if TYPE_CHECKING:
+    from tools.environment import Environment
+
 THREAD: RunnableConfig = {"configurable": {"thread_id": "t1"}}
+Checkpointer: TypeAlias = BaseCheckpointSaver[str]
+"""What the graph is compiled with (the `checkpointer` fixture gives one of each kind)."""
 
 # --------------------------------------------------------------------------- environment
 
@@ -219,15 +225,9 @@ class RecordingChatModel(ScriptedChatModel):
 
     calls: list[list[BaseMessage]] = Field(default_factory=list)
 
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
+    def _generate(self, messages: list[BaseMessage], *args: Any, **kwargs: Any) -> ChatResult:
         self.calls.append(list(messages))
-        return super()._generate(messages, stop=stop, run_manager=run_manager, **kwargs)
+        return super()._generate(messages, *args, **kwargs)
 
 
 def recording_models(
@@ -308,26 +308,108 @@ def payload_of(message: BaseMessage) -> dict[str, Any]:
     return data
 
 
+def json_objects(value: object) -> list[dict[str, Any]]:
+    """A JSON value that must be a list of objects, typed as such."""
+    assert isinstance(value, list), value
+    assert all(isinstance(item, dict) for item in value), value
+    return [dict(item) for item in value]
+
+
+NodeWrapper = Callable[[str, Runnable[Any, Any]], Runnable[Any, Any]]
+"""Takes a node's id and runnable, returns the runnable the graph runs in its place."""
+
+
 def run_diagnosis(
-    env: dict[str, Any],
+    env: Environment | dict[str, Any],
     replies: dict[str, list[Any]],
     *,
     question: str = "Is order-service returning HTTP 500 errors?",
     language: Language = "en",
     composer_mode: ComposerMode = "template",
     overrides: dict[str, BaseChatModel] | None = None,
+    checkpointer: Checkpointer | None = None,
+    wrap_nodes: NodeWrapper | None = None,
 ) -> Run:
-    """Run one diagnosis through the real graph with scripted (recording) models."""
+    """Run one diagnosis through the real graph with scripted (recording) models.
+
+    `checkpointer` defaults to a fresh `InMemorySaver`; `wrap_nodes(name, node)` gives the
+    runnable the graph runs in place of each node.
+    """
     get_model, models = recording_models(replies, overrides)
     ledger = InMemoryLedger()
     audit = InMemoryAuditStore()
-    graph = build_graph(
-        get_model=get_model, backend=SampleBackend(env), ledger=ledger, audit=audit
-    ).compile(checkpointer=InMemorySaver())
+    # Test environments are served as written (not validated): some are deliberately odd.
+    backend = SampleBackend(cast("Environment", env))
+    builder = build_graph(get_model=get_model, backend=backend, ledger=ledger, audit=audit)
+    if wrap_nodes is not None:
+        for name, spec in builder.nodes.items():
+            assert isinstance(spec.runnable, Runnable)
+            spec.runnable = wrap_nodes(name, spec.runnable)
+    graph = builder.compile(checkpointer=InMemorySaver() if checkpointer is None else checkpointer)
     context = Context(offline=False, language=language, composer_mode=composer_mode)
     graph.invoke({"messages": [HumanMessage(question)]}, config=THREAD, context=context)
     state = dict(graph.get_state(THREAD).values)
     return Run(state=state, models=models, ledger=ledger, audit=audit)
+
+
+def one_round(
+    answer: str,
+    *verifier: str,
+    env: dict[str, Any] | None = None,
+    planner: str = "check order-service error logs",
+    composer: list[Any] | None = None,
+    language: Language = "en",
+    overrides: dict[str, BaseChatModel] | None = None,
+    checkpointer: Checkpointer | None = None,
+) -> Run:
+    """One diagnosis whose executor queries the ERROR logs once, then gives `answer`.
+
+    `verifier` are the verifier's replies; `composer` replies switch the composer to model mode.
+    """
+    replies: dict[str, list[Any]] = {
+        "planner": [planner],
+        "executor": [ERROR_LOGS_CALL, final(answer)],
+        "verifier": list(verifier),
+    }
+    if composer is not None:
+        replies["composer"] = composer
+    return run_diagnosis(
+        env or environment(),
+        replies,
+        language=language,
+        composer_mode="model" if composer is not None else "template",
+        overrides=overrides,
+        checkpointer=checkpointer,
+    )
+
+
+def same_answer_twice(
+    answer: str, verifier: str, *, checkpointer: Checkpointer | None = None
+) -> Run:
+    """Two rounds that each query the ERROR logs, give `answer` and get the `verifier` reply."""
+    return run_diagnosis(
+        environment(),
+        {
+            "planner": ["plan one", "plan two"],
+            "executor": [ERROR_LOGS_CALL, final(answer), ERROR_LOGS_CALL, final(answer)],
+            "verifier": [verifier, verifier],
+        },
+        checkpointer=checkpointer,
+    )
+
+
+def stored_record(audit: InMemoryAuditStore, diagnosis_id: str) -> DiagnosisRecord:
+    """The audit row of a diagnosis, which must exist."""
+    record = audit.get(diagnosis_id)
+    assert record is not None, f"no audit row for {diagnosis_id}"
+    return record
+
+
+def self_evaluation(audit: InMemoryAuditStore, diagnosis_id: str) -> dict[str, Any]:
+    """The `self_evaluation` object of a diagnosis's audit row."""
+    evaluation = stored_record(audit, diagnosis_id)["self_evaluation"]
+    assert isinstance(evaluation, dict)
+    return evaluation
 
 
 # --------------------------------------------------------------------------- answer reading
@@ -349,14 +431,9 @@ def sections(answer: str, language: Language = "en") -> dict[str, str]:
     return {title: "\n".join(lines) for title, lines in found.items()}
 
 
-ONE_ROUND_ROUTE = [
-    "intake",
-    "planner",
-    "executor",
-    "tools",
-    "executor",
-    "evidence",
-    "gatekeeper",
-    "verifier",
-]
-"""The route of one round with one tool-call turn, up to the verifier."""
+ROUND_STEPS = ["planner", "executor", "tools", "executor", "evidence", "gatekeeper", "verifier"]
+"""The nodes of one round with one tool-call turn, from the planner to the verifier."""
+ONE_ROUND_ROUTE = ["intake", *ROUND_STEPS]
+"""The route of round one, up to the verifier."""
+ROUND_TWO_ROUTE = ["retry", *ROUND_STEPS]
+"""The route of round two, from the retry node to the verifier."""

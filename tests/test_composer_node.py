@@ -3,23 +3,23 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from nodes.common import message_text
 from nodes.evidence import executor_final_text
 from state.context import Language
+from state.graph_state import DiagnosisState
 from tests.scenario_kit import (
-    ERROR_LOGS_CALL,
+    Checkpointer,
     Run,
     binding,
     check,
     claim,
-    environment,
     executor_answer,
-    final,
-    run_diagnosis,
+    one_round,
+    same_answer_twice,
     sections,
     verifier_reply,
 )
@@ -83,40 +83,41 @@ def answer_with(*claims: dict[str, Any]) -> str:
     )
 
 
-def compose(
-    answer: str,
-    verifier: str,
+CLAIMS = {"c1": c1, "c2": c2, "c3": c3, "c4": c4}
+
+
+def judged_run(
+    verdict: str,
+    labels: dict[str, str],
     *,
+    checkpointer: Checkpointer,
     composer: list[Any] | None = None,
     language: Language = "en",
 ) -> Run:
-    replies: dict[str, list[Any]] = {
-        "planner": ["check the error logs"],
-        "executor": [ERROR_LOGS_CALL, final(answer)],
-        "verifier": [verifier],
-    }
-    if composer is not None:
-        replies["composer"] = composer
-    return run_diagnosis(
-        environment(),
-        replies,
+    """The claims named in `labels` (with `answer_with` extras), each labelled by the verifier."""
+    return one_round(
+        answer_with(*(CLAIMS[cid]() for cid in labels)),
+        verifier_reply(verdict, *(check(cid, label) for cid, label in labels.items())),
+        composer=composer,
         language=language,
-        composer_mode="model" if composer is not None else "template",
+        checkpointer=checkpointer,
     )
 
 
-def low_confid_run(**kwargs: Any) -> Run:
+def low_confid_run(
+    *, checkpointer: Checkpointer, composer: list[Any] | None = None, language: Language = "en"
+) -> Run:
     """c1 direct, c2 unsupported (and Gatekeeper-flagged), c3 inference: LOW_CONFID, score 0.53."""
-    return compose(
-        answer_with(c1(), c2(), c3()),
-        verifier_reply(
-            "LOW_CONFID",
-            check("c1", "direct_observation"),
-            check("c2", "unsupported"),
-            check("c3", "reasonable_inference"),
-        ),
-        **kwargs,
+    labels = {"c1": "direct_observation", "c2": "unsupported", "c3": "reasonable_inference"}
+    return judged_run(
+        "LOW_CONFID", labels, checkpointer=checkpointer, composer=composer, language=language
     )
+
+
+def reject_run(*, checkpointer: Checkpointer, composer: list[Any] | None = None) -> Run:
+    """c1 direct, c3 inference, c4 contradicted: REJECT."""
+    labels = {"c1": "direct_observation", "c3": "reasonable_inference", "c4": "contradicted"}
+    return judged_run("REJECT", labels, checkpointer=checkpointer, composer=composer)
 
 
 def confirmed_text(answer: str, language: Language) -> str:
@@ -146,7 +147,9 @@ def summary_reply(summary: str, cited: list[str], **extra: Any) -> dict[str, Any
 
 
 @pytest.mark.parametrize("verdict", ["PASS", "LOW_CONFID", "REJECT"])
-def test_composer_answer_never_contains_raw_executor_json(verdict: str) -> None:
+def test_composer_answer_never_contains_raw_executor_json(
+    verdict: str, checkpointer: Checkpointer
+) -> None:
     label = {"PASS": "direct_observation", "LOW_CONFID": "overstated", "REJECT": "contradicted"}
     leaky = executor_answer(
         c1(),
@@ -155,28 +158,24 @@ def test_composer_answer_never_contains_raw_executor_json(verdict: str) -> None:
         actions=[{"text": ACTION, "source": '{"answer_version": "executor_evidence_v2"}'}],
     )
 
-    run = compose(
+    run = one_round(
         leaky,
         verifier_reply(verdict, check("c1", "direct_observation"), check("c4", label[verdict])),
+        checkpointer=checkpointer,
     )
 
     assert run.state["verdict"] == verdict
     assert run.answer == message_text(run.state["messages"][-1])
     for fragment in RAW_JSON_FRAGMENTS:
         assert fragment not in run.answer
-    assert executor_final_text(run.state) not in run.answer
+    assert executor_final_text(cast(DiagnosisState, run.state)) not in run.answer
 
 
-def test_composer_answer_never_contains_a_malformed_executor_output() -> None:
+def test_composer_answer_never_contains_a_malformed_executor_output(
+    checkpointer: Checkpointer,
+) -> None:
     malformed = '{"answer_version": "executor_evidence_v2", "claims": [{"claim_text": "pool leak"'
-    run = run_diagnosis(
-        environment(),
-        {
-            "planner": ["plan one", "plan two"],
-            "executor": [ERROR_LOGS_CALL, final(malformed), ERROR_LOGS_CALL, final(malformed)],
-            "verifier": [verifier_reply("PASS"), verifier_reply("PASS")],
-        },
-    )
+    run = same_answer_twice(malformed, verifier_reply("PASS"), checkpointer=checkpointer)
 
     assert run.state["verdict"] == "LOW_CONFID"
     assert "pool leak" not in run.answer
@@ -185,9 +184,11 @@ def test_composer_answer_never_contains_a_malformed_executor_output() -> None:
 
 
 @pytest.mark.parametrize("language", ["en", "zh"])
-def test_composer_never_shows_an_unsupported_claim_as_confirmed(language: Language) -> None:
+def test_composer_never_shows_an_unsupported_claim_as_confirmed(
+    language: Language, checkpointer: Checkpointer
+) -> None:
     no_path = claim("c4", C4, binding("inv-1", None, "Cannot acquire connection from pool"))
-    run = compose(
+    run = one_round(
         answer_with(c1(), c2(), no_path),
         verifier_reply(
             "PASS",
@@ -196,6 +197,7 @@ def test_composer_never_shows_an_unsupported_claim_as_confirmed(language: Langua
             check("c4", "direct_observation"),  # the model says so; no binding was verified
         ),
         language=language,
+        checkpointer=checkpointer,
     )
 
     assert run.state["verdict"] == "LOW_CONFID"
@@ -209,16 +211,8 @@ def test_composer_never_shows_an_unsupported_claim_as_confirmed(language: Langua
     assert run.state["composer_output"]["mode"] == "template"
 
 
-def test_composer_reject_answer_gives_no_root_cause() -> None:
-    run = compose(
-        answer_with(c1(), c3(), c4()),
-        verifier_reply(
-            "REJECT",
-            check("c1", "direct_observation"),
-            check("c3", "reasonable_inference"),
-            check("c4", "contradicted"),
-        ),
-    )
+def test_composer_reject_answer_gives_no_root_cause(checkpointer: Checkpointer) -> None:
+    run = reject_run(checkpointer=checkpointer)
 
     assert run.state["verdict"] == "REJECT"
     assert "a reliable answer could not be produced" in run.answer
@@ -230,9 +224,9 @@ def test_composer_reject_answer_gives_no_root_cause() -> None:
     assert ACTION in run.answer
 
 
-def test_composer_gatekeeper_reject_answer_gives_no_root_cause() -> None:
+def test_composer_gatekeeper_reject_answer_gives_no_root_cause(checkpointer: Checkpointer) -> None:
     wrong_path = claim("c4", C4, binding("inv-1", "logs[9]", "Cannot acquire connection"))
-    run = compose(
+    run = one_round(
         answer_with(c1(), c3(), wrong_path),
         verifier_reply(
             "PASS",
@@ -240,6 +234,7 @@ def test_composer_gatekeeper_reject_answer_gives_no_root_cause() -> None:
             check("c3", "reasonable_inference"),
             check("c4", "direct_observation"),
         ),
+        checkpointer=checkpointer,
     )
 
     assert run.state["gatekeeper_result"]["severity"] == "reject"
@@ -253,9 +248,13 @@ def test_composer_gatekeeper_reject_answer_gives_no_root_cause() -> None:
 
 
 @pytest.mark.parametrize("language", ["en", "zh"])
-def test_composer_model_summary_citing_confirmed_claims_is_used(language: Language) -> None:
+def test_composer_model_summary_citing_confirmed_claims_is_used(
+    language: Language, checkpointer: Checkpointer
+) -> None:
     summary = "order-service logged HTTP 500 errors (checked)."
-    run = low_confid_run(composer=[summary_reply(summary, ["c1"])], language=language)
+    run = low_confid_run(
+        composer=[summary_reply(summary, ["c1"])], language=language, checkpointer=checkpointer
+    )
 
     output = run.state["composer_output"]
     assert output == {
@@ -273,9 +272,11 @@ def test_composer_model_summary_citing_confirmed_claims_is_used(language: Langua
     assert "answer_version" not in json.dumps(request)
 
 
-def test_composer_model_summary_citing_an_unsupported_claim_falls_back() -> None:
+def test_composer_model_summary_citing_an_unsupported_claim_falls_back(
+    checkpointer: Checkpointer,
+) -> None:
     summary = "order-service logged HTTP 500 errors."
-    run = low_confid_run(composer=[summary_reply(summary, ["c1", "c2"])])
+    run = low_confid_run(composer=[summary_reply(summary, ["c1", "c2"])], checkpointer=checkpointer)
 
     output = run.state["composer_output"]
     assert output["mode"] == "fallback"
@@ -286,9 +287,11 @@ def test_composer_model_summary_citing_an_unsupported_claim_falls_back() -> None
     assert C1 in confirmed_text(run.answer, "en")
 
 
-def test_composer_model_summary_stating_an_unsupported_number_falls_back() -> None:
+def test_composer_model_summary_stating_an_unsupported_number_falls_back(
+    checkpointer: Checkpointer,
+) -> None:
     summary = "order-service logged HTTP 500 errors while CPU reached 95%."
-    run = low_confid_run(composer=[summary_reply(summary, ["c1"])])
+    run = low_confid_run(composer=[summary_reply(summary, ["c1"])], checkpointer=checkpointer)
 
     output = run.state["composer_output"]
     assert output["mode"] == "fallback"
@@ -296,25 +299,31 @@ def test_composer_model_summary_stating_an_unsupported_number_falls_back() -> No
     assert summary not in run.answer
 
 
-def test_composer_model_summary_stating_a_gap_as_established_falls_back() -> None:
+def test_composer_model_summary_stating_a_gap_as_established_falls_back(
+    checkpointer: Checkpointer,
+) -> None:
     summary = f"order-service logged HTTP 500 errors; {HYPOTHESIS}."
-    run = low_confid_run(composer=[summary_reply(summary, ["c1"])])
+    run = low_confid_run(composer=[summary_reply(summary, ["c1"])], checkpointer=checkpointer)
 
     assert run.state["composer_output"]["mode"] == "fallback"
     assert summary not in run.answer
 
 
-def test_composer_model_summary_with_a_partial_number_falls_back() -> None:
+def test_composer_model_summary_with_a_partial_number_falls_back(
+    checkpointer: Checkpointer,
+) -> None:
     summary = "order-service logged HTTP 5 errors."  # 5 is not 500
-    run = low_confid_run(composer=[summary_reply(summary, ["c1"])])
+    run = low_confid_run(composer=[summary_reply(summary, ["c1"])], checkpointer=checkpointer)
 
     assert run.state["composer_output"]["mode"] == "fallback"
     assert any("'5'" in v for v in run.state["composer_output"]["violations"])
 
 
-def test_composer_model_summary_carrying_executor_json_falls_back() -> None:
+def test_composer_model_summary_carrying_executor_json_falls_back(
+    checkpointer: Checkpointer,
+) -> None:
     summary = 'order-service logged HTTP 500 errors {"evidence_bindings": []}'
-    run = low_confid_run(composer=[summary_reply(summary, ["c1"])])
+    run = low_confid_run(composer=[summary_reply(summary, ["c1"])], checkpointer=checkpointer)
 
     assert run.state["composer_output"]["mode"] == "fallback"
     assert "evidence_bindings" not in run.answer
@@ -325,8 +334,10 @@ def test_composer_model_summary_carrying_executor_json_falls_back() -> None:
     ["Here is the answer: order-service is failing.", '["c1"]', "", '{"summary": 42}'],
     ids=["prose", "array", "empty", "summary-not-text"],
 )
-def test_composer_unparseable_model_reply_falls_back(reply: str) -> None:
-    run = low_confid_run(composer=[reply])
+def test_composer_unparseable_model_reply_falls_back(
+    reply: str, checkpointer: Checkpointer
+) -> None:
+    run = low_confid_run(composer=[reply], checkpointer=checkpointer)
 
     output = run.state["composer_output"]
     assert output["mode"] == "fallback"
@@ -335,17 +346,8 @@ def test_composer_unparseable_model_reply_falls_back(reply: str) -> None:
     assert "## Summary" not in run.answer
 
 
-def test_composer_model_on_reject_may_not_state_an_inference() -> None:
-    run = compose(
-        answer_with(c1(), c3(), c4()),
-        verifier_reply(
-            "REJECT",
-            check("c1", "direct_observation"),
-            check("c3", "reasonable_inference"),
-            check("c4", "contradicted"),
-        ),
-        composer=[summary_reply(C3, ["c3"])],
-    )
+def test_composer_model_on_reject_may_not_state_an_inference(checkpointer: Checkpointer) -> None:
+    run = reject_run(composer=[summary_reply(C3, ["c3"])], checkpointer=checkpointer)
 
     request = composer_request(run)
     assert [c["claim_id"] for c in request["confirmed"]] == ["c1"]
@@ -355,11 +357,14 @@ def test_composer_model_on_reject_may_not_state_an_inference() -> None:
     assert C3 not in run.answer
 
 
-def test_composer_model_on_reject_may_state_a_direct_observation() -> None:
-    run = compose(
+def test_composer_model_on_reject_may_state_a_direct_observation(
+    checkpointer: Checkpointer,
+) -> None:
+    run = one_round(
         answer_with(c1(), c4()),
         verifier_reply("REJECT", check("c1", "direct_observation"), check("c4", "contradicted")),
         composer=[summary_reply("order-service logged HTTP 500 errors.", ["c1"])],
+        checkpointer=checkpointer,
     )
 
     assert run.state["composer_output"]["mode"] == "model"
@@ -367,11 +372,12 @@ def test_composer_model_on_reject_may_state_a_direct_observation() -> None:
     assert C4 not in run.answer
 
 
-def test_composer_model_is_not_asked_without_confirmed_claims() -> None:
-    run = compose(
+def test_composer_model_is_not_asked_without_confirmed_claims(checkpointer: Checkpointer) -> None:
+    run = one_round(
         answer_with(c1()),
         verifier_reply("REJECT", check("c1", "contradicted")),
         composer=[summary_reply("order-service logged HTTP 500 errors.", ["c1"])],
+        checkpointer=checkpointer,
     )
 
     assert run.models["composer"].calls == []

@@ -6,15 +6,19 @@ import json
 from typing import Any
 
 import pytest
+from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
 from nodes.common import message_text
 from nodes.offline import OfflineVerifier
+from state.records import TraceItem
 from tests.scenario_kit import (
     ALERTS_CALL,
     ERROR_LOGS_CALL,
     LOG_500_A,
     ONE_ROUND_ROUTE,
+    ROUND_TWO_ROUTE,
+    Checkpointer,
     Run,
     binding,
     check,
@@ -23,25 +27,26 @@ from tests.scenario_kit import (
     environment,
     executor_answer,
     final,
+    json_objects,
     log,
+    one_round,
     payload_of,
     run_diagnosis,
+    same_answer_twice,
+    self_evaluation,
     verifier_reply,
 )
-from verification.verifier_payload import CLOSE, OPEN, PAYLOAD_KEYS
+from verification.gatekeeper import fallback_pass
+from verification.verifier_payload import (
+    CLOSE,
+    OPEN,
+    PAYLOAD_KEYS,
+    build_payload,
+    render_payload,
+)
 
 ROUND_ONE_KEYS = set(PAYLOAD_KEYS) - {"retry_context"}
 ROUND_TWO_KEYS = set(PAYLOAD_KEYS)
-ROUND_TWO_ROUTE = [
-    "retry",
-    "planner",
-    "executor",
-    "tools",
-    "executor",
-    "evidence",
-    "gatekeeper",
-    "verifier",
-]
 PLANNER_SECRET = "PLANNER-PRIVATE-REASONING: suspect the connection pool first"
 EXECUTOR_SECRET = "EXECUTOR-INTERMEDIATE-THOUGHT: the pool looks exhausted"
 
@@ -59,23 +64,8 @@ def c2() -> dict[str, Any]:
     return claim("c2", C2_TEXT, binding("inv-1", "logs[1]", "Cannot acquire connection from pool"))
 
 
-def one_round(
-    answer: str,
-    *verifier: str,
-    env: dict[str, Any] | None = None,
-    planner: str = "check order-service error logs",
-    **kwargs: Any,
-) -> Run:
-    """One diagnosis whose executor queries the ERROR logs once, then answers."""
-    return run_diagnosis(
-        env or environment(),
-        {
-            "planner": [planner],
-            "executor": [ERROR_LOGS_CALL, final(answer)],
-            "verifier": list(verifier),
-        },
-        **kwargs,
-    )
+PASS_C1 = verifier_reply("PASS", check("c1", "direct_observation"))
+"""A verifier reply that confirms c1 as a direct observation."""
 
 
 def thin_round_one() -> str:
@@ -122,7 +112,12 @@ def round_two_pass() -> str:
     )
 
 
-def two_rounds(round_two_verifier: str, round_two_answer: str | None = None) -> Run:
+def two_rounds(
+    round_two_verifier: str,
+    round_two_answer: str | None = None,
+    *,
+    checkpointer: Checkpointer,
+) -> Run:
     """Round 1 is thin (LOW_CONFID, score 0.0); round 2 queries the alerts."""
     return run_diagnosis(
         environment(),
@@ -139,6 +134,7 @@ def two_rounds(round_two_verifier: str, round_two_answer: str | None = None) -> 
                 round_two_verifier,
             ],
         },
+        checkpointer=checkpointer,
     )
 
 
@@ -149,10 +145,10 @@ def everything_the_verifier_saw(run: Run) -> str:
 # --------------------------------------------------------------------------- payload isolation
 
 
-def test_verifier_payload_round_one_has_exactly_the_allowed_blocks() -> None:
-    run = one_round(
-        executor_answer(c1()), verifier_reply("PASS", check("c1", "direct_observation"))
-    )
+def test_verifier_payload_round_one_has_exactly_the_allowed_blocks(
+    checkpointer: Checkpointer,
+) -> None:
+    run = one_round(executor_answer(c1()), PASS_C1, checkpointer=checkpointer)
 
     (messages,) = run.verifier_calls()
     assert [type(m) for m in messages] == [SystemMessage, HumanMessage]
@@ -164,8 +160,8 @@ def test_verifier_payload_round_one_has_exactly_the_allowed_blocks() -> None:
     assert "rules" not in payload["gatekeeper_result"]
 
 
-def test_verifier_payload_round_two_adds_retry_context() -> None:
-    run = two_rounds(round_two_pass())
+def test_verifier_payload_round_two_adds_retry_context(checkpointer: Checkpointer) -> None:
+    run = two_rounds(round_two_pass(), checkpointer=checkpointer)
 
     first, second = run.verifier_payloads()
     assert set(first) == ROUND_ONE_KEYS
@@ -174,16 +170,11 @@ def test_verifier_payload_round_two_adds_retry_context() -> None:
     assert [item["trace_ref"] for item in second["tool_trace_summary"]] == ["t1", "t2"]
 
 
-def test_verifier_payload_omits_structured_output_when_executor_output_is_malformed() -> None:
+def test_verifier_payload_omits_structured_output_when_executor_output_is_malformed(
+    checkpointer: Checkpointer,
+) -> None:
     malformed = '{"answer_version": "executor_evidence_v2", "claims": [ order-service is down'
-    run = run_diagnosis(
-        environment(),
-        {
-            "planner": ["plan one", "plan two"],
-            "executor": [ERROR_LOGS_CALL, final(malformed), ERROR_LOGS_CALL, final(malformed)],
-            "verifier": [verifier_reply("PASS"), verifier_reply("PASS")],
-        },
-    )
+    run = same_answer_twice(malformed, verifier_reply("PASS"), checkpointer=checkpointer)
 
     for payload in run.verifier_payloads():
         assert "executor_structured_output" not in payload
@@ -191,7 +182,9 @@ def test_verifier_payload_omits_structured_output_when_executor_output_is_malfor
         assert payload["executor_final_answer"] == malformed
 
 
-def test_verifier_never_sees_planner_reasoning_or_executor_tool_turns() -> None:
+def test_verifier_never_sees_planner_reasoning_or_executor_tool_turns(
+    checkpointer: Checkpointer,
+) -> None:
     run = run_diagnosis(
         environment(),
         {
@@ -200,8 +193,9 @@ def test_verifier_never_sees_planner_reasoning_or_executor_tool_turns() -> None:
                 {**ERROR_LOGS_CALL, "content": EXECUTOR_SECRET},
                 final(executor_answer(c1())),
             ],
-            "verifier": [verifier_reply("PASS", check("c1", "direct_observation"))],
+            "verifier": [PASS_C1],
         },
+        checkpointer=checkpointer,
     )
 
     seen = everything_the_verifier_saw(run)
@@ -213,7 +207,9 @@ def test_verifier_never_sees_planner_reasoning_or_executor_tool_turns() -> None:
         assert not any(isinstance(m, AIMessage) and m.tool_calls for m in messages)
 
 
-def test_verifier_payload_stays_bounded_with_a_megabyte_log_message() -> None:
+def test_verifier_payload_stays_bounded_with_a_megabyte_log_message(
+    checkpointer: Checkpointer,
+) -> None:
     prefix = "PREFIX-MARKER connection pool exhausted"
     huge = prefix + " " + "x" * (1024 * 1024 + 10)
     env = environment([log(huge), *default_logs()])
@@ -221,7 +217,7 @@ def test_verifier_payload_stays_bounded_with_a_megabyte_log_message() -> None:
         claim("c1", "order-service connection pool exhausted", binding("inv-1", "logs[0]", prefix))
     )
 
-    run = one_round(answer, verifier_reply("PASS", check("c1", "direct_observation")), env=env)
+    run = one_round(answer, PASS_C1, env=env, checkpointer=checkpointer)
 
     rendered = message_text(run.verifier_calls()[0][1])
     assert len(rendered.encode("utf-8")) < 32 * 1024
@@ -230,7 +226,9 @@ def test_verifier_payload_stays_bounded_with_a_megabyte_log_message() -> None:
     assert run.state["verdict"] == "PASS"
 
 
-def test_verifier_payload_stays_bounded_with_a_huge_executor_answer() -> None:
+def test_verifier_payload_stays_bounded_with_a_huge_executor_answer(
+    checkpointer: Checkpointer,
+) -> None:
     hypotheses = [{"text": "h" * 300_000, "basis": "none"}] + [
         {"text": f"hypothesis number {i}", "basis": "guess"} for i in range(3000)
     ]
@@ -241,6 +239,7 @@ def test_verifier_payload_stays_bounded_with_a_huge_executor_answer() -> None:
         verifier_reply(
             "PASS", check("c1", "direct_observation"), check("c2", "direct_observation")
         ),
+        checkpointer=checkpointer,
     )
 
     rendered = message_text(run.verifier_calls()[0][1])
@@ -256,13 +255,13 @@ def test_verifier_payload_stays_bounded_with_a_huge_executor_answer() -> None:
     ["\u200b", "\u200d", "\u200e", "\u202e", "\u2066", "\u2069", "\ufeff", "\u061c"],
     ids=["zwsp", "zwj", "lrm", "rlo", "lri", "pdi", "bom", "alm"],
 )
-def test_verifier_payload_strips_zero_width_and_bidi_characters(char: str) -> None:
+def test_verifier_payload_strips_zero_width_and_bidi_characters(
+    char: str, checkpointer: Checkpointer
+) -> None:
     message = f"Cannot{char} acquire{char} connection from pool{char} tail-marker"
     env = environment([*default_logs(), log(message, instance=f"order{char}-3")])
 
-    run = one_round(
-        executor_answer(c1()), verifier_reply("PASS", check("c1", "direct_observation")), env=env
-    )
+    run = one_round(executor_answer(c1()), PASS_C1, env=env, checkpointer=checkpointer)
 
     seen = everything_the_verifier_saw(run)
     assert "tail-marker" in seen
@@ -280,12 +279,12 @@ def test_verifier_payload_strips_zero_width_and_bidi_characters(char: str) -> No
     ],
     ids=["exact", "lowercase", "zero-width-split", "full-width"],
 )
-def test_verifier_payload_quoting_markers_cannot_be_forged_from_a_log(forged: str) -> None:
+def test_verifier_payload_quoting_markers_cannot_be_forged_from_a_log(
+    forged: str, checkpointer: Checkpointer
+) -> None:
     env = environment([*default_logs(), log(f"pool error {forged} end-of-line")])
 
-    run = one_round(
-        executor_answer(c1()), verifier_reply("PASS", check("c1", "direct_observation")), env=env
-    )
+    run = one_round(executor_answer(c1()), PASS_C1, env=env, checkpointer=checkpointer)
 
     text = message_text(run.verifier_calls()[0][1])
     assert text.count(OPEN) == 1 and text.count(CLOSE) == 1
@@ -298,10 +297,10 @@ def test_verifier_payload_quoting_markers_cannot_be_forged_from_a_log(forged: st
 # --------------------------------------------------------------------------- reply parsing
 
 
-def test_verifier_accepts_a_fenced_reply_and_records_it() -> None:
-    fenced = "```json\n" + verifier_reply("PASS", check("c1", "direct_observation")) + "\n```"
+def test_verifier_accepts_a_fenced_reply_and_records_it(checkpointer: Checkpointer) -> None:
+    fenced = "```json\n" + PASS_C1 + "\n```"
 
-    run = one_round(executor_answer(c1()), fenced)
+    run = one_round(executor_answer(c1()), fenced, checkpointer=checkpointer)
 
     assert run.state["verdict"] == "PASS"
     assert run.verifier["verifier_mode"] == "model"
@@ -312,11 +311,12 @@ def test_verifier_accepts_a_fenced_reply_and_records_it() -> None:
     }
 
 
-def test_verifier_repairs_a_malformed_reply_once() -> None:
+def test_verifier_repairs_a_malformed_reply_once(checkpointer: Checkpointer) -> None:
     run = one_round(
         executor_answer(c1()),
         "Sure! The verdict is PASS because the logs show it.",
-        verifier_reply("PASS", check("c1", "direct_observation")),
+        PASS_C1,
+        checkpointer=checkpointer,
     )
 
     first, second = run.verifier_calls()
@@ -333,12 +333,15 @@ def test_verifier_repairs_a_malformed_reply_once() -> None:
     assert run.state["verdict"] == "PASS"
 
 
-def test_verifier_falls_back_to_the_claim_checker_after_three_malformed_replies() -> None:
+def test_verifier_falls_back_to_the_claim_checker_after_three_malformed_replies(
+    checkpointer: Checkpointer,
+) -> None:
     run = one_round(
         executor_answer(c1(), c2()),
         "PASS",
         '{"verdict": "PASS", "claim_checks": [',
         '{"verdict": "MAYBE", "claim_checks": []}',
+        checkpointer=checkpointer,
     )
 
     result = run.verifier
@@ -355,17 +358,16 @@ def test_verifier_falls_back_to_the_claim_checker_after_three_malformed_replies(
     assert result["reply_parse"]["repair_attempts"] == 2
     assert len(result["reply_parse"]["errors"]) == 3
     assert run.route == [*ONE_ROUND_ROUTE, "composer", "audit"]
-    stored = run.audit.get(run.state["diagnosis_id"])
-    assert stored is not None
-    evaluation = stored["self_evaluation"]["verifier_evaluation"]
+    evaluation = self_evaluation(run.audit, run.state["diagnosis_id"])["verifier_evaluation"]
     assert evaluation["verifier_mode"] == "fallback"
     assert evaluation["model_verdict"] is None
 
 
-def test_verifier_unknown_label_counts_as_unsupported() -> None:
+def test_verifier_unknown_label_counts_as_unsupported(checkpointer: Checkpointer) -> None:
     run = one_round(
         executor_answer(c1(), c2()),
         verifier_reply("PASS", check("c1", "totally_confirmed"), check("c2", "direct_observation")),
+        checkpointer=checkpointer,
     )
 
     checks = {c["claim_id"]: c for c in run.verifier["claim_checks"]}
@@ -376,7 +378,7 @@ def test_verifier_unknown_label_counts_as_unsupported() -> None:
     assert run.state["verdict"] == "LOW_CONFID"
 
 
-def test_verifier_drops_evidence_refs_that_name_no_trace_item() -> None:
+def test_verifier_drops_evidence_refs_that_name_no_trace_item(checkpointer: Checkpointer) -> None:
     bogus_ref = {**check("c1", "direct_observation"), "evidence_refs": [{"trace_ref": "t9"}]}
     foreign_inv = {
         **check("c2", "direct_observation"),
@@ -389,7 +391,11 @@ def test_verifier_drops_evidence_refs_that_name_no_trace_item() -> None:
         ],
     }
 
-    run = one_round(executor_answer(c1(), c2()), verifier_reply("PASS", bogus_ref, foreign_inv))
+    run = one_round(
+        executor_answer(c1(), c2()),
+        verifier_reply("PASS", bogus_ref, foreign_inv),
+        checkpointer=checkpointer,
+    )
 
     checks = {c["claim_id"]: c for c in run.verifier["claim_checks"]}
     assert checks["c1"]["verification"] == "unsupported"
@@ -416,12 +422,24 @@ def injected_env() -> dict[str, Any]:
     return environment([injected, *default_logs()])
 
 
-def injected_run(*verifier: str, **kwargs: Any) -> Run:
-    return one_round(executor_answer(injected_claim()), *verifier, env=injected_env(), **kwargs)
+def injected_run(
+    *verifier: str,
+    checkpointer: Checkpointer,
+    overrides: dict[str, BaseChatModel] | None = None,
+) -> Run:
+    return one_round(
+        executor_answer(injected_claim()),
+        *verifier,
+        env=injected_env(),
+        overrides=overrides,
+        checkpointer=checkpointer,
+    )
 
 
-def test_verifier_obedient_pass_on_an_injected_log_line_is_not_pass() -> None:
-    run = injected_run(verifier_reply("PASS", check("c1", "direct_observation")))
+def test_verifier_obedient_pass_on_an_injected_log_line_is_not_pass(
+    checkpointer: Checkpointer,
+) -> None:
+    run = injected_run(PASS_C1, checkpointer=checkpointer)
 
     gatekeeper = run.state["gatekeeper_result"]
     assert gatekeeper["failed_rules"] == ["evidence.unbound_specifics"]
@@ -434,8 +452,10 @@ def test_verifier_obedient_pass_on_an_injected_log_line_is_not_pass() -> None:
     assert INJECTION in everything_the_verifier_saw(run)  # shown to the model, as quoted data
 
 
-def test_verifier_offline_checker_does_not_pass_an_injected_log_line() -> None:
-    run = injected_run(overrides={"verifier": OfflineVerifier()})
+def test_verifier_offline_checker_does_not_pass_an_injected_log_line(
+    checkpointer: Checkpointer,
+) -> None:
+    run = injected_run(overrides={"verifier": OfflineVerifier()}, checkpointer=checkpointer)
 
     assert run.verifier["verifier_mode"] == "offline"
     assert run.state["verdict"] != "PASS"
@@ -443,7 +463,9 @@ def test_verifier_offline_checker_does_not_pass_an_injected_log_line() -> None:
     assert check_c1["verification"] not in ("direct_observation", "reasonable_inference")
 
 
-def test_verifier_unbound_specifics_cap_keeps_a_stricter_outcome() -> None:
+def test_verifier_unbound_specifics_cap_keeps_a_stricter_outcome(
+    checkpointer: Checkpointer,
+) -> None:
     good = claim("c2", C1_TEXT, binding("inv-1", "logs[1]", "HTTP 500 Cannot acquire connection"))
     no_ref = check("c1", "direct_observation", trace_ref=None)
 
@@ -451,6 +473,7 @@ def test_verifier_unbound_specifics_cap_keeps_a_stricter_outcome() -> None:
         executor_answer(injected_claim(), good),
         verifier_reply("PASS", no_ref, check("c2", "direct_observation")),
         env=injected_env(),
+        checkpointer=checkpointer,
     )
 
     checks = {c["claim_id"]: c["verification"] for c in run.verifier["claim_checks"]}
@@ -461,20 +484,21 @@ def test_verifier_unbound_specifics_cap_keeps_a_stricter_outcome() -> None:
 # --------------------------------------------------------------------------- routing
 
 
-def test_verifier_pass_routes_to_composer() -> None:
-    run = one_round(
-        executor_answer(c1()), verifier_reply("PASS", check("c1", "direct_observation"))
-    )
+def test_verifier_pass_routes_to_composer(checkpointer: Checkpointer) -> None:
+    run = one_round(executor_answer(c1()), PASS_C1, checkpointer=checkpointer)
 
     assert run.state["verdict"] == "PASS"
     assert run.route == [*ONE_ROUND_ROUTE, "composer", "audit"]
     assert run.state["composer_output"]["composer_mode"] == "pass"
 
 
-def test_verifier_low_confid_with_score_at_least_half_routes_to_composer() -> None:
+def test_verifier_low_confid_with_score_at_least_half_routes_to_composer(
+    checkpointer: Checkpointer,
+) -> None:
     run = one_round(
         executor_answer(c1(), c2()),
         verifier_reply("LOW_CONFID", check("c1", "direct_observation"), check("c2", "overstated")),
+        checkpointer=checkpointer,
     )
 
     assert run.state["verdict"] == "LOW_CONFID"
@@ -483,9 +507,12 @@ def test_verifier_low_confid_with_score_at_least_half_routes_to_composer() -> No
     assert run.state["composer_output"]["composer_mode"] == "uncertain"
 
 
-def test_verifier_low_confid_below_half_retries_once_then_composes() -> None:
+def test_verifier_low_confid_below_half_retries_once_then_composes(
+    checkpointer: Checkpointer,
+) -> None:
     run = two_rounds(
-        verifier_reply("LOW_CONFID", check("c1", "unsupported"), check("c2", "unsupported"))
+        verifier_reply("LOW_CONFID", check("c1", "unsupported"), check("c2", "unsupported")),
+        checkpointer=checkpointer,
     )
 
     assert run.route == [*ONE_ROUND_ROUTE, *ROUND_TWO_ROUTE, "composer", "audit"]
@@ -496,9 +523,12 @@ def test_verifier_low_confid_below_half_retries_once_then_composes() -> None:
     assert [inv["round"] for inv in run.ledger.list(run.state["diagnosis_id"])] == [1, 2]
 
 
-def test_verifier_reject_in_round_two_composes_a_degraded_answer() -> None:
+def test_verifier_reject_in_round_two_composes_a_degraded_answer(
+    checkpointer: Checkpointer,
+) -> None:
     run = two_rounds(
-        verifier_reply("REJECT", check("c1", "contradicted"), check("c2", "direct_observation"))
+        verifier_reply("REJECT", check("c1", "contradicted"), check("c2", "direct_observation")),
+        checkpointer=checkpointer,
     )
 
     assert run.state["verdict"] == "REJECT"
@@ -507,8 +537,12 @@ def test_verifier_reject_in_round_two_composes_a_degraded_answer() -> None:
     assert "a reliable answer could not be produced" in run.answer
 
 
-def test_verifier_reject_in_round_one_never_retries() -> None:
-    run = one_round(executor_answer(c1()), verifier_reply("REJECT", check("c1", "contradicted")))
+def test_verifier_reject_in_round_one_never_retries(checkpointer: Checkpointer) -> None:
+    run = one_round(
+        executor_answer(c1()),
+        verifier_reply("REJECT", check("c1", "contradicted")),
+        checkpointer=checkpointer,
+    )
 
     assert run.state["verdict"] == "REJECT"
     assert run.state["groundedness_score"] == 0.0
@@ -516,12 +550,10 @@ def test_verifier_reject_in_round_one_never_retries() -> None:
     assert "retry" not in run.route
 
 
-def test_verifier_model_pass_with_gatekeeper_reject_is_reject() -> None:
+def test_verifier_model_pass_with_gatekeeper_reject_is_reject(checkpointer: Checkpointer) -> None:
     wrong_path = claim("c1", C1_TEXT, binding("inv-1", "logs[7]", "HTTP 500"))
 
-    run = one_round(
-        executor_answer(wrong_path), verifier_reply("PASS", check("c1", "direct_observation"))
-    )
+    run = one_round(executor_answer(wrong_path), PASS_C1, checkpointer=checkpointer)
 
     assert run.state["gatekeeper_result"]["severity"] == "reject"
     assert run.state["gatekeeper_result"]["failed_rules"] == ["evidence.raw_path"]
@@ -530,7 +562,9 @@ def test_verifier_model_pass_with_gatekeeper_reject_is_reject() -> None:
     assert run.route == [*ONE_ROUND_ROUTE, "composer", "audit"]
 
 
-def test_verifier_model_pass_with_gatekeeper_low_confid_is_low_confid() -> None:
+def test_verifier_model_pass_with_gatekeeper_low_confid_is_low_confid(
+    checkpointer: Checkpointer,
+) -> None:
     no_path = claim("c2", C2_TEXT, binding("inv-1", None, "Cannot acquire connection from pool"))
 
     run = one_round(
@@ -538,6 +572,7 @@ def test_verifier_model_pass_with_gatekeeper_low_confid_is_low_confid() -> None:
         verifier_reply(
             "PASS", check("c1", "direct_observation"), check("c2", "direct_observation")
         ),
+        checkpointer=checkpointer,
     )
 
     assert run.state["gatekeeper_result"]["severity"] == "low_confid"
@@ -551,19 +586,11 @@ def test_verifier_model_pass_with_gatekeeper_low_confid_is_low_confid() -> None:
     assert run.route == [*ONE_ROUND_ROUTE, "composer", "audit"]
 
 
-def test_verifier_malformed_executor_output_is_at_most_low_confid() -> None:
+def test_verifier_malformed_executor_output_is_at_most_low_confid(
+    checkpointer: Checkpointer,
+) -> None:
     prose = f"order-service is failing: {LOG_500_A}. Root cause: pool exhaustion."
-    run = run_diagnosis(
-        environment(),
-        {
-            "planner": ["plan one", "plan two"],
-            "executor": [ERROR_LOGS_CALL, final(prose), ERROR_LOGS_CALL, final(prose)],
-            "verifier": [
-                verifier_reply("PASS", check("c1", "direct_observation")),
-                verifier_reply("PASS", check("c1", "direct_observation")),
-            ],
-        },
-    )
+    run = same_answer_twice(prose, PASS_C1, checkpointer=checkpointer)
 
     assert [r["verdict"] for r in run.state["rounds"]] == ["LOW_CONFID", "LOW_CONFID"]
     assert [r["model_verdict"] for r in run.state["rounds"]] == ["PASS", "PASS"]
@@ -571,12 +598,13 @@ def test_verifier_malformed_executor_output_is_at_most_low_confid() -> None:
     assert "Root cause: pool exhaustion" not in run.answer
 
 
-def test_verifier_contradicted_claim_rejects_with_zero_score() -> None:
+def test_verifier_contradicted_claim_rejects_with_zero_score(checkpointer: Checkpointer) -> None:
     run = one_round(
         executor_answer(c1(), c2()),
         verifier_reply(
             "LOW_CONFID", check("c1", "direct_observation"), check("c2", "contradicted")
         ),
+        checkpointer=checkpointer,
     )
 
     assert run.verifier["derived_verdict"] == "REJECT"
@@ -585,8 +613,8 @@ def test_verifier_contradicted_claim_rejects_with_zero_score() -> None:
     assert run.route == [*ONE_ROUND_ROUTE, "composer", "audit"]
 
 
-def test_verifier_retry_context_carries_what_round_one_lacked() -> None:
-    run = two_rounds(round_two_pass())
+def test_verifier_retry_context_carries_what_round_one_lacked(checkpointer: Checkpointer) -> None:
+    run = two_rounds(round_two_pass(), checkpointer=checkpointer)
 
     context = run.state["retry_context"]
     assert context["previous_round"] == 1
@@ -612,9 +640,7 @@ def test_verifier_retry_context_carries_what_round_one_lacked() -> None:
 
 
 def test_verifier_payload_keeps_every_trace_item_of_a_long_diagnosis() -> None:
-    from verification.verifier_payload import build_payload, render_payload
-
-    items = [
+    items: list[TraceItem] = [
         {
             "trace_ref": f"t{n}",
             "tool_name": "query_logs",
@@ -633,15 +659,19 @@ def test_verifier_payload_keeps_every_trace_item_of_a_long_diagnosis() -> None:
         parse_status={"status": "valid", "fence_stripped": False, "error": None},
         structured_output={"answer_version": "executor_evidence_v2", "claims": []},
         trace_summary=items,
-        gatekeeper_result={"status": "pass", "severity": "none", "verified_excerpts": {}},
-        retry_context={"previous_verdict": "LOW_CONFID"},
+        gatekeeper_result=fallback_pass(),
+        retry_context={
+            "previous_round": 1,
+            "previous_verdict": "LOW_CONFID",
+            "previous_score": 0.0,
+            "gaps": [],
+            "failed_rules": [],
+            "suggested_queries": [],
+        },
         round_no=2,
     )
 
-    refs = [item["trace_ref"] for item in payload["tool_trace_summary"]]
-    assert refs == [f"t{n}" for n in range(1, 17)]
-    assert all(
-        item["output_summary"].startswith("matched 20 of 20")
-        for item in payload["tool_trace_summary"]
-    )
+    trace = json_objects(payload["tool_trace_summary"])
+    assert [item["trace_ref"] for item in trace] == [f"t{n}" for n in range(1, 17)]
+    assert all(item["output_summary"].startswith("matched 20 of 20") for item in trace)
     assert len(render_payload(payload).encode("utf-8")) < 32_000
