@@ -57,7 +57,7 @@ from persistence.store import Persistence, open_persistence
 from state.context import Context, Language
 from state.records import DiagnosisSummary
 from tools.backend import EvidenceBackend
-from verification.text import json_type
+from tools.environment import json_type
 
 logger = logging.getLogger("superbiz.api")
 

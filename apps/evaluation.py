@@ -1,4 +1,4 @@
-"""Scenario evaluation (contracts section 9): drive the real graph with scripted model replies.
+"""Scenario evaluation (docs/contracts.md §9): drive the real graph with scripted model replies.
 
 ``run_scenario`` builds the real graph around a scenario (``apps.scenario``: its question, its
 environment served by the sample backend and the scripted replies of every model role), runs one

@@ -17,6 +17,7 @@ from state.records import (
     ClaimCheck,
     GatekeeperResult,
     RuleId,
+    VerifierInput,
     VerifierMode,
     VerifierResult,
 )
@@ -54,8 +55,20 @@ class Report(TypedDict):
     gatekeeper_result: GatekeeperResult
 
 
-def _labels(checks: list[ClaimCheck]) -> dict[str, str]:
-    return {check["claim_id"]: check["verification"] for check in checks}
+def _outcome(
+    verdict: str | None,
+    score: float | None,
+    gatekeeper: GatekeeperResult,
+    checks: list[ClaimCheck],
+) -> Outcome:
+    return Outcome(
+        verdict=verdict,
+        groundedness_score=score,
+        gatekeeper_status=gatekeeper["status"],
+        failed_rules=gatekeeper["failed_rules"],
+        rule_set_version=gatekeeper["rule_set_version"],
+        labels={check["claim_id"]: check["verification"] for check in checks},
+    )
 
 
 def reverify(
@@ -93,35 +106,26 @@ def reverify(
     services = sorted(
         {str(i["arguments"]["service"]) for i in invocations if i["arguments"].get("service")}
     )
-    result = verify(
-        get_model("verifier", context),
+    inputs = VerifierInput(
         question=record["question"],
         final_answer=evaluation["executor_final_answer"],
         parse_status=parse_status,
-        structured=structured,
+        structured_output=structured,
         answer=answer,
         trace_summary=trace_summary,
         gatekeeper_result=gatekeeper_result,
         retry_context=evaluation["retry_context"],
-        round_no=record["rounds"] or 1,
-        known_services=services,
+        round=record["rounds"] or 1,
     )
-    old_gate = evaluation["gatekeeper_result"]
-    before = Outcome(
-        verdict=record["verdict"],
-        groundedness_score=record["score"],
-        gatekeeper_status=old_gate["status"],
-        failed_rules=old_gate["failed_rules"],
-        rule_set_version=old_gate["rule_set_version"],
-        labels=_labels(evaluation["claim_checks"]),
+    result = verify(get_model("verifier", context), inputs, services)
+    before = _outcome(
+        record["verdict"],
+        record["score"],
+        evaluation["gatekeeper_result"],
+        evaluation["claim_checks"],
     )
-    after = Outcome(
-        verdict=result["verdict"],
-        groundedness_score=result["groundedness_score"],
-        gatekeeper_status=gatekeeper_result["status"],
-        failed_rules=gatekeeper_result["failed_rules"],
-        rule_set_version=gatekeeper_result["rule_set_version"],
-        labels=_labels(result["claim_checks"]),
+    after = _outcome(
+        result["verdict"], result["groundedness_score"], gatekeeper_result, result["claim_checks"]
     )
     changes = [
         f"{key}: {before[key]!r} -> {after[key]!r}"

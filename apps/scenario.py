@@ -1,4 +1,4 @@
-"""Scenario files (contracts section 9): their records, their pydantic model, and loading them.
+"""Scenario files (docs/contracts.md §9): their records, their pydantic model, and loading them.
 
 A scenario file holds a question, a small evidence environment served by the sample backend, the
 scripted replies of every model role and the expected outcome. ``load_scenario`` reads one and

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import math
 import os
@@ -21,6 +22,17 @@ PG_ADMIN_DSN = os.environ.get(
     "SUPERBIZ_BENCH_PG", "host=127.0.0.1 port=5432 user=postgres dbname=postgres"
 )
 """Where the throw-away benchmark database is created (trust auth on this machine)."""
+
+
+def run_count(
+    doc: str, default: int, quick: int, quick_help: str, argv: list[str] | None
+) -> tuple[int, bool]:
+    """Parse ``--runs N`` and ``--quick`` (``quick`` runs); return the runs and the flag."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=default, help="timed repetitions per case")
+    parser.add_argument("--quick", action="store_true", help=quick_help)
+    args = parser.parse_args(argv)
+    return (quick if args.quick else max(args.runs, 1)), bool(args.quick)
 
 
 def percentile(values: Sequence[float], q: float) -> float:

@@ -14,7 +14,6 @@ beside them.
 
 from __future__ import annotations
 
-import argparse
 import builtins
 import cProfile
 import gc
@@ -26,7 +25,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from _common import fmt, machine, median, percentile, table, verdict_line
+from _common import fmt, machine, median, percentile, run_count, table, verdict_line
 
 from persistence.ledger import InMemoryLedger
 from tools.runner import ToolRunner
@@ -259,11 +258,7 @@ def per_10x(t1: float, t2: float, n1: int, n2: int) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the grid and print it."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=15, help="timed repetitions per case")
-    parser.add_argument("--quick", action="store_true", help="5 repetitions per case")
-    args = parser.parse_args(argv)
-    runs = 5 if args.quick else max(args.runs, 1)
+    runs, _ = run_count(__doc__, 15, 5, "5 repetitions per case", argv)
 
     rng = random.Random(20261130)
     print(f"Gatekeeper + trace summary scaling ({machine()}); median of {runs} runs per case")

@@ -64,65 +64,65 @@ TOOL_CALLS: list[dict[str, Any]] = [
 ]
 
 
-def _binding(inv: str, tool: str, source_type: str, raw_path: str, excerpt: str) -> dict[str, Any]:
-    return {
+def _claim(claim_id: str, claim_type: str, text: str, ref: tuple[str, ...]) -> dict[str, Any]:
+    """One claim bound to ``(invocation id, tool, source type, raw_path, excerpt)``."""
+    inv, tool, source_type, raw_path, excerpt = ref
+    binding = {
         "source_type": source_type,
         "tool_name": tool,
         "source_invocation_id": inv,
         "raw_path": raw_path,
         "evidence_excerpt": excerpt,
     }
+    return {
+        "claim_id": claim_id,
+        "claim_type": claim_type,
+        "claim_text": text,
+        "support_level": "direct",
+        "evidence_bindings": [binding],
+    }
 
 
 EXECUTOR_ANSWER: dict[str, Any] = {
     "answer_version": "executor_evidence_v2",
     "claims": [
-        {
-            "claim_id": "c1",
-            "claim_type": "observation",
-            "claim_text": "order-service logs HikariPool-1 connection timeouts after 30000ms.",
-            "support_level": "direct",
-            "evidence_bindings": [
-                _binding(
-                    "inv-1",
-                    "query_logs",
-                    "log",
-                    "logs[0]",
-                    "HikariPool-1 - Connection is not available, request timed out after 30000ms",
-                )
-            ],
-        },
-        {
-            "claim_id": "c2",
-            "claim_type": "observation",
-            "claim_text": "OrderServiceHigh5xxRate is firing at 0.23 against a threshold of 0.05.",
-            "support_level": "direct",
-            "evidence_bindings": [
-                _binding(
-                    "inv-2",
-                    "query_metrics",
-                    "alert",
-                    "alerts[0]",
-                    "OrderServiceHigh5xxRate service=order-service severity=critical "
-                    "state=firing value=0.23 threshold=0.05",
-                )
-            ],
-        },
-        {
-            "claim_id": "c3",
-            "claim_type": "state",
-            "claim_text": "HikariPool-1 of order-service has 20 of 20 connections in use.",
-            "support_level": "direct",
-            "evidence_bindings": [
-                _binding(
-                    "inv-2",
-                    "query_metrics",
-                    "alert",
-                    "alerts[1]",
-                    "order-service HikariPool-1 has 20 of 20 connections in use",
-                )
-            ],
-        },
+        _claim(
+            "c1",
+            "observation",
+            "order-service logs HikariPool-1 connection timeouts after 30000ms.",
+            (
+                "inv-1",
+                "query_logs",
+                "log",
+                "logs[0]",
+                "HikariPool-1 - Connection is not available, request timed out after 30000ms",
+            ),
+        ),
+        _claim(
+            "c2",
+            "observation",
+            "OrderServiceHigh5xxRate is firing at 0.23 against a threshold of 0.05.",
+            (
+                "inv-2",
+                "query_metrics",
+                "alert",
+                "alerts[0]",
+                "OrderServiceHigh5xxRate service=order-service severity=critical "
+                "state=firing value=0.23 threshold=0.05",
+            ),
+        ),
+        _claim(
+            "c3",
+            "state",
+            "HikariPool-1 of order-service has 20 of 20 connections in use.",
+            (
+                "inv-2",
+                "query_metrics",
+                "alert",
+                "alerts[1]",
+                "order-service HikariPool-1 has 20 of 20 connections in use",
+            ),
+        ),
     ],
     "hypotheses": [
         {

@@ -20,19 +20,20 @@ unbounded tool would have returned). Tokens are estimated as characters / 4.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
 from typing import Any
 
-from _common import fmt, fmt_bytes, machine, median, table, verdict_line
+from _common import fmt, fmt_bytes, machine, median, run_count, table, verdict_line
 
 from persistence.ledger import InMemoryLedger
+from state.records import VerifierInput
 from tools.environment import default_environment
 from tools.runner import ToolRunner, tool_message_content
 from tools.sample import SampleBackend
 from tools.trace_summary import build_trace_summary
+from verification.executor_output import read_answer
 from verification.gatekeeper import run_gatekeeper
 from verification.verifier_payload import build_payload, render_payload
 
@@ -274,14 +275,17 @@ def measure(shape: str, size: int, runs: int) -> list[str]:
     for _ in range(runs):
         start = time.perf_counter()
         payload = build_payload(
-            question=QUESTION,
-            final_answer=final_answer,
-            parse_status=parse_status,
-            structured_output=answer,
-            trace_summary=trace,
-            gatekeeper_result=gate,
-            retry_context=None,
-            round_no=1,
+            VerifierInput(
+                question=QUESTION,
+                final_answer=final_answer,
+                parse_status=parse_status,
+                structured_output=answer,
+                answer=read_answer(parse_status, answer),
+                trace_summary=trace,
+                gatekeeper_result=gate,
+                retry_context=None,
+                round=1,
+            )
         )
         text = render_payload(payload)
         samples.append((time.perf_counter() - start) * 1000.0)
@@ -308,12 +312,8 @@ def measure(shape: str, size: int, runs: int) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     """Measure every shape and size and print the table."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=5, help="timed repetitions per case")
-    parser.add_argument("--quick", action="store_true", help="one repetition, sizes up to 1 MB")
-    args = parser.parse_args(argv)
-    runs = 1 if args.quick else max(args.runs, 1)
-    sizes = SIZES[:3] if args.quick else SIZES
+    runs, quick = run_count(__doc__, 5, 1, "one repetition, sizes up to 1 MB", argv)
+    sizes = SIZES[:3] if quick else SIZES
 
     print(f"Verifier payload size vs raw evidence ({machine()})")
     rows = []

@@ -20,14 +20,10 @@ from nodes.prompts import load_prompt
 from state.context import Context
 from state.graph_state import DiagnosisState
 from state.records import (
-    ExecutorAnswer,
-    GatekeeperResult,
     JSONObject,
-    ParseStatus,
     ReplyParse,
-    RetryContext,
     RoundSummary,
-    TraceItem,
+    VerifierInput,
     VerifierMode,
     VerifierReply,
     VerifierResult,
@@ -70,43 +66,22 @@ def _ask(model: BaseChatModel, payload: JSONObject) -> tuple[VerifierReply | Non
 
 
 def verify(
-    model: BaseChatModel,
-    *,
-    question: str,
-    final_answer: str,
-    parse_status: ParseStatus,
-    structured: JSONObject | None,
-    answer: ExecutorAnswer,
-    trace_summary: Sequence[TraceItem],
-    gatekeeper_result: GatekeeperResult,
-    retry_context: RetryContext | None,
-    round_no: int,
-    known_services: Sequence[str],
+    model: BaseChatModel, inputs: VerifierInput, known_services: Sequence[str]
 ) -> VerifierResult:
     """Ask ``model`` to check the claims and decide the round.
 
     Used by the graph node and by ``superbiz reverify`` (on stored evidence).
     """
-    payload = build_payload(
-        question=question,
-        final_answer=final_answer,
-        parse_status=parse_status,
-        structured_output=structured,
-        trace_summary=trace_summary,
-        gatekeeper_result=gatekeeper_result,
-        retry_context=retry_context,
-        round_no=round_no,
-    )
     offline = bool(getattr(model, "offline", False))
-    reply, parse = _ask(model, payload)
+    reply, parse = _ask(model, build_payload(inputs))
     mode: VerifierMode = "offline" if offline else "model"
+    answer, gatekeeper = inputs["answer"], inputs["gatekeeper_result"]
+    trace = inputs["trace_summary"]
     if reply is None:
         mode = "fallback"
-        reply = check_claims(
-            answer, gatekeeper_result, trace_summary, known_services=known_services
-        )
+        reply = check_claims(answer, gatekeeper, trace, known_services=known_services)
     decision = decide(
-        answer, gatekeeper_result, reply, parse_status=parse_status, trace=trace_summary, mode=mode
+        answer, gatekeeper, reply, parse_status=inputs["parse_status"], trace=trace, mode=mode
     )
     return VerifierResult(
         **decision, reply_parse=parse, model="offline-rules" if offline else model_label(model)
@@ -122,19 +97,18 @@ def make_verifier(get_model: GetModel, services: Callable[[], list[str]]) -> Nod
         emit("verifier", round=round_no)
         parse_status = state["parse_status"]
         gatekeeper = state["gatekeeper_result"]
-        result = verify(
-            get_model("verifier", ctx),
+        inputs = VerifierInput(
             question=state.get("question", ""),
             final_answer=executor_final_text(state),
             parse_status=parse_status,
-            structured=state.get("structured_output"),
+            structured_output=state.get("structured_output"),
             answer=state["executor_answer"],
             trace_summary=state["trace_summary"],
             gatekeeper_result=gatekeeper,
             retry_context=state.get("retry_context"),
-            round_no=round_no,
-            known_services=services(),
+            round=round_no,
         )
+        result = verify(get_model("verifier", ctx), inputs, services())
         summary = RoundSummary(
             round=round_no,
             verdict=result["verdict"],

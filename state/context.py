@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 ROLES = ("planner", "executor", "verifier", "composer")
 
@@ -40,6 +40,15 @@ def _env_float(name: str, default: float) -> float:
         return default
 
 
+def _model_override(role: str) -> Any:
+    """The field of a per-role model override, read from ``SUPERBIZ_<ROLE>_MODEL``."""
+    variable = f"SUPERBIZ_{role.upper()}_MODEL"
+    return field(
+        default_factory=lambda: _env(variable),
+        metadata={"description": f"{role.capitalize()} model override ({variable})."},
+    )
+
+
 @dataclass(kw_only=True)
 class Context:
     """Settings of one run; shown as a form in LangGraph Studio."""
@@ -48,22 +57,10 @@ class Context:
         default_factory=lambda: _env("SUPERBIZ_MODEL", "gpt-4o-mini") or "gpt-4o-mini",
         metadata={"description": "Default chat model name for every role (SUPERBIZ_MODEL)."},
     )
-    planner_model: str | None = field(
-        default_factory=lambda: _env("SUPERBIZ_PLANNER_MODEL"),
-        metadata={"description": "Planner model override (SUPERBIZ_PLANNER_MODEL)."},
-    )
-    executor_model: str | None = field(
-        default_factory=lambda: _env("SUPERBIZ_EXECUTOR_MODEL"),
-        metadata={"description": "Executor model override (SUPERBIZ_EXECUTOR_MODEL)."},
-    )
-    verifier_model: str | None = field(
-        default_factory=lambda: _env("SUPERBIZ_VERIFIER_MODEL"),
-        metadata={"description": "Verifier model override (SUPERBIZ_VERIFIER_MODEL)."},
-    )
-    composer_model: str | None = field(
-        default_factory=lambda: _env("SUPERBIZ_COMPOSER_MODEL"),
-        metadata={"description": "Composer model override (SUPERBIZ_COMPOSER_MODEL)."},
-    )
+    planner_model: str | None = _model_override("planner")
+    executor_model: str | None = _model_override("executor")
+    verifier_model: str | None = _model_override("verifier")
+    composer_model: str | None = _model_override("composer")
     offline: bool = field(
         default_factory=lambda: _env_bool("SUPERBIZ_OFFLINE") or not _env("OPENAI_API_KEY"),
         metadata={

@@ -390,6 +390,24 @@ class TraceCitation(TypedDict):
     source_invocation_ids: list[str]
 
 
+class VerifierInput(TypedDict):
+    """What the Verifier is given (docs/contracts.md, "Flow"), with the answer read from it.
+
+    ``answer`` is for the code that decides after the reply; the model sees only the other
+    fields, in the bounded payload of ``verification.verifier_payload``.
+    """
+
+    question: str
+    final_answer: str
+    parse_status: ParseStatus
+    structured_output: JSONObject | None
+    answer: ExecutorAnswer
+    trace_summary: list[TraceItem]
+    gatekeeper_result: GatekeeperResult
+    retry_context: RetryContext | None
+    round: int
+
+
 class ProposedCheck(TypedDict):
     """One claim check as the Verifier (model or claim checker) proposed it.
 
@@ -448,8 +466,8 @@ class ReplyParse(TypedDict):
     errors: list[str]
 
 
-class Decision(TypedDict):
-    """Claim checks, facts, score and verdicts of one round (``verification.verdict.decide``)."""
+class Verdicts(TypedDict):
+    """The verdicts of a round and what they rest on."""
 
     verdict: Verdict
     model_verdict: Verdict | None
@@ -460,6 +478,11 @@ class Decision(TypedDict):
     facts_checked: list[FactCheck]
     rationale: str
     verifier_mode: VerifierMode
+
+
+class Decision(Verdicts):
+    """A round decided by ``verification.verdict.decide``; ``notes`` say what code changed."""
+
     notes: list[str]
 
 
@@ -593,18 +616,9 @@ class PromptAudit(TypedDict):
     prompts: dict[str, PromptRef]
 
 
-class VerifierEvaluation(TypedDict):
+class VerifierEvaluation(Verdicts):
     """The ``self_evaluation.verifier_evaluation`` channel: everything a re-check needs."""
 
-    verdict: Verdict
-    model_verdict: Verdict | None
-    derived_verdict: Verdict
-    groundedness_score: float
-    critical_fact_count: int
-    claim_checks: list[ClaimCheck]
-    facts_checked: list[FactCheck]
-    rationale: str
-    verifier_mode: VerifierMode
     executor_output_parse_status: ParseStatus
     executor_structured_output: JSONObject | None
     executor_final_answer: str

@@ -385,7 +385,8 @@ def test_sample_services_lists_every_known_service_sorted(backend: SampleBackend
 
 
 def test_sample_backend_satisfies_protocol(backend: SampleBackend) -> None:
-    assert isinstance(backend, EvidenceBackend)
+    typed: EvidenceBackend = backend  # checked by mypy
+    assert typed.services() == backend.services()
 
 
 # --- bundled environment ----------------------------------------------------------------------

@@ -11,7 +11,7 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
 from nodes.common import message_text
 from nodes.offline import OfflineVerifier
-from state.records import TraceItem
+from state.records import JSONObject, ParseStatus, TraceItem, VerifierInput
 from tests.scenario_kit import (
     ALERTS_CALL,
     ERROR_LOGS_CALL,
@@ -36,6 +36,7 @@ from tests.scenario_kit import (
     self_evaluation,
     verifier_reply,
 )
+from verification.executor_output import read_answer
 from verification.gatekeeper import fallback_pass
 from verification.verifier_payload import (
     CLOSE,
@@ -653,22 +654,27 @@ def test_verifier_payload_keeps_every_trace_item_of_a_long_diagnosis() -> None:
         }
         for n in range(1, 17)
     ]
+    valid: ParseStatus = {"status": "valid", "fence_stripped": False, "error": None}
+    structured: JSONObject = {"answer_version": "executor_evidence_v2", "claims": []}
     payload = build_payload(
-        question="why?",
-        final_answer="{}",
-        parse_status={"status": "valid", "fence_stripped": False, "error": None},
-        structured_output={"answer_version": "executor_evidence_v2", "claims": []},
-        trace_summary=items,
-        gatekeeper_result=fallback_pass(),
-        retry_context={
-            "previous_round": 1,
-            "previous_verdict": "LOW_CONFID",
-            "previous_score": 0.0,
-            "gaps": [],
-            "failed_rules": [],
-            "suggested_queries": [],
-        },
-        round_no=2,
+        VerifierInput(
+            question="why?",
+            final_answer="{}",
+            parse_status=valid,
+            structured_output=structured,
+            answer=read_answer(valid, structured),
+            trace_summary=items,
+            gatekeeper_result=fallback_pass(),
+            retry_context={
+                "previous_round": 1,
+                "previous_verdict": "LOW_CONFID",
+                "previous_score": 0.0,
+                "gaps": [],
+                "failed_rules": [],
+                "suggested_queries": [],
+            },
+            round=2,
+        )
     )
 
     trace = json_objects(payload["tool_trace_summary"])

@@ -1,7 +1,7 @@
 """The interface every evidence source implements, and the timestamp rules they share.
 
 A backend answers the four tool calls with plain data in the output shapes of the evidence tools
-(contracts section 2): ``LogsOutput``, ``MetricsOutput``, ``KnowledgeOutput`` and ``TimeOutput``,
+(docs/contracts.md §2): ``LogsOutput``, ``MetricsOutput``, ``KnowledgeOutput`` and ``TimeOutput``,
 whose entries are the ``state.records`` entry records. It does not bound, cap or record anything:
 the tool runner does that (and validates what it gets into a ``ToolOutput``).
 """
@@ -9,9 +9,9 @@ the tool runner does that (and validates what it gets into a ``ToolOutput``).
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Protocol, runtime_checkable
+from typing import Protocol
 
-from typing_extensions import TypedDict
+from typing_extensions import TypedDict, Unpack
 
 from state.records import AlertEntry, DocumentEntry, LogEntry, SeriesEntry
 
@@ -77,87 +77,52 @@ class TimeOutput(TypedDict):
     now: str
 
 
-@runtime_checkable
+class LogsQuery(TypedDict, total=False):
+    """The arguments of ``query_logs`` (their rules: ``tools.schemas.QueryLogsArgs``)."""
+
+    service: str | None
+    query: str | None
+    level: str | None
+    start: str | None
+    end: str | None
+    limit: int
+
+
+class MetricsQuery(TypedDict, total=False):
+    """The arguments of ``query_metrics`` (their rules: ``tools.schemas.QueryMetricsArgs``)."""
+
+    service: str | None
+    alert: str | None
+    promql: str | None
+    start: str | None
+    end: str | None
+
+
 class EvidenceBackend(Protocol):
     """A source of logs, metrics and knowledge documents for the evidence tools.
 
-    A backend may set ``needs_timeout = False`` when its calls are in-memory and bounded; the
-    tool runner then calls it directly instead of on a timed worker thread.
+    The tool runner calls each method with the validated arguments of the tool of the same name
+    as keywords (``tools.schemas`` documents them). A backend may set ``needs_timeout = False``
+    when its calls are in-memory and bounded; the runner then calls it directly instead of on a
+    timed worker thread.
     """
 
-    def query_logs(
-        self,
-        *,
-        service: str | None = None,
-        query: str | None = None,
-        level: str | None = None,
-        start: str | None = None,
-        end: str | None = None,
-        limit: int = 20,
-    ) -> LogsOutput:
-        """Finds log lines.
-
-        Args:
-            service: Only lines of this service.
-            query: Only lines whose message contains this text.
-            level: Only lines of this level.
-            start: Only lines at or after this ISO-8601 time.
-            end: Only lines at or before this ISO-8601 time.
-            limit: At most this many lines are returned.
-
-        Returns:
-            `{"logs": [{timestamp, level, service, instance, message}], "total": int,
-            "truncated": bool}` where `total` counts matches before the limit.
-        """
+    def query_logs(self, **query: Unpack[LogsQuery]) -> LogsOutput:
+        """Log lines of a service, level, text and time window, at most ``limit``."""
         ...
 
-    def query_metrics(
-        self,
-        *,
-        service: str | None = None,
-        alert: str | None = None,
-        promql: str | None = None,
-        start: str | None = None,
-        end: str | None = None,
-    ) -> MetricsOutput:
-        """Finds alerts and metric series.
-
-        Args:
-            service: Only alerts and series of this service.
-            alert: Only alerts whose name contains this text.
-            promql: A PromQL expression selecting series.
-            start: Start of the time window (ISO-8601).
-            end: End of the time window (ISO-8601).
-
-        Returns:
-            `{"alerts": [{alert_name, service, severity, state, value, threshold, summary,
-            active_at}], "series": [{metric, labels, points_count, min, max, last, unit}]}`.
-        """
+    def query_metrics(self, **query: Unpack[MetricsQuery]) -> MetricsOutput:
+        """Alerts and metric series of a service, an alert name or a PromQL expression."""
         ...
 
     def lookup_knowledge(self, *, query: str, top_k: int = 3) -> KnowledgeOutput:
-        """Searches runbooks and past incidents.
-
-        Args:
-            query: What to look for.
-            top_k: At most this many documents are returned.
-
-        Returns:
-            `{"documents": [{doc_id, title, source, chunk, score, relevance}]}`, best first.
-        """
+        """Runbooks and past incidents matching ``query``, at most ``top_k``, best first."""
         ...
 
     def get_current_time(self, *, timezone: str | None = None) -> TimeOutput:
-        """Tells the current time of the environment.
-
-        Args:
-            timezone: An IANA timezone name to express the time in; UTC when omitted.
-
-        Returns:
-            `{"now": "<ISO-8601 timestamp>"}`.
-        """
+        """The environment's current time, in ``timezone`` (IANA; UTC when omitted)."""
         ...
 
     def services(self) -> list[str]:
-        """Lists every service name the backend knows, sorted."""
+        """Every service name the backend knows, sorted."""
         ...

@@ -1,7 +1,7 @@
 """Environment files: the evidence the sample backend serves, checked where it enters.
 
 An environment is a JSON object with ``logs``, ``alerts``, ``series`` and ``documents`` (arrays of
-entries in the tool output shapes, contracts section 2) and ``now`` (ISO-8601); every key is
+entries in the tool output shapes, docs/contracts.md §2) and ``now`` (ISO-8601); every key is
 optional. A file holds either a bare environment or a scenario whose ``environment`` key holds one
 (README, ``--env FILE``). ``EnvironmentFile`` is the pydantic model of that object; a validated
 environment is dumped into an ``Environment`` record, which is all the code behind it sees.
@@ -73,7 +73,7 @@ class Environment(TypedDict, total=False):
 # --------------------------------------------------------------------------- messages
 
 
-def _json_type(value: object) -> str:
+def json_type(value: object) -> str:
     """How a JSON value's type reads in a message (``an object``, ``a string``, ...)."""
     if value is None:
         return "null"
@@ -97,7 +97,7 @@ def refuse(value: object, must_be: str) -> NoReturn:
         PydanticCustomError: Always.
     """
     raise PydanticCustomError(
-        "wrong_type", "must be {must_be}, got {got}", {"must_be": must_be, "got": _json_type(value)}
+        "wrong_type", "must be {must_be}, got {got}", {"must_be": must_be, "got": json_type(value)}
     )
 
 
@@ -146,7 +146,7 @@ def validation_message(exc: ValidationError, *, subject: str, wording: Wording) 
     value = error.get("input")
     template = wording.get(_path(loc, indexes=False))
     if template is not None:
-        got = "nothing" if missing else _json_type(value)
+        got = "nothing" if missing else json_type(value)
         return template.format(where=where, got=got, value="nothing" if missing else repr(value))
     if missing:
         return (
@@ -156,7 +156,7 @@ def validation_message(exc: ValidationError, *, subject: str, wording: Wording) 
     if kind == "value_error":
         return f"{where}: {ctx['error']}"
     if kind in _EXPECTED:
-        return f"{where} must be {_EXPECTED[kind]}, got {_json_type(value)}"
+        return f"{where} must be {_EXPECTED[kind]}, got {json_type(value)}"
     if kind == "literal_error":
         return f"{where} must be one of {ctx['expected']}, got {value!r}"
     if kind == "too_short" and ctx.get("min_length") == 1:
@@ -346,7 +346,7 @@ def parse_environment(text: str, *, origin: str) -> Environment:
     if not isinstance(data, dict):
         raise EnvironmentFileError(
             f"{origin} must contain a JSON object (a scenario with an 'environment' key, or an "
-            f"environment with keys among {_KEYS}), got {_json_type(data)}"
+            f"environment with keys among {_KEYS}), got {json_type(data)}"
         )
     in_scenario = "environment" in data
     if not in_scenario and not (data and set(data) <= set(ENVIRONMENT_KEYS)):

@@ -1,6 +1,6 @@
 """A backend that serves a fixed environment (the bundled sample incident or a scenario's).
 
-Filtering follows contracts section 9, always in environment order so a script can predict
+Filtering follows docs/contracts.md §9, always in environment order so a script can predict
 indexes:
 
 - `query_logs`: `service` exact; `level` case-insensitive exact; `query` case-insensitive
@@ -83,7 +83,7 @@ class SampleBackend:
     Args:
         environment: `{"logs": [...], "alerts": [...], "series": [...], "documents": [...],
             "now": "<ISO-8601>"}`; every key is optional. Entries are the records of the tool
-            output shapes (contracts section 2). The environment is copied; later changes to the
+            output shapes (docs/contracts.md §2). The environment is copied; later changes to the
             argument do not affect the backend.
     """
 

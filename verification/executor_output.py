@@ -23,8 +23,9 @@ from state.records import (
     ParseStatus,
     RecommendedAction,
 )
+from tools.environment import json_type
 from verification.catalog import SCHEMA, SchemaSettings
-from verification.text import json_type, strip_fence
+from verification.text import strip_fence
 
 _BINDING_STRINGS = ("source_type", "tool_name", "source_invocation_id", "raw_path")
 

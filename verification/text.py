@@ -224,23 +224,6 @@ def clip(text: str, limit: int) -> str:
     return text[: max(limit - len(ELLIPSIS), 0)].rstrip() + ELLIPSIS
 
 
-def json_type(value: object) -> str:
-    """How a JSON value's type reads in a message (``an object``, ``a string``, ...)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, dict):
-        return "an object"
-    return type(value).__name__
-
-
 def error_line(exc: BaseException) -> str:
     """``<Type>: <message>`` on one line (``<Type>`` alone when there is no message)."""
     message = one_line(str(exc))

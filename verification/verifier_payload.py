@@ -17,14 +17,7 @@ import json
 import re
 from collections.abc import Sequence
 
-from state.records import (
-    GatekeeperResult,
-    JSONObject,
-    JSONValue,
-    ParseStatus,
-    RetryContext,
-    TraceItem,
-)
+from state.records import JSONObject, JSONValue, VerifierInput
 from verification.text import ELLIPSIS, INVISIBLE
 
 OPEN = "<<<UNTRUSTED_DATA"
@@ -235,47 +228,38 @@ def _plain(record: object) -> JSONObject:
     return value if isinstance(value, dict) else {}
 
 
-def build_payload(
-    *,
-    question: str,
-    final_answer: str,
-    parse_status: ParseStatus,
-    structured_output: JSONObject | None,
-    trace_summary: Sequence[TraceItem],
-    gatekeeper_result: GatekeeperResult,
-    retry_context: RetryContext | None,
-    round_no: int,
-) -> JSONObject:
+def build_payload(inputs: VerifierInput) -> JSONObject:
     """Assemble the Verifier payload from the allowed blocks only, sanitised and bounded."""
-    valid = parse_status["status"] == "valid"
+    valid = inputs["parse_status"]["status"] == "valid"
     payload: JSONObject = {
         "original_query": _bounded_block(
-            "original_query", sanitize_text(question), FINAL_ANSWER_CHARS
+            "original_query", sanitize_text(inputs["question"]), FINAL_ANSWER_CHARS
         ),
         "executor_final_answer": _bounded_block(
             "executor_final_answer",
-            sanitize_text(final_answer),
+            sanitize_text(inputs["final_answer"]),
             FINAL_ANSWER_CHARS,
             PARSED_ANSWER_BYTES if valid else None,
         ),
         "executor_output_parse_status": _bounded_block(
-            "executor_output_parse_status", _plain(parse_status), EXCERPT_CHARS
+            "executor_output_parse_status", _plain(inputs["parse_status"]), EXCERPT_CHARS
         ),
     }
-    if valid and structured_output is not None:
+    structured = inputs["structured_output"]
+    if valid and structured is not None:
         payload["executor_structured_output"] = _bounded_block(
             "executor_structured_output",
-            _ordered(_plain(structured_output), ("answer_version", "claims")),
+            _ordered(_plain(structured), ("answer_version", "claims")),
             CLAIM_TEXT_CHARS,
         )
-    trace: list[JSONValue] = [*_fit_trace([_plain(item) for item in trace_summary])]
+    trace: list[JSONValue] = [*_fit_trace([_plain(item) for item in inputs["trace_summary"]])]
     payload["tool_trace_summary"] = _bounded_block("tool_trace_summary", trace, TRACE_TEXT_CHARS)
     # Without its rule catalog; verified excerpts before findings.
     first = ("status", "severity", "checked_bindings", "failed_rules", "verified_excerpts")
-    payload["gatekeeper_result"] = _bounded_block(
-        "gatekeeper_result", _ordered(_plain(gatekeeper_result), first, ("rules",)), EXCERPT_CHARS
-    )
-    if round_no > 1 and retry_context:
+    gatekeeper = _ordered(_plain(inputs["gatekeeper_result"]), first, ("rules",))
+    payload["gatekeeper_result"] = _bounded_block("gatekeeper_result", gatekeeper, EXCERPT_CHARS)
+    retry_context = inputs["retry_context"]
+    if inputs["round"] > 1 and retry_context:
         payload["retry_context"] = _bounded_block(
             "retry_context", _plain(retry_context), EXCERPT_CHARS
         )
