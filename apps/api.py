@@ -513,21 +513,19 @@ class Api:
 
     async def diagnosis(self, request: Request) -> Response:
         """``GET /api/diagnoses/{diagnosis_id}``: the audit record and its invocations."""
-        caller, _ = await self.admit(request)
-        diagnosis_id = str(request.path_params["diagnosis_id"])
-        record = await anyio.to_thread.run_sync(
-            self.service.diagnosis, caller.identity, diagnosis_id
-        )
-        return JSONResponse(record)
+        return await self._owned(request, self.service.diagnosis, "diagnosis_id")
 
     async def thread_diagnoses(self, request: Request) -> Response:
         """``GET /api/threads/{thread_id}/diagnoses``: the thread's records, oldest first."""
+        return await self._owned(request, self.service.thread_diagnoses, "thread_id")
+
+    async def _owned(
+        self, request: Request, read: Callable[[str, str], dict[str, Any]], parameter: str
+    ) -> Response:
+        """Admit the caller, then ``read(identity, path parameter)`` off the event loop."""
         caller, _ = await self.admit(request)
-        thread_id = str(request.path_params["thread_id"])
-        records = await anyio.to_thread.run_sync(
-            self.service.thread_diagnoses, caller.identity, thread_id
-        )
-        return JSONResponse(records)
+        key = str(request.path_params[parameter])
+        return JSONResponse(await anyio.to_thread.run_sync(read, caller.identity, key))
 
     async def threads(self, request: Request) -> Response:
         """``GET /api/threads``: the caller's threads."""

@@ -8,19 +8,22 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Any
+
+from typing_extensions import Unpack
 
 from graph.builder import build_graph
 from graph.runner import run_diagnosis
 from persistence.store import open_persistence
 from state.context import Context
+from tools.backend import LogsOutput, LogsQuery, MetricsOutput, MetricsQuery
+from tools.environment import Environment
 from tools.sample import SampleBackend, default_environment
 
 
 class StallingBackend(SampleBackend):
     """The sample backend, except that its second call announces itself and never returns."""
 
-    def __init__(self, environment: dict[str, Any], marker: Path) -> None:
+    def __init__(self, environment: Environment, marker: Path) -> None:
         super().__init__(environment)
         self.calls = 0
         self.marker = marker
@@ -31,13 +34,13 @@ class StallingBackend(SampleBackend):
             self.marker.write_text("stalled", encoding="utf-8")
             time.sleep(600)
 
-    def query_logs(self, **kwargs: Any) -> dict[str, Any]:
+    def query_logs(self, **query: Unpack[LogsQuery]) -> LogsOutput:
         self._stall()
-        return super().query_logs(**kwargs)
+        return super().query_logs(**query)
 
-    def query_metrics(self, **kwargs: Any) -> dict[str, Any]:
+    def query_metrics(self, **query: Unpack[MetricsQuery]) -> MetricsOutput:
         self._stall()
-        return super().query_metrics(**kwargs)
+        return super().query_metrics(**query)
 
 
 def main(url: str, thread: str, marker: str, question: str) -> None:

@@ -11,7 +11,7 @@ import json
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeAlias, cast
+from typing import Any, TypeAlias
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage, HumanMessage
@@ -22,16 +22,28 @@ from langgraph.checkpoint.memory import InMemorySaver
 from pydantic import Field
 
 from graph.builder import build_graph
+from graph.runner import state_of
 from graph.scripted import ScriptedChatModel, ScriptExhausted, to_message
 from nodes.common import GetModel, message_text
 from persistence.audit import InMemoryAuditStore
 from persistence.ledger import InMemoryLedger
 from state.context import ComposerMode, Context, Language
-from state.records import DiagnosisRecord
+from state.graph_state import DiagnosisState
+from state.records import (
+    AlertEntry,
+    DiagnosisRecord,
+    DocumentEntry,
+    JSONObject,
+    JSONValue,
+    LogEntry,
+    SeriesEntry,
+    VerifierEvaluation,
+    VerifierResult,
+)
+from tests.records import alert_entry, evaluation_of, executor_output
+from tests.records import log_entry as log
+from tools.environment import Environment
 from tools.sample import SampleBackend
-
-if TYPE_CHECKING:
-    from tools.environment import Environment
 
 THREAD: RunnableConfig = {"configurable": {"thread_id": "t1"}}
 Checkpointer: TypeAlias = BaseCheckpointSaver[str]
@@ -44,25 +56,7 @@ LOG_500_B = "HTTP 500 Cannot acquire connection from pool"
 LOG_OK = "health check ok"
 
 
-def log(
-    message: str,
-    *,
-    timestamp: str = "2026-03-01T10:01:00Z",
-    level: str = "ERROR",
-    service: str = "order-service",
-    instance: str = "order-1",
-) -> dict[str, Any]:
-    """One environment log entry."""
-    return {
-        "timestamp": timestamp,
-        "level": level,
-        "service": service,
-        "instance": instance,
-        "message": message,
-    }
-
-
-def log_ref_text(entry: dict[str, Any]) -> str:
+def log_ref_text(entry: LogEntry) -> str:
     """The exact ref text of a log entry (contracts section 2)."""
     return (
         f"{entry['timestamp']} {entry['level']} {entry['service']} {entry['instance']}: "
@@ -70,7 +64,7 @@ def log_ref_text(entry: dict[str, Any]) -> str:
     )
 
 
-def default_logs() -> list[dict[str, Any]]:
+def default_logs() -> list[LogEntry]:
     """Two ERROR lines and one INFO line of order-service."""
     return [
         log(LOG_500_A, timestamp="2026-03-01T10:01:00Z", instance="order-1"),
@@ -80,34 +74,23 @@ def default_logs() -> list[dict[str, Any]]:
 
 
 def environment(
-    logs: list[dict[str, Any]] | None = None,
+    logs: list[LogEntry] | None = None,
     *,
-    alerts: list[dict[str, Any]] | None = None,
-    series: list[dict[str, Any]] | None = None,
-    documents: list[dict[str, Any]] | None = None,
-) -> dict[str, Any]:
+    alerts: list[AlertEntry] | None = None,
+    series: list[SeriesEntry] | None = None,
+    documents: list[DocumentEntry] | None = None,
+) -> Environment:
     """An environment for the sample backend; logs default to `default_logs()`."""
-    env: dict[str, Any] = {"logs": default_logs() if logs is None else logs}
-    env["alerts"] = (
-        alerts
-        if alerts is not None
-        else [
-            {
-                "alert_name": "OrderService5xxHigh",
-                "service": "order-service",
-                "severity": "critical",
-                "state": "firing",
-                "value": 0.23,
-                "threshold": 0.05,
-                "summary": "5xx ratio above threshold",
-                "active_at": "2026-03-01T10:01:30Z",
-            }
-        ]
+    firing = alert_entry(
+        "OrderService5xxHigh", 0.23, 0.05, "5xx ratio above threshold", "2026-03-01T10:01:30Z"
     )
-    env["series"] = series or []
-    env["documents"] = documents or []
-    env["now"] = "2026-03-01T10:30:00Z"
-    return env
+    return Environment(
+        logs=default_logs() if logs is None else logs,
+        alerts=[firing] if alerts is None else alerts,
+        series=series or [],
+        documents=documents or [],
+        now="2026-03-01T10:30:00Z",
+    )
 
 
 # --------------------------------------------------------------------------- executor replies
@@ -118,63 +101,20 @@ ERROR_LOGS_CALL = {
 ALERTS_CALL = {"tool_calls": [{"name": "query_metrics", "args": {"service": "order-service"}}]}
 
 
-def binding(
-    inv: str,
-    raw_path: str | None,
-    excerpt: str,
-    *,
-    tool: str = "query_logs",
-    source_type: str = "log",
-) -> dict[str, Any]:
-    """A precise evidence binding (raw_path None leaves the key out)."""
-    found: dict[str, Any] = {
-        "source_type": source_type,
-        "tool_name": tool,
-        "source_invocation_id": inv,
-        "evidence_excerpt": excerpt,
-    }
-    if raw_path is not None:
-        found["raw_path"] = raw_path
-    return found
-
-
-def claim(
-    cid: str,
-    text: str,
-    *bindings: dict[str, Any],
-    claim_type: str = "observation",
-    support: str = "direct",
-) -> dict[str, Any]:
-    """One executor claim."""
-    return {
-        "claim_id": cid,
-        "claim_type": claim_type,
-        "claim_text": text,
-        "support_level": support,
-        "evidence_bindings": list(bindings),
-    }
-
-
 def executor_answer(
-    *claims: dict[str, Any],
-    hypotheses: list[dict[str, Any]] | None = None,
-    actions: list[dict[str, Any]] | None = None,
-    missing: list[dict[str, Any]] | None = None,
+    *claims: JSONObject,
+    hypotheses: list[JSONValue] | None = None,
+    actions: list[JSONValue] | None = None,
+    missing: list[JSONValue] | None = None,
 ) -> str:
     """An executor_evidence_v2 final answer, as the JSON text the executor sends."""
-    return json.dumps(
-        {
-            "answer_version": "executor_evidence_v2",
-            "claims": list(claims),
-            "hypotheses": hypotheses or [],
-            "recommended_actions": actions or [],
-            "missing_info": missing or [],
-        },
-        ensure_ascii=False,
+    answer = executor_output(
+        *claims, hypotheses=hypotheses, recommended_actions=actions, missing_info=missing
     )
+    return json.dumps(answer, ensure_ascii=False)
 
 
-def final(text: str) -> dict[str, Any]:
+def final(text: str) -> dict[str, str]:
     """An executor step that gives the final answer."""
     return {"content": text}
 
@@ -189,9 +129,9 @@ def check(
     trace_ref: str | None = "t1",
     inv: str = "inv-1",
     tool: str = "query_logs",
-) -> dict[str, Any]:
+) -> JSONObject:
     """One claim check of a verifier reply (trace_ref None gives no evidence refs)."""
-    refs = (
+    refs: list[JSONValue] = (
         []
         if trace_ref is None
         else [{"trace_ref": trace_ref, "tool_name": tool, "source_invocation_ids": [inv]}]
@@ -204,7 +144,7 @@ def check(
     }
 
 
-def verifier_reply(verdict: str, *checks: dict[str, Any], score: float = 1.0) -> str:
+def verifier_reply(verdict: str, *checks: JSONObject, score: float = 1.0) -> str:
     """A well-formed verifier reply."""
     return json.dumps(
         {
@@ -263,7 +203,7 @@ def recording_models(
 class Run:
     """The outcome of one diagnosis: full final state and the models' recorded inputs."""
 
-    state: dict[str, Any]
+    state: DiagnosisState
     models: dict[str, RecordingChatModel]
     ledger: InMemoryLedger
     audit: InMemoryAuditStore
@@ -280,10 +220,9 @@ class Run:
         return str(self.state["answer"])
 
     @property
-    def verifier(self) -> dict[str, Any]:
+    def verifier(self) -> VerifierResult:
         """The final verifier result."""
-        result: dict[str, Any] = self.state["verifier_result"]
-        return result
+        return self.state["verifier_result"]
 
     def verifier_calls(self) -> list[list[BaseMessage]]:
         """Every message list the verifier model received."""
@@ -320,7 +259,7 @@ NodeWrapper = Callable[[str, Runnable[Any, Any]], Runnable[Any, Any]]
 
 
 def run_diagnosis(
-    env: Environment | dict[str, Any],
+    env: Environment,
     replies: dict[str, list[Any]],
     *,
     question: str = "Is order-service returning HTTP 500 errors?",
@@ -338,8 +277,7 @@ def run_diagnosis(
     get_model, models = recording_models(replies, overrides)
     ledger = InMemoryLedger()
     audit = InMemoryAuditStore()
-    # Test environments are served as written (not validated): some are deliberately odd.
-    backend = SampleBackend(cast("Environment", env))
+    backend = SampleBackend(env)
     builder = build_graph(get_model=get_model, backend=backend, ledger=ledger, audit=audit)
     if wrap_nodes is not None:
         for name, spec in builder.nodes.items():
@@ -348,14 +286,14 @@ def run_diagnosis(
     graph = builder.compile(checkpointer=InMemorySaver() if checkpointer is None else checkpointer)
     context = Context(offline=False, language=language, composer_mode=composer_mode)
     graph.invoke({"messages": [HumanMessage(question)]}, config=THREAD, context=context)
-    state = dict(graph.get_state(THREAD).values)
+    state = state_of(graph, THREAD)
     return Run(state=state, models=models, ledger=ledger, audit=audit)
 
 
 def one_round(
     answer: str,
     *verifier: str,
-    env: dict[str, Any] | None = None,
+    env: Environment | None = None,
     planner: str = "check order-service error logs",
     composer: list[Any] | None = None,
     language: Language = "en",
@@ -405,11 +343,16 @@ def stored_record(audit: InMemoryAuditStore, diagnosis_id: str) -> DiagnosisReco
     return record
 
 
-def self_evaluation(audit: InMemoryAuditStore, diagnosis_id: str) -> dict[str, Any]:
+def self_evaluation(audit: InMemoryAuditStore, diagnosis_id: str) -> JSONObject:
     """The `self_evaluation` object of a diagnosis's audit row."""
     evaluation = stored_record(audit, diagnosis_id)["self_evaluation"]
-    assert isinstance(evaluation, dict)
+    assert evaluation is not None
     return evaluation
+
+
+def stored_evaluation(audit: InMemoryAuditStore, diagnosis_id: str) -> VerifierEvaluation:
+    """The stored verifier evaluation of a diagnosis, read into its record."""
+    return evaluation_of(stored_record(audit, diagnosis_id))
 
 
 # --------------------------------------------------------------------------- answer reading

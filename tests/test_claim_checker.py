@@ -2,16 +2,30 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
-from state.records import Decision, GatekeeperResult, ParseStatus, TraceItem, VerifierReply
+from state.records import (
+    Decision,
+    GatekeeperResult,
+    JSONObject,
+    TraceItem,
+    VerifiedExcerpt,
+    VerifierReply,
+)
+from tests.records import (
+    VALID,
+    binding,
+    claim,
+    excerpt,
+    executor_output,
+    gatekeeper_result,
+    json_list,
+    json_object,
+    trace_item,
+)
 from verification.claim_checker import check_claims, claim_tokens
 from verification.executor_output import read_answer
 from verification.verdict import decide
-
-VALID: ParseStatus = {"status": "valid", "fence_stripped": False, "error": None}
 
 LOG_TEXT = (
     "2026-03-01T10:01:00Z ERROR order-service order-1: HTTP 500 "
@@ -28,24 +42,11 @@ ZERO_SUMMARY = (
 FOUND_SUMMARY = "query_logs level=ERROR service=order-service matched 3 of 3 (complete)"
 RUNBOOK_TEXT = "Connection pool runbook (wiki): when HTTP 500 appears, raise the pool size to 50"
 
-def _item(trace_ref: str, tool_name: str, ids: list[str]) -> TraceItem:
-    return TraceItem(
-        trace_ref=trace_ref,
-        tool_name=tool_name,
-        round=1,
-        success=True,
-        evidence_level="direct",
-        input_summary="",
-        output_summary="",
-        source_invocation_ids=ids,
-    )
-
-
 TRACE: list[TraceItem] = [
-    _item("t1", "query_logs", ["inv-1", "inv-4"]),
-    _item("t2", "query_metrics", ["inv-2"]),
-    _item("t3", "lookup_knowledge", ["inv-3"]),
-    _item("t4", "query_logs", ["inv-5"]),
+    trace_item("t1", "query_logs", ["inv-1", "inv-4"]),
+    trace_item("t2", "query_metrics", ["inv-2"]),
+    trace_item("t3", "lookup_knowledge", ["inv-3"]),
+    trace_item("t4", "query_logs", ["inv-5"]),
 ]
 
 _SOURCES = {
@@ -63,62 +64,23 @@ def _case(
     sources: tuple[str, ...] = ("logs[0]",),
     claim_type: str = "observation",
     support_level: str = "direct",
-) -> tuple[dict[str, Any], dict[str, Any]]:
+) -> tuple[JSONObject, GatekeeperResult]:
     """One claim c1 bound to the given sources, all verified by the Gatekeeper."""
-    bindings = []
-    excerpts = []
+    bindings: list[JSONObject] = []
+    excerpts: list[VerifiedExcerpt] = []
     for i, key in enumerate(sources):
         inv, tool, ref_text = _SOURCES[key]
         raw_path = "summary" if key.startswith("summary") else key
-        bindings.append(
-            {
-                "source_type": "log",
-                "tool_name": tool,
-                "source_invocation_id": inv,
-                "raw_path": raw_path,
-                "evidence_excerpt": ref_text[:10],
-            }
-        )
-        excerpts.append(
-            {
-                "binding": i,
-                "invocation_id": inv,
-                "tool_name": tool,
-                "raw_path": raw_path,
-                "text": ref_text,
-            }
-        )
-    output = {
-        "answer_version": "executor_evidence_v2",
-        "claims": [
-            {
-                "claim_id": "c1",
-                "claim_type": claim_type,
-                "claim_text": text,
-                "support_level": support_level,
-                "evidence_bindings": bindings,
-            }
-        ],
-        "hypotheses": [],
-        "recommended_actions": [],
-        "missing_info": [],
-    }
-    gatekeeper: GatekeeperResult = {
-        "status": "pass",
-        "severity": "none",
-        "checked_bindings": len(bindings),
-        "failed_rules": [],
-        "warnings": [],
-        "errors": [],
-        "verified_excerpts": {"c1": excerpts} if excerpts else {},  # type: ignore[dict-item]
-        "rule_set_version": "test",
-        "rules": [],
-    }
-    return output, gatekeeper
+        bindings.append(binding(inv, raw_path, ref_text[:10], tool_name=tool))
+        excerpts.append(excerpt(inv, tool, raw_path, ref_text, binding=i))
+    output = executor_output(
+        claim("c1", text, *bindings, claim_type=claim_type, support_level=support_level)
+    )
+    return output, gatekeeper_result({"c1": excerpts} if excerpts else {})
 
 
 def reply_of(
-    output: dict[str, Any],
+    output: JSONObject,
     gatekeeper: GatekeeperResult,
     trace: list[TraceItem],
     known_services: list[str] | None = None,
@@ -130,7 +92,7 @@ def reply_of(
 
 
 def check(
-    output: dict[str, Any],
+    output: JSONObject,
     gatekeeper: GatekeeperResult,
     trace: list[TraceItem],
     known_services: list[str] | None = None,
@@ -141,10 +103,23 @@ def check(
     return decide(answer, gatekeeper, reply, parse_status=VALID, trace=trace, mode="offline")
 
 
-def _label(text: str, **kwargs: Any) -> str:
-    known = kwargs.pop("known_services", None)
-    output, gatekeeper = _case(text, **kwargs)
-    return check(output, gatekeeper, TRACE, known_services=known)["claim_checks"][0]["verification"]
+def _label(
+    text: str,
+    *,
+    sources: tuple[str, ...] = ("logs[0]",),
+    claim_type: str = "observation",
+    support_level: str = "direct",
+    known_services: list[str] | None = None,
+) -> str:
+    output, gatekeeper = _case(
+        text, sources=sources, claim_type=claim_type, support_level=support_level
+    )
+    return check(output, gatekeeper, TRACE, known_services)["claim_checks"][0]["verification"]
+
+
+def _negative_label(text: str, source: str) -> str:
+    """The label of a negative observation bound to one summary ref."""
+    return _label(text, sources=(source,), claim_type="negative_observation")
 
 
 # --- tokens ----------------------------------------------------------------------------------
@@ -226,11 +201,7 @@ def test_check_claims_known_services_are_tokens() -> None:
 
 
 def test_check_claims_time_range_counts_when_both_ends_are_stated() -> None:
-    label = _label(
-        "payment-service 在 10:00-10:30 没有 ERROR 日志",
-        sources=("summary-zero",),
-        claim_type="negative_observation",
-    )
+    label = _negative_label("payment-service 在 10:00-10:30 没有 ERROR 日志", "summary-zero")
     assert label == "direct_observation"
 
 
@@ -294,43 +265,19 @@ def test_check_claims_tokenless_negated_claim_without_negation_in_evidence_is_in
 
 
 def test_check_claims_negative_observation_on_zero_match_summary_is_direct() -> None:
-    assert (
-        _label(
-            "payment-service had no ERROR logs",
-            sources=("summary-zero",),
-            claim_type="negative_observation",
-        )
-        == "direct_observation"
+    assert _negative_label("payment-service had no ERROR logs", "summary-zero") == (
+        "direct_observation"
     )
-    assert (
-        _label(
-            "no ERROR logs in the window",
-            sources=("summary-zero",),
-            claim_type="negative_observation",
-        )
-        == "direct_observation"
-    )
+    assert _negative_label("no ERROR logs in the window", "summary-zero") == "direct_observation"
 
 
 def test_check_claims_negative_observation_tokens_must_match_the_summary() -> None:
-    assert (
-        _label(
-            "order-service had no ERROR logs",
-            sources=("summary-zero",),
-            claim_type="negative_observation",
-        )
-        == "unsupported"
-    )
+    assert _negative_label("order-service had no ERROR logs", "summary-zero") == "unsupported"
 
 
 def test_check_claims_negative_observation_without_zero_match_is_not_direct() -> None:
-    assert (
-        _label(
-            "order-service had no ERROR logs",
-            sources=("summary-found",),
-            claim_type="negative_observation",
-        )
-        == "reasonable_inference"
+    assert _negative_label("order-service had no ERROR logs", "summary-found") == (
+        "reasonable_inference"
     )
 
 
@@ -363,16 +310,17 @@ def test_check_claims_direct_without_trace_item_is_downgraded() -> None:
 
 def test_check_claims_verdict_and_score_agree_with_decide() -> None:
     output, gatekeeper = _case("order-service returned HTTP 500")
-    output["claims"].append(
+    claims = json_list(output["claims"])
+    claims.append(
         {
             "claim_id": "c2",
             "claim_type": "causal",
             "claim_text": "the pool exhaustion caused the HTTP 500",
             "support_level": "indirect",
-            "evidence_bindings": output["claims"][0]["evidence_bindings"],
+            "evidence_bindings": json_object(claims[0])["evidence_bindings"],
         }
     )
-    output["claims"].append({"claim_id": "c3", "claim_text": "payment-service is down"})
+    claims.append({"claim_id": "c3", "claim_text": "payment-service is down"})
     gatekeeper["verified_excerpts"]["c2"] = gatekeeper["verified_excerpts"]["c1"]
     reply = reply_of(output, gatekeeper, TRACE)
     final = decide(

@@ -3,20 +3,19 @@
 from __future__ import annotations
 
 import json
-from typing import Any, cast
+from typing import Any
 
 import pytest
 
 from nodes.common import message_text
 from nodes.evidence import executor_final_text
 from state.context import Language
-from state.graph_state import DiagnosisState
+from state.records import JSONObject
+from tests.records import binding, claim
 from tests.scenario_kit import (
     Checkpointer,
     Run,
-    binding,
     check,
-    claim,
     executor_answer,
     one_round,
     same_answer_twice,
@@ -50,31 +49,31 @@ DIRECTIONS_HEADING = {
 SUMMARY_HEADING = {"en": "## Summary", "zh": "【摘要】"}
 
 
-def c1() -> dict[str, Any]:
+def c1() -> JSONObject:
     return claim("c1", C1, binding("inv-1", "logs[0]", "HTTP 500 Cannot acquire connection"))
 
 
-def c2() -> dict[str, Any]:
+def c2() -> JSONObject:
     """Bound to a real log line, but nothing there says 95% (the Gatekeeper flags it)."""
     return claim("c2", C2, binding("inv-1", "logs[1]", "Cannot acquire connection"))
 
 
-def c3() -> dict[str, Any]:
+def c3() -> JSONObject:
     """A causal claim: at most a reasonable inference."""
     return claim(
         "c3",
         C3,
         binding("inv-1", "logs[0]", "Cannot acquire connection from pool"),
         claim_type="causal",
-        support="indirect",
+        support_level="indirect",
     )
 
 
-def c4() -> dict[str, Any]:
+def c4() -> JSONObject:
     return claim("c4", C4, binding("inv-1", "logs[1]", "Cannot acquire connection from pool"))
 
 
-def answer_with(*claims: dict[str, Any]) -> str:
+def answer_with(*claims: JSONObject) -> str:
     return executor_answer(
         *claims,
         hypotheses=[{"text": HYPOTHESIS, "basis": "pool errors and 500s together"}],
@@ -168,7 +167,7 @@ def test_composer_answer_never_contains_raw_executor_json(
     assert run.answer == message_text(run.state["messages"][-1])
     for fragment in RAW_JSON_FRAGMENTS:
         assert fragment not in run.answer
-    assert executor_final_text(cast(DiagnosisState, run.state)) not in run.answer
+    assert executor_final_text(run.state) not in run.answer
 
 
 def test_composer_answer_never_contains_a_malformed_executor_output(

@@ -1,22 +1,34 @@
 from __future__ import annotations
 
-import copy
 import json
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 import pytest
 
+from state.records import (
+    Finding,
+    GatekeeperResult,
+    Invocation,
+    InvocationStatus,
+    JSONObject,
+    JSONValue,
+    ParseStatus,
+    ParseStatusName,
+    RetrievalDetails,
+    ToolOutput,
+)
+from tests import records
+from tests.records import VALID, json_list, json_object, refs
 from verification import gatekeeper
 from verification.catalog import (
     DEFAULT_RULE_SET_VERSION,
     KNOWN_RULE_IDS,
+    Catalog,
     CatalogError,
     load_catalog,
 )
 from verification.gatekeeper import fallback_pass, run_gatekeeper
-
-VALID = {"status": "valid", "fence_stripped": False, "error": None}
 
 LOG_TEXT_0 = (
     "2026-03-01T10:05:00Z ERROR order-service order-1: "
@@ -36,35 +48,30 @@ ALERT_TEXT = (
 def make_invocation(
     number: int,
     tool_name: str,
-    refs: list[tuple[str, str]] | None,
+    ref_pairs: list[tuple[str, str]] | None,
     *,
-    arguments: dict[str, Any] | None = None,
-    status: str = "ok",
+    arguments: JSONObject | None = None,
+    status: InvocationStatus = "ok",
     round_number: int = 1,
-) -> dict[str, Any]:
-    details: dict[str, Any] = {}
-    if refs is not None:
-        details["evidence_refs"] = [
-            {"raw_path": path, "text": text, "source_type": "log"} for path, text in refs
-        ]
-    return {
-        "invocation_id": f"inv-{number}",
-        "diagnosis_id": "diag-1",
-        "thread_id": "thread-1",
-        "round": round_number,
-        "tool_name": tool_name,
-        "arguments": arguments or {},
-        "status": status,
-        "output": {},
-        "retrieval_details": details,
-        "idempotency_key": f"call-{number}",
-        "started_at": "2026-03-01T10:30:00Z",
-        "duration_ms": 5,
-        "error": None,
-    }
+) -> Invocation:
+    """``ref_pairs`` None gives an invocation recorded without evidence refs."""
+    details = (
+        RetrievalDetails()
+        if ref_pairs is None
+        else RetrievalDetails(evidence_refs=refs(*ref_pairs))
+    )
+    return records.invocation(
+        f"inv-{number}",
+        tool_name,
+        arguments,
+        status=status,
+        output=ToolOutput(),
+        details=details,
+        round=round_number,
+    )
 
 
-def default_invocations() -> list[dict[str, Any]]:
+def default_invocations() -> list[Invocation]:
     return [
         make_invocation(1, "get_current_time", None),
         make_invocation(
@@ -86,51 +93,36 @@ def binding(
     raw_path: str | None = "logs[0]",
     excerpt: str = "Cannot acquire connection from pool",
     tool_name: str = "query_logs",
-    **extra: Any,
-) -> dict[str, Any]:
-    result: dict[str, Any] = {"source_type": "log", "tool_name": tool_name}
-    if invocation_id is not None:
-        result["source_invocation_id"] = invocation_id
-    if raw_path is not None:
-        result["raw_path"] = raw_path
-    result["evidence_excerpt"] = excerpt
-    result.update(extra)
-    return result
+    **extra: JSONValue,
+) -> JSONObject:
+    found = records.binding(invocation_id, raw_path, excerpt, tool_name=tool_name)
+    found.update(extra)
+    return found
 
 
 def claim(
     claim_id: str = "c1",
     text: str = "order-service logs show it cannot acquire connections from its pool",
-    bindings: list[Any] | None = None,
-) -> dict[str, Any]:
-    return {
-        "claim_id": claim_id,
-        "claim_type": "observation",
-        "claim_text": text,
-        "support_level": "direct",
-        "evidence_bindings": [binding()] if bindings is None else bindings,
-    }
+    bindings: list[JSONValue] | None = None,
+) -> JSONObject:
+    found = records.claim(claim_id, text)
+    found["evidence_bindings"] = [binding()] if bindings is None else bindings
+    return found
 
 
-def output(*claims: dict[str, Any], **overrides: Any) -> dict[str, Any]:
-    result: dict[str, Any] = {
-        "answer_version": "executor_evidence_v2",
-        "claims": list(claims) if claims else [claim()],
-        "hypotheses": [],
-        "recommended_actions": [],
-        "missing_info": [],
-    }
+def output(*claims: JSONObject, **overrides: JSONValue) -> JSONObject:
+    result = records.executor_output(*claims) if claims else records.executor_output(claim())
     result.update(overrides)
     return result
 
 
-def check(structured: Any, invocations: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def check(structured: JSONObject, invocations: list[Invocation] | None = None) -> GatekeeperResult:
     return run_gatekeeper(
         VALID, structured, default_invocations() if invocations is None else invocations
     )
 
 
-def rule_ids(items: list[dict[str, str]]) -> list[str]:
+def rule_ids(items: list[Finding]) -> list[str]:
     return [item["rule_id"] for item in items]
 
 
@@ -209,7 +201,7 @@ def test_gatekeeper_recommended_action_bindings_are_not_checked() -> None:
 # --------------------------------------------------------------------------- schema.executor_v2
 
 
-def _without(data: dict[str, Any], key: str) -> dict[str, Any]:
+def _without(data: JSONObject, key: str) -> JSONObject:
     return {k: v for k, v in data.items() if k != key}
 
 
@@ -254,12 +246,16 @@ SCHEMA_FAILURES = [
     pytest.param(
         output(claim(bindings=["inv-2"])), "claims[0].evidence_bindings[0]", id="binding-string"
     ),
-    pytest.param(["not", "an", "object"], "executor_output", id="output-not-object"),
+    pytest.param(
+        cast(JSONObject, ["not", "an", "object"]),  # no object, as a model may send
+        "executor_output",
+        id="output-not-object",
+    ),
 ]
 
 
 @pytest.mark.parametrize(("structured", "target"), SCHEMA_FAILURES)
-def test_gatekeeper_schema_rule_fails_with_low_confid(structured: Any, target: str) -> None:
+def test_gatekeeper_schema_rule_fails_with_low_confid(structured: JSONObject, target: str) -> None:
     result = check(structured)
 
     assert result["status"] == "fail"
@@ -269,8 +265,8 @@ def test_gatekeeper_schema_rule_fails_with_low_confid(structured: Any, target: s
 
 
 @pytest.mark.parametrize("status", ["missing", "malformed"])
-def test_gatekeeper_schema_rule_fails_when_parse_not_valid(status: str) -> None:
-    parse_status = {"status": status, "fence_stripped": False, "error": "Expecting value"}
+def test_gatekeeper_schema_rule_fails_when_parse_not_valid(status: ParseStatusName) -> None:
+    parse_status = ParseStatus(status=status, fence_stripped=False, error="Expecting value")
 
     result = run_gatekeeper(parse_status, None, default_invocations())
 
@@ -334,7 +330,7 @@ def test_gatekeeper_garbage_types_fail_schema_without_raising() -> None:
     ],
 )
 def test_gatekeeper_invocation_ref_fails_with_reject(
-    bad_binding: dict[str, Any], fragment: str
+    bad_binding: JSONObject, fragment: str
 ) -> None:
     result = check(output(claim(bindings=[bad_binding])))
 
@@ -689,20 +685,25 @@ def test_load_catalog_reads_a_path(tmp_path: Path) -> None:
     assert load_catalog(path)["rule_set_version"] == "file.v2"
 
 
-def _broken_catalogs() -> list[Any]:
-    base = load_catalog()
-    missing_rule = copy.deepcopy(base)
-    missing_rule["rules"] = missing_rule["rules"][1:]
-    unknown = copy.deepcopy(base)
-    unknown["rules"].append({**base["rules"][0], "id": "evidence.magic"})
-    bad_severity = copy.deepcopy(base)
-    bad_severity["rules"][0]["default_severity"] = "fatal"
-    bad_enabled = copy.deepcopy(base)
-    bad_enabled["rules"][0]["enabled"] = "yes"
-    no_version = copy.deepcopy(base)
+def _bundled_catalog() -> JSONObject:
+    """The bundled catalog as the JSON a catalog file holds."""
+    return json_object(json.loads(json.dumps(load_catalog())))
+
+
+def _first_rule(catalog: JSONObject) -> JSONObject:
+    return json_object(json_list(catalog["rules"])[0])
+
+
+def _broken_catalogs() -> list[JSONObject]:
+    missing_rule, unknown, bad_severity, bad_enabled, no_version, bad_parameter = (
+        _bundled_catalog() for _ in range(6)
+    )
+    missing_rule["rules"] = json_list(missing_rule["rules"])[1:]
+    json_list(unknown["rules"]).append({**_first_rule(unknown), "id": "evidence.magic"})
+    _first_rule(bad_severity)["default_severity"] = "fatal"
+    _first_rule(bad_enabled)["enabled"] = "yes"
     del no_version["rule_set_version"]
-    bad_parameter = copy.deepcopy(base)
-    bad_parameter["rules"][0]["parameters"]["forbidden_keys"] = "diagnosis_summary"
+    json_object(_first_rule(bad_parameter)["parameters"])["forbidden_keys"] = "diagnosis_summary"
     return [missing_rule, unknown, bad_severity, bad_enabled, no_version, bad_parameter]
 
 
@@ -729,7 +730,7 @@ def test_load_catalog_rejects_invalid_json(tmp_path: Path) -> None:
 
 
 def test_gatekeeper_fails_closed_on_internal_exception(monkeypatch: pytest.MonkeyPatch) -> None:
-    def explode(*args: Any, **kwargs: Any) -> None:
+    def explode(*args: object, **kwargs: object) -> None:
         raise RuntimeError("boom")
 
     monkeypatch.setattr(gatekeeper, "_check_binding", explode)
@@ -754,7 +755,10 @@ def test_gatekeeper_fails_closed_on_internal_exception(monkeypatch: pytest.Monke
 
 
 def test_gatekeeper_fails_closed_on_invalid_catalog() -> None:
-    result = run_gatekeeper(VALID, output(), default_invocations(), {"rules": "nope"})
+    # A catalog of the wrong shape, as a hand-edited file may hold.
+    invalid = cast(Catalog, {"rules": "nope"})
+
+    result = run_gatekeeper(VALID, output(), default_invocations(), invalid)
 
     assert result["status"] == "fail"
     assert result["severity"] == "reject"

@@ -15,7 +15,7 @@ from persistence.audit import InMemoryAuditStore
 from persistence.ledger import InMemoryLedger
 from state.context import Context
 from state.graph_state import DiagnosisState, InputState, OutputState
-from tests.scenario_kit import Checkpointer, self_evaluation, stored_record
+from tests.scenario_kit import Checkpointer, self_evaluation, stored_evaluation, stored_record
 
 
 @dataclass
@@ -86,12 +86,11 @@ def test_offline_demo_is_labelled_offline_in_the_audit(demo: Demo) -> None:
     record = stored_record(demo.audit, state["diagnosis_id"])
     assert record["status"] == "done"
     assert record["verdict"] == "PASS"
-    evaluation = self_evaluation(demo.audit, state["diagnosis_id"])
-    verifier = evaluation["verifier_evaluation"]
+    verifier = stored_evaluation(demo.audit, state["diagnosis_id"])
     assert verifier["offline"] is True
     assert set(verifier["models"].values()) == {"offline-rules"}
     assert verifier["prompt_audit"]["prompts"]["verifier"]["version"] == "v1"
-    assert "rule_evaluation" in evaluation
+    assert "rule_evaluation" in self_evaluation(demo.audit, state["diagnosis_id"])
 
 
 def test_offline_demo_second_question_starts_a_fresh_diagnosis(demo: Demo) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -9,7 +10,6 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from langchain_core.runnables import RunnableConfig
@@ -18,6 +18,7 @@ from apps import cli
 from graph.builder import build_graph
 from graph.runner import run_diagnosis
 from graph.scripted import scripted_models
+from nodes.common import GetModel
 from persistence.database import (
     DatabaseError,
     SchemaTooNew,
@@ -28,7 +29,17 @@ from persistence.database import (
 )
 from persistence.locks import ThreadBusy
 from persistence.store import Persistence, open_persistence
-from state.context import Context
+from state.context import ComposerMode, Context
+from state.graph_state import DiagnosisState
+from tests.records import (
+    binding,
+    claim,
+    evaluation_of,
+    json_list,
+    json_object,
+    rule_evaluation_of,
+)
+from tests.scenario_kit import ERROR_LOGS_CALL, executor_answer, final
 from tools.sample import SampleBackend, default_environment
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,19 +56,30 @@ def store(database_url: str) -> Iterator[Persistence]:
 
 
 def diagnose(
-    store: Persistence, thread: str, question: str = QUESTION, get_model: Any = None, **ctx: Any
-) -> dict[str, Any]:
+    store: Persistence,
+    thread: str,
+    question: str = QUESTION,
+    get_model: GetModel | None = None,
+    *,
+    composer_mode: ComposerMode | None = None,
+) -> DiagnosisState:
     app = build_graph(
         get_model=get_model,
         backend=SampleBackend(default_environment()),
         ledger=store.ledger,
         audit=store.audit,
     ).compile(checkpointer=store.checkpointer)
+    offline = get_model is None
+    context = (
+        Context(offline=offline)
+        if composer_mode is None
+        else Context(offline=offline, composer_mode=composer_mode)
+    )
     with store.thread_lock(thread):
         return run_diagnosis(
             app,
             thread_id=thread,
-            context=Context(offline=get_model is None, **ctx),
+            context=context,
             audit=store.audit,
             question=question,
         )
@@ -75,7 +97,7 @@ def test_persistence_writes_rows_and_checkpoints_per_diagnosis(store: Persistenc
     assert record["verdict"] == "PASS"
     assert record["rounds"] == 1
     assert record["final_answer"] == values["answer"]
-    evaluation = record["self_evaluation"]["verifier_evaluation"]
+    evaluation = evaluation_of(record)
     for key in (
         "verdict",
         "model_verdict",
@@ -93,7 +115,7 @@ def test_persistence_writes_rows_and_checkpoints_per_diagnosis(store: Persistenc
         "rounds",
     ):
         assert key in evaluation, key
-    assert record["self_evaluation"]["rule_evaluation"]["formula_version"]
+    assert rule_evaluation_of(record)["formula_version"]
     rows = store.ledger.list(values["diagnosis_id"])
     assert [r["invocation_id"] for r in rows] == ["inv-1", "inv-2", "inv-3"]
     assert all(r["retrieval_details"]["evidence_refs"] for r in rows)
@@ -138,43 +160,18 @@ def test_persistence_self_evaluation_starts_null_and_is_created_once(store: Pers
     assert record["question"] == "q"
 
 
-def _fallback_models() -> Any:
-    claim = {
-        "claim_id": "c1",
-        "claim_type": "observation",
-        "claim_text": "order-service logs show connection timeouts",
-        "support_level": "direct",
-        "evidence_bindings": [
-            {
-                "source_type": "log",
-                "tool_name": "query_logs",
-                "source_invocation_id": "inv-1",
-                "raw_path": "logs[0]",
-                "evidence_excerpt": "Connection is not available",
-            }
-        ],
-    }
-    answer = {
-        "answer_version": "executor_evidence_v2",
-        "claims": [claim],
-        "hypotheses": [],
-        "recommended_actions": [],
-        "missing_info": [],
-    }
+def _fallback_models() -> GetModel:
+    answer = executor_answer(
+        claim(
+            "c1",
+            "order-service logs show connection timeouts",
+            binding("inv-1", "logs[0]", "Connection is not available"),
+        )
+    )
     return scripted_models(
         {
             "planner": ["check order-service ERROR logs"],
-            "executor": [
-                {
-                    "tool_calls": [
-                        {
-                            "name": "query_logs",
-                            "args": {"service": "order-service", "level": "ERROR"},
-                        }
-                    ]
-                },
-                {"content": answer},
-            ],
+            "executor": [ERROR_LOGS_CALL, final(answer)],
             "verifier": ["not json", "still not json", "never json"],
             "composer": ["no JSON either"],
         }
@@ -187,14 +184,18 @@ def test_persistence_prompt_audit_is_kept_on_fallback_paths(store: Persistence) 
     assert values["verifier_result"]["verifier_mode"] == "fallback"
     assert values["composer_output"]["mode"] == "fallback"
     record = store.audit.get(values["diagnosis_id"])
-    assert record is not None
-    evaluation = record["self_evaluation"]["verifier_evaluation"]
+    evaluation = evaluation_of(record)
     assert evaluation["verifier_mode"] == "fallback"
     assert evaluation["composer_output"]["mode"] == "fallback"
     audit = evaluation["prompt_audit"]
     assert audit["version"]
     assert set(audit["prompts"]) >= {"planner", "executor", "verifier", "composer"}
-    assert all(set(p) == {"name", "version"} for p in audit["prompts"].values())
+    # Each prompt is stored by name and version only: checked on the JSON as stored, since
+    # reading it into records would drop any other key.
+    assert record is not None and record["self_evaluation"] is not None
+    stored = json_object(record["self_evaluation"]["verifier_evaluation"])
+    prompts = json_object(json_object(stored["prompt_audit"])["prompts"])
+    assert all(set(json_object(p)) == {"name", "version"} for p in prompts.values())
 
 
 def test_persistence_ledger_is_idempotent_when_a_node_re_executes(store: Persistence) -> None:
@@ -283,8 +284,6 @@ def test_persistence_resumes_after_sigkill_with_the_same_verdict(
         check=False,
     )
     assert resumed.returncode == 0, resumed.stderr.decode(errors="replace")
-    import json
-
     result = json.loads(resumed.stdout)
 
     persistence = open_persistence(database_url)
@@ -408,8 +407,6 @@ def test_persistence_default_is_an_sqlite_file_in_the_data_dir(
 
     assert target.path.exists()
     assert cli.main(["sessions", "list", "--thread", "local", "--json"]) == 0
-    import json
-
     listed = json.loads(capsys.readouterr().out)
     assert [r["verdict"] for r in listed] == ["PASS"]
 
@@ -445,8 +442,6 @@ def test_persistence_sessions_and_reverify_read_the_stored_evidence(
         assert text in shown, text
 
     assert cli.main(["reverify", passed["diagnosis_id"], "--db", database_url, "--json"]) == 0
-    import json
-
     report = json.loads(capsys.readouterr().out)
     assert report["after"]["verdict"] == "PASS"
     assert report["changes"] == []
@@ -459,12 +454,12 @@ def test_persistence_sessions_and_reverify_read_the_stored_evidence(
 def test_persistence_reverify_reports_what_changed(store: Persistence) -> None:
     values = diagnose(store, "changed")
     diagnosis_id = values["diagnosis_id"]
-    record = store.audit.get(diagnosis_id)
-    assert record is not None
-    evaluation = record["self_evaluation"]["verifier_evaluation"]
+    evaluation = evaluation_of(store.audit.get(diagnosis_id))
     # Tamper with the stored executor output: its first claim now cites a path that never existed.
-    claims = evaluation["executor_structured_output"]["claims"]
-    claims[0]["evidence_bindings"][0]["raw_path"] = "logs[99]"
+    structured = evaluation["executor_structured_output"]
+    assert structured is not None
+    first_claim = json_object(json_list(structured["claims"])[0])
+    json_object(json_list(first_claim["evidence_bindings"])[0])["raw_path"] = "logs[99]"
     store.audit.update_channel(diagnosis_id, "verifier_evaluation", evaluation)
 
     from apps.reverify import reverify

@@ -1,59 +1,40 @@
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
+from state.records import AlertEntry, DocumentEntry, JSONObject, SeriesEntry, ToolOutput
+from tests.records import alert_entry, document_entry, log_entry, series_entry
 from tools.refs import build_evidence_refs, format_value
 
-LOG = {
-    "timestamp": "2026-03-01T10:07:14Z",
-    "level": "ERROR",
-    "service": "order-service",
-    "instance": "order-service-5f7b9c-2xkqz",
-    "message": "HikariPool-1 - Connection is not available, request timed out after 30000ms.",
-}
-
-ALERT = {
-    "alert_name": "OrderServiceHigh5xxRate",
-    "service": "order-service",
-    "severity": "critical",
-    "state": "firing",
-    "value": 0.23,
-    "threshold": 0.05,
-    "summary": "order-service 5xx ratio is 23% over the last 5m (threshold 5%)",
-    "active_at": "2026-03-01T10:09:00Z",
-}
-
-SERIES = {
-    "metric": "db_pool_active_connections",
-    "labels": {"service": "order-service", "pool": "HikariPool-1"},
-    "points_count": 36,
-    "min": 5.0,
-    "max": 20,
-    "last": 20,
-    "unit": "",
-}
-
-LATENCY = {
-    "metric": "http_request_duration_p99_ms",
-    "labels": {"service": "order-service"},
-    "points_count": 36,
-    "min": 162,
-    "max": 30210.5,
-    "last": 30040,
-    "unit": "ms",
-}
-
-DOC = {
-    "doc_id": "rb-db-pool",
-    "title": "Runbook: database connection pool exhaustion",
-    "source": "runbook/db-connection-pool.md",
-    "chunk": "Find what holds the connections.",
-    "score": 1.0,
-    "relevance": "high",
-    "deduped": False,
-}
+LOG = log_entry(
+    "HikariPool-1 - Connection is not available, request timed out after 30000ms.",
+    timestamp="2026-03-01T10:07:14Z",
+    instance="order-service-5f7b9c-2xkqz",
+)
+ALERT = alert_entry(
+    "OrderServiceHigh5xxRate",
+    0.23,
+    0.05,
+    "order-service 5xx ratio is 23% over the last 5m (threshold 5%)",
+    "2026-03-01T10:09:00Z",
+)
+SERIES = series_entry(
+    "db_pool_active_connections",
+    5.0,
+    20,
+    20,
+    labels={"service": "order-service", "pool": "HikariPool-1"},
+)
+LATENCY = series_entry("http_request_duration_p99_ms", 162, 30210.5, 30040, unit="ms")
+DOC = document_entry(
+    "rb-db-pool",
+    "Runbook: database connection pool exhaustion",
+    source="runbook/db-connection-pool.md",
+    chunk="Find what holds the connections.",
+    score=1.0,
+    relevance="high",
+    deduped=False,
+)
 
 
 @pytest.mark.parametrize(
@@ -75,7 +56,7 @@ DOC = {
         pytest.param(None, "null", id="none"),
     ],
 )
-def test_refs_format_value(value: Any, expected: str) -> None:
+def test_refs_format_value(value: object, expected: str) -> None:
     assert format_value(value) == expected
 
 
@@ -90,8 +71,9 @@ def test_refs_log_text_exact() -> None:
 
 
 def test_refs_log_text_leaves_out_absent_fields() -> None:
-    entry = {k: v for k, v in LOG.items() if k != "instance"}
-    entry["level"] = None
+    entry = log_entry(LOG["message"], timestamp=LOG["timestamp"], instance=None)
+    # A null field, as an entry that has not been validated may carry one.
+    entry["level"] = None  # type: ignore[typeddict-item]
     refs = build_evidence_refs("query_logs", {}, {"logs": [entry], "total": 1})
     assert refs[0]["text"] == (
         "2026-03-01T10:07:14Z order-service: "
@@ -111,13 +93,7 @@ def test_refs_alert_text_exact() -> None:
 
 
 def test_refs_alert_text_leaves_out_absent_fields_with_their_key() -> None:
-    entry = {
-        "alert_name": "A",
-        "service": "s",
-        "state": "resolved",
-        "value": 20.0,
-        "threshold": None,
-    }
+    entry = AlertEntry(alert_name="A", service="s", state="resolved", value=20.0, threshold=None)
     refs = build_evidence_refs("query_metrics", {}, {"alerts": [entry], "series": []})
     assert refs[0]["text"] == "A service=s state=resolved value=20"
 
@@ -137,10 +113,10 @@ def test_refs_series_text_exact_with_sorted_labels() -> None:
 
 
 def test_refs_series_text_without_labels_or_unit() -> None:
-    entry = {"metric": "up", "min": 0, "max": 1, "last": 1, "points_count": 3}
+    entry = SeriesEntry(metric="up", min=0, max=1, last=1, points_count=3)
     refs = build_evidence_refs("query_metrics", {}, {"alerts": [], "series": [entry]})
     assert refs[0]["text"] == "up{} min=0 max=1 last=1 points=3"
-    empty = {"metric": "up", "labels": {}, "last": 0.5, "unit": "%"}
+    empty = SeriesEntry(metric="up", labels={}, last=0.5, unit="%")
     refs = build_evidence_refs("query_metrics", {}, {"alerts": [], "series": [empty]})
     assert refs[0]["text"] == "up{} last=0.5%"
 
@@ -153,13 +129,13 @@ def test_refs_document_text_exact() -> None:
         "Find what holds the connections.",
         "source_type": "knowledge",
     }
-    no_source = {"title": "T", "chunk": "C"}
+    no_source = DocumentEntry(title="T", chunk="C")
     refs = build_evidence_refs("lookup_knowledge", {"query": "x"}, {"documents": [no_source]})
     assert refs[0]["text"] == "T: C"
 
 
 def test_refs_summary_matches_contract_example() -> None:
-    arguments = {
+    arguments: JSONObject = {
         "service": "order-service",
         "level": "ERROR",
         "start": "2026-03-01T10:00:00Z",
@@ -180,7 +156,7 @@ def test_refs_summary_matches_contract_example() -> None:
 
 
 def test_refs_summary_logs_truncated_by_limit() -> None:
-    output = {"logs": [LOG, LOG], "total": 10, "truncated": True}
+    output = ToolOutput(logs=[LOG, LOG], total=10, truncated=True)
     refs = build_evidence_refs("query_logs", {"limit": 2, "service": "order-service"}, output)
     assert [r["raw_path"] for r in refs] == ["logs[0]", "logs[1]", "summary"]
     assert (
@@ -189,13 +165,13 @@ def test_refs_summary_logs_truncated_by_limit() -> None:
 
 
 def test_refs_summary_truncated_when_a_field_was_capped() -> None:
-    output = {"logs": [LOG], "total": 1, "truncated": True}
+    output = ToolOutput(logs=[LOG], total=1, truncated=True)
     refs = build_evidence_refs("query_logs", {}, output)
     assert refs[-1]["text"] == "query_logs matched 1 of 1 (truncated)"
 
 
 def test_refs_metrics_refs_order_and_count() -> None:
-    output = {"alerts": [ALERT, ALERT], "series": [SERIES]}
+    output = ToolOutput(alerts=[ALERT, ALERT], series=[SERIES])
     refs = build_evidence_refs("query_metrics", {"service": "order-service"}, output)
     assert [(r["raw_path"], r["source_type"]) for r in refs] == [
         ("alerts[0]", "alert"),
@@ -228,5 +204,5 @@ def test_refs_summary_formats_argument_values() -> None:
         pytest.param("query_logs", None, id="failed-call"),
     ],
 )
-def test_refs_non_evidence_gives_no_refs(tool_name: str, output: dict[str, Any] | None) -> None:
+def test_refs_non_evidence_gives_no_refs(tool_name: str, output: ToolOutput | None) -> None:
     assert build_evidence_refs(tool_name, {}, output) == []

@@ -2,137 +2,109 @@ from __future__ import annotations
 
 import json
 import threading
-from typing import Any
 
 import pytest
 from langchain_core.utils.function_calling import convert_to_openai_tool
+from typing_extensions import Unpack
 
 from persistence.ledger import InMemoryLedger, InvocationLedger
-from state.records import EVIDENCE_TOOLS, HELPER_TOOLS, Invocation, InvocationDraft
+from state.records import (
+    EVIDENCE_TOOLS,
+    HELPER_TOOLS,
+    AlertEntry,
+    Invocation,
+    InvocationDraft,
+    SeriesEntry,
+    ToolOutput,
+)
+from tests.records import (
+    alert_entry,
+    document_entry,
+    invocation_draft,
+    json_object,
+    log_entry,
+    series_entry,
+)
+from tools.backend import LogsOutput, LogsQuery, MetricsOutput, MetricsQuery
+from tools.environment import Environment
 from tools.runner import TRUNCATION_MARKER, ToolRunner, tool_message_content
 from tools.sample import SampleBackend
 from tools.schemas import tool_specs
 
 POOL_TIMEOUT = "HikariPool-1 - Connection is not available, request timed out after 30000ms."
 
-ENV: dict[str, Any] = {
-    "now": "2026-03-01T10:30:00Z",
-    "logs": [
-        {
-            "timestamp": "2026-03-01T10:07:14Z",
-            "level": "ERROR",
-            "service": "order-service",
-            "instance": "order-1",
-            "message": POOL_TIMEOUT,
-        },
-        {
-            "timestamp": "2026-03-01T10:08:00Z",
-            "level": "ERROR",
-            "service": "order-service",
-            "instance": "order-2",
-            "message": "POST /api/orders failed: status=500 error=CannotAcquireConnectionException",
-        },
-        {
-            "timestamp": "2026-03-01T10:09:00Z",
-            "level": "INFO",
-            "service": "payment-service",
-            "instance": "pay-1",
-            "message": "POST /api/payments/authorize completed: status=200",
-        },
+ALERT = alert_entry("OrderServiceHigh5xxRate", 0.23, 0.05, "5xx ratio high", "2026-03-01T10:09:00Z")
+SERIES = series_entry("http_server_error_ratio", 0.001, 0.27, 0.23)
+ENV = Environment(
+    now="2026-03-01T10:30:00Z",
+    logs=[
+        log_entry(POOL_TIMEOUT, timestamp="2026-03-01T10:07:14Z"),
+        log_entry(
+            "POST /api/orders failed: status=500 error=CannotAcquireConnectionException",
+            timestamp="2026-03-01T10:08:00Z",
+            instance="order-2",
+        ),
+        log_entry(
+            "POST /api/payments/authorize completed: status=200",
+            timestamp="2026-03-01T10:09:00Z",
+            level="INFO",
+            service="payment-service",
+            instance="pay-1",
+        ),
     ],
-    "alerts": [
-        {
-            "alert_name": "OrderServiceHigh5xxRate",
-            "service": "order-service",
-            "severity": "critical",
-            "state": "firing",
-            "value": 0.23,
-            "threshold": 0.05,
-            "summary": "5xx ratio high",
-            "active_at": "2026-03-01T10:09:00Z",
-        }
+    alerts=[ALERT],
+    series=[SERIES],
+    documents=[
+        document_entry(
+            "rb-pool", "Pool runbook", source="runbook/pool.md", chunk="pool exhaustion"
+        ),
+        document_entry("rb-5xx", "5xx runbook", source="runbook/5xx.md", chunk="http 5xx triage"),
+        document_entry("pm-1", "Postmortem", source="postmortem/1.md", chunk="pool and 5xx"),
     ],
-    "series": [
-        {
-            "metric": "http_server_error_ratio",
-            "labels": {"service": "order-service"},
-            "points_count": 36,
-            "min": 0.001,
-            "max": 0.27,
-            "last": 0.23,
-            "unit": "",
-        }
-    ],
-    "documents": [
-        {
-            "doc_id": "rb-pool",
-            "title": "Pool runbook",
-            "source": "runbook/pool.md",
-            "chunk": "pool exhaustion",
-        },
-        {
-            "doc_id": "rb-5xx",
-            "title": "5xx runbook",
-            "source": "runbook/5xx.md",
-            "chunk": "http 5xx triage",
-        },
-        {
-            "doc_id": "pm-1",
-            "title": "Postmortem",
-            "source": "postmortem/1.md",
-            "chunk": "pool and 5xx",
-        },
-    ],
-}
+)
 
 
 class CountingBackend(SampleBackend):
     """A sample backend that counts backend calls."""
 
-    def __init__(self, environment: dict[str, Any]) -> None:
+    def __init__(self, environment: Environment) -> None:
         super().__init__(environment)
         self.calls = 0
 
-    def query_logs(self, **kwargs: Any) -> dict[str, Any]:
+    def query_logs(self, **query: Unpack[LogsQuery]) -> LogsOutput:
         self.calls += 1
-        return super().query_logs(**kwargs)
+        return super().query_logs(**query)
 
 
 class RaisingBackend(SampleBackend):
-    def query_metrics(self, **kwargs: Any) -> dict[str, Any]:
+    def query_metrics(self, **query: Unpack[MetricsQuery]) -> MetricsOutput:
         raise ConnectionError("prometheus unreachable")
 
 
 class BlockingBackend(SampleBackend):
     needs_timeout = True  # it blocks, unlike the in-memory sample backend
 
-    def __init__(self, environment: dict[str, Any], release: threading.Event) -> None:
+    def __init__(self, environment: Environment, release: threading.Event) -> None:
         super().__init__(environment)
         self._release = release
 
-    def query_logs(self, **kwargs: Any) -> dict[str, Any]:
+    def query_logs(self, **query: Unpack[LogsQuery]) -> LogsOutput:
         self._release.wait(5)
-        return super().query_logs(**kwargs)
+        return super().query_logs(**query)
 
 
 class FloodingBackend(SampleBackend):
     """Ignores the limit and returns huge entries."""
 
-    def query_logs(self, **kwargs: Any) -> dict[str, Any]:
+    def query_logs(self, **query: Unpack[LogsQuery]) -> LogsOutput:
         huge = "x" * (5 * 1024 * 1024)
-        entry = {
-            "timestamp": "2026-03-01T10:00:00Z",
-            "level": "ERROR",
-            "service": "order-service",
-            "instance": "order-1",
-            "message": huge,
-        }
-        return {"logs": [dict(entry) for _ in range(3)], "total": 3, "truncated": False}
+        entry = log_entry(huge, timestamp="2026-03-01T10:00:00Z")
+        return LogsOutput(logs=[entry.copy() for _ in range(3)], total=3, truncated=False)
 
-    def query_metrics(self, **kwargs: Any) -> dict[str, Any]:
-        alert = dict(ENV["alerts"][0], summary="s" * 5000)
-        series = dict(ENV["series"][0], labels={"service": "order-service", "path": "p" * 5000})
-        return {"alerts": [alert], "series": [series]}
+    def query_metrics(self, **query: Unpack[MetricsQuery]) -> MetricsOutput:
+        alert: AlertEntry = {**ALERT, "summary": "s" * 5000}
+        series: SeriesEntry = {**SERIES, "labels": {"service": "order-service", "path": "p" * 5000}}
+        return MetricsOutput(alerts=[alert], series=[series])
 
 
 @pytest.fixture
@@ -145,33 +117,29 @@ def runner(ledger: InMemoryLedger) -> ToolRunner:
     return ToolRunner(SampleBackend(ENV), ledger)
 
 
-def _call(name: str, args: Any, call_id: str) -> dict[str, Any]:
+def _call(name: str, args: object, call_id: str) -> dict[str, object]:
+    """A tool call as the model sends it (``args`` may be anything, as from a model)."""
     return {"name": name, "args": args, "id": call_id}
 
 
 def _run(
-    runner: ToolRunner, call: dict[str, Any], *, round: int = 1, diagnosis_id: str = "d1"
+    runner: ToolRunner, call: dict[str, object], *, round: int = 1, diagnosis_id: str = "d1"
 ) -> Invocation:
     return runner.run(call, diagnosis_id=diagnosis_id, thread_id="t1", round=round)
+
+
+def _output(row: Invocation) -> ToolOutput:
+    """The output of an invocation that succeeded."""
+    assert row["output"] is not None, row["error"]
+    return row["output"]
 
 
 # --- ledger -----------------------------------------------------------------------------------
 
 
 def _row(diagnosis_id: str, key: str) -> InvocationDraft:
-    return InvocationDraft(
-        diagnosis_id=diagnosis_id,
-        thread_id="t1",
-        round=1,
-        tool_name="query_logs",
-        arguments={},
-        status="ok",
-        output=None,
-        retrieval_details={},
-        idempotency_key=key,
-        started_at="2026-03-01T10:00:00Z",
-        duration_ms=1.0,
-        error=None,
+    return invocation_draft(
+        "query_logs", details={}, diagnosis_id=diagnosis_id, idempotency_key=key
     )
 
 
@@ -255,8 +223,8 @@ def test_runner_records_query_logs_invocation(runner: ToolRunner, ledger: InMemo
     assert row["arguments"] == {"service": "order-service", "level": "ERROR"}
     assert row["status"] == "ok"
     assert row["error"] is None
-    assert row["output"]["total"] == 2
-    assert row["output"]["truncated"] is False
+    assert _output(row)["total"] == 2
+    assert _output(row)["truncated"] is False
     assert isinstance(row["duration_ms"], float)
     assert row["started_at"].endswith("Z")
     assert row["retrieval_details"]["evidence_refs"][-1] == {
@@ -300,7 +268,7 @@ def test_runner_metrics_status_and_refs(runner: ToolRunner) -> None:
         "series[0]",
         "summary",
     ]
-    assert "truncated" not in row["output"]
+    assert "truncated" not in _output(row)
 
 
 def test_runner_no_hit_keeps_summary_ref(runner: ToolRunner) -> None:
@@ -328,12 +296,14 @@ def test_runner_helper_tool_is_ok_without_refs(runner: ToolRunner) -> None:
 # --- runner: errors never raise ---------------------------------------------------------------
 
 
-def _assert_error(row: dict[str, Any], *fragments: str) -> None:
+def _assert_error(row: Invocation, *fragments: str) -> None:
     assert row["status"] == "error"
     assert row["output"] is None
     assert row["retrieval_details"] == {"evidence_refs": []}
+    error = row["error"]
+    assert error is not None
     for fragment in fragments:
-        assert fragment in row["error"]
+        assert fragment in error
     message = json.loads(tool_message_content(row))
     assert message["error"] == row["error"]
     assert message["evidence_refs"] == []
@@ -363,7 +333,7 @@ def test_runner_unknown_tool_is_error(runner: ToolRunner) -> None:
         pytest.param(["order-service"], ["must be a JSON object"], id="args-not-object"),
     ],
 )
-def test_runner_bad_args_are_errors(runner: ToolRunner, args: Any, fragments: list[str]) -> None:
+def test_runner_bad_args_are_errors(runner: ToolRunner, args: object, fragments: list[str]) -> None:
     _assert_error(_run(runner, _call("query_logs", args, "b1")), *fragments)
 
 
@@ -403,9 +373,9 @@ def test_runner_calls_an_in_memory_backend_without_a_worker_thread(
     seen: list[str] = []
 
     class Recording(SampleBackend):
-        def query_logs(self, **kwargs: Any) -> dict[str, Any]:
+        def query_logs(self, **query: Unpack[LogsQuery]) -> LogsOutput:
             seen.append(threading.current_thread().name)
-            return super().query_logs(**kwargs)
+            return super().query_logs(**query)
 
     _run(ToolRunner(Recording(ENV), ledger, timeout_s=5), _call("query_logs", {}, "direct"))
     assert seen == [threading.current_thread().name]
@@ -416,7 +386,7 @@ def test_runner_calls_an_in_memory_backend_without_a_worker_thread(
 
 def test_runner_marks_documents_seen_earlier_in_the_diagnosis(runner: ToolRunner) -> None:
     first = _run(runner, _call("lookup_knowledge", {"query": "pool"}, "k1"))
-    assert [(d["doc_id"], d["deduped"]) for d in first["output"]["documents"]] == [
+    assert [(d["doc_id"], d["deduped"]) for d in _output(first)["documents"]] == [
         ("rb-pool", False),
         ("pm-1", False),
     ]
@@ -424,7 +394,7 @@ def test_runner_marks_documents_seen_earlier_in_the_diagnosis(runner: ToolRunner
     assert first["retrieval_details"]["layers"] == ["keyword"]
 
     second = _run(runner, _call("lookup_knowledge", {"query": "5xx", "top_k": 5}, "k1"), round=2)
-    assert [(d["doc_id"], d["deduped"]) for d in second["output"]["documents"]] == [
+    assert [(d["doc_id"], d["deduped"]) for d in _output(second)["documents"]] == [
         ("rb-5xx", False),
         ("pm-1", True),
     ]
@@ -435,7 +405,7 @@ def test_runner_marks_documents_seen_earlier_in_the_diagnosis(runner: ToolRunner
     assert json.loads(tool_message_content(second))["deduped"] == ["pm-1"]
 
     other = _run(runner, _call("lookup_knowledge", {"query": "5xx"}, "k1"), diagnosis_id="d2")
-    assert [d["deduped"] for d in other["output"]["documents"]] == [False, False]
+    assert [d["deduped"] for d in _output(other)["documents"]] == [False, False]
 
 
 # --- runner: bounding -------------------------------------------------------------------------
@@ -444,10 +414,10 @@ def test_runner_marks_documents_seen_earlier_in_the_diagnosis(runner: ToolRunner
 def test_runner_caps_huge_fields(ledger: InMemoryLedger) -> None:
     runner = ToolRunner(FloodingBackend(ENV), ledger, field_cap=200)
     row = _run(runner, _call("query_logs", {"limit": 2}, "big"))
-    logs = row["output"]["logs"]
+    logs = _output(row)["logs"]
     assert len(logs) == 2
-    assert row["output"]["total"] == 3
-    assert row["output"]["truncated"] is True
+    assert _output(row)["total"] == 3
+    assert _output(row)["truncated"] is True
     for entry in logs:
         assert entry["message"] == "x" * 200 + TRUNCATION_MARKER
     assert len(json.dumps(row)) < 10_000
@@ -459,17 +429,17 @@ def test_runner_caps_huge_fields(ledger: InMemoryLedger) -> None:
 def test_runner_caps_metric_strings_and_flags_truncated(ledger: InMemoryLedger) -> None:
     runner = ToolRunner(FloodingBackend(ENV), ledger, field_cap=100)
     row = _run(runner, _call("query_metrics", {}, "bigm"))
-    assert row["output"]["truncated"] is True
-    assert row["output"]["alerts"][0]["summary"] == "s" * 100 + TRUNCATION_MARKER
-    assert row["output"]["series"][0]["labels"]["path"].endswith(TRUNCATION_MARKER)
+    assert _output(row)["truncated"] is True
+    assert _output(row)["alerts"][0]["summary"] == "s" * 100 + TRUNCATION_MARKER
+    assert _output(row)["series"][0]["labels"]["path"].endswith(TRUNCATION_MARKER)
     assert row["retrieval_details"]["evidence_refs"][-1]["text"].endswith("(truncated)")
 
 
 def test_runner_default_cap_bounds_five_megabyte_message(ledger: InMemoryLedger) -> None:
     runner = ToolRunner(FloodingBackend(ENV), ledger)
     row = _run(runner, _call("query_logs", {}, "big5"))
-    assert all(len(e["message"]) == 1000 + len(TRUNCATION_MARKER) for e in row["output"]["logs"])
-    assert row["output"]["truncated"] is True
+    assert all(len(e["message"]) == 1000 + len(TRUNCATION_MARKER) for e in _output(row)["logs"])
+    assert _output(row)["truncated"] is True
 
 
 # --- tool message -----------------------------------------------------------------------------
@@ -498,19 +468,23 @@ def test_runner_tool_message_carries_id_and_every_ref(runner: ToolRunner) -> Non
 
 def test_schemas_tool_specs_cover_every_tool() -> None:
     specs = tool_specs()
-    names = [spec["function"]["name"] for spec in specs]
+    functions = [json_object(spec["function"]) for spec in specs]
+    names = [function["name"] for function in functions]
     assert set(names) == EVIDENCE_TOOLS | HELPER_TOOLS
-    for spec in specs:
+    for spec, function in zip(specs, functions, strict=True):
         assert spec["type"] == "function"
-        assert spec["function"]["description"]
+        assert function["description"]
         assert convert_to_openai_tool(spec) == spec
-    params = {spec["function"]["name"]: spec["function"]["parameters"] for spec in specs}
-    limit = params["query_logs"]["properties"]["limit"]
+    params = {str(f["name"]): json_object(f["parameters"]) for f in functions}
+    properties = {name: json_object(p["properties"]) for name, p in params.items()}
+    limit = json_object(properties["query_logs"]["limit"])
     assert (limit["default"], limit["minimum"], limit["maximum"]) == (20, 1, 100)
-    top_k = params["lookup_knowledge"]["properties"]["top_k"]
+    top_k = json_object(properties["lookup_knowledge"]["top_k"])
     assert (top_k["default"], top_k["minimum"], top_k["maximum"]) == (3, 1, 10)
     assert params["lookup_knowledge"]["required"] == ["query"]
-    assert params["query_logs"]["properties"]["service"]["type"] == "string"
+    assert json_object(properties["query_logs"]["service"])["type"] == "string"
     assert all(
-        p["properties"][k].get("description") for p in params.values() for k in p["properties"]
+        json_object(prop).get("description")
+        for props in properties.values()
+        for prop in props.values()
     )

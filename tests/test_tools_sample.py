@@ -3,12 +3,13 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 from pydantic import TypeAdapter
 
-from tools.backend import BackendError, EvidenceBackend
+from state.records import DocumentEntry, LogEntry
+from tests.records import alert_entry, document_entry, log_entry, series_entry
+from tools.backend import BackendError, EvidenceBackend, LogsOutput
 from tools.environment import (
     Environment,
     EnvironmentFileError,
@@ -18,14 +19,8 @@ from tools.environment import (
 from tools.sample import SampleBackend
 
 
-def _log(ts: str, level: str, service: str, message: str, instance: str = "i-1") -> dict[str, Any]:
-    return {
-        "timestamp": ts,
-        "level": level,
-        "service": service,
-        "instance": instance,
-        "message": message,
-    }
+def _log(ts: str, level: str, service: str, message: str, instance: str = "i-1") -> LogEntry:
+    return log_entry(message, timestamp=ts, level=level, service=service, instance=instance)
 
 
 # Deliberately not in time order: results must follow environment order, not timestamps.
@@ -39,107 +34,50 @@ LOGS = [
 ]
 
 ALERTS = [
-    {
-        "alert_name": "OrderServiceHigh5xxRate",
-        "service": "order-service",
-        "severity": "critical",
-        "state": "firing",
-        "value": 0.23,
-        "threshold": 0.05,
-        "summary": "5xx high",
-        "active_at": "2026-03-01T10:09:00Z",
-    },
-    {
-        "alert_name": "PaymentServiceLatency",
-        "service": "payment-service",
-        "severity": "warning",
-        "state": "resolved",
-        "value": 120,
-        "threshold": 500,
-        "summary": "latency back to normal",
-        "active_at": "2026-03-01T08:00:00Z",
-    },
-    {
-        "alert_name": "OrderServiceDBPoolSaturated",
-        "service": "order-service",
-        "severity": "critical",
-        "state": "firing",
-        "value": 20,
-        "threshold": 18,
-        "summary": "pool full",
-        "active_at": "2026-03-01T10:08:00Z",
-    },
+    alert_entry("OrderServiceHigh5xxRate", 0.23, 0.05, "5xx high", "2026-03-01T10:09:00Z"),
+    alert_entry(
+        "PaymentServiceLatency",
+        120,
+        500,
+        "latency back to normal",
+        "2026-03-01T08:00:00Z",
+        service="payment-service",
+        severity="warning",
+        state="resolved",
+    ),
+    alert_entry("OrderServiceDBPoolSaturated", 20, 18, "pool full", "2026-03-01T10:08:00Z"),
 ]
 
 SERIES = [
-    {
-        "metric": "http_server_error_ratio",
-        "labels": {"service": "order-service"},
-        "points_count": 36,
-        "min": 0.001,
-        "max": 0.27,
-        "last": 0.23,
-        "unit": "",
-    },
-    {
-        "metric": "cpu_usage_percent",
-        "labels": {"service": "payment-service"},
-        "points_count": 36,
-        "min": 10.0,
-        "max": 20.5,
-        "last": 12.0,
-        "unit": "%",
-    },
-    {
-        "metric": "db_pool_active_connections",
-        "labels": {"service": "order-service", "pool": "HikariPool-1"},
-        "points_count": 36,
-        "min": 5,
-        "max": 20,
-        "last": 20,
-        "unit": "",
-    },
-    {
-        "metric": "queue_depth",
-        "labels": {"service": "checkout-worker"},
-        "points_count": 3,
-        "min": 0,
-        "max": 1,
-        "last": 0,
-        "unit": "",
-    },
+    series_entry("http_server_error_ratio", 0.001, 0.27, 0.23),
+    series_entry(
+        "cpu_usage_percent", 10.0, 20.5, 12.0, labels={"service": "payment-service"}, unit="%"
+    ),
+    series_entry(
+        "db_pool_active_connections",
+        5,
+        20,
+        20,
+        labels={"service": "order-service", "pool": "HikariPool-1"},
+    ),
+    series_entry("queue_depth", 0, 1, 0, labels={"service": "checkout-worker"}, points_count=3),
 ]
 
 DOCUMENTS = [
-    {"doc_id": "d-gateway", "title": "Gateway 502", "source": "runbook/gw.md", "chunk": "upstream"},
-    {
-        "doc_id": "d-pool",
-        "title": "Pool exhaustion",
-        "source": "runbook/pool.md",
-        "chunk": "HikariPool timeout",
-    },
-    {
-        "doc_id": "d-pool2",
-        "title": "Postmortem",
-        "source": "pm/1.md",
-        "chunk": "pool exhaustion and hikaripool",
-    },
-    {"doc_id": "d-none", "title": "Payments", "source": "runbook/pay.md", "chunk": "card provider"},
-    {
-        "doc_id": "d-pool3",
-        "title": "Pool sizing",
-        "source": "runbook/size.md",
-        "chunk": "maximumPoolSize",
-    },
+    document_entry("d-gateway", "Gateway 502", source="runbook/gw.md", chunk="upstream"),
+    document_entry(
+        "d-pool", "Pool exhaustion", source="runbook/pool.md", chunk="HikariPool timeout"
+    ),
+    document_entry(
+        "d-pool2", "Postmortem", source="pm/1.md", chunk="pool exhaustion and hikaripool"
+    ),
+    document_entry("d-none", "Payments", source="runbook/pay.md", chunk="card provider"),
+    document_entry("d-pool3", "Pool sizing", source="runbook/size.md", chunk="maximumPoolSize"),
 ]
 
-ENV: dict[str, Any] = {
-    "now": "2026-03-01T10:30:00Z",
-    "logs": LOGS,
-    "alerts": ALERTS,
-    "series": SERIES,
-    "documents": DOCUMENTS,
-}
+ENV = Environment(
+    now="2026-03-01T10:30:00Z", logs=LOGS, alerts=ALERTS, series=SERIES, documents=DOCUMENTS
+)
 
 
 @pytest.fixture
@@ -147,7 +85,7 @@ def backend() -> SampleBackend:
     return SampleBackend(ENV)
 
 
-def _messages(result: dict[str, Any]) -> list[str]:
+def _messages(result: LogsOutput) -> list[str]:
     return [entry["message"] for entry in result["logs"]]
 
 
@@ -337,7 +275,7 @@ def test_sample_lookup_knowledge_leaves_out_unmatched_and_respects_top_k(
 
 
 def test_sample_lookup_knowledge_low_relevance_and_clamps() -> None:
-    docs = [{"doc_id": f"d{i}", "title": f"t{i}", "chunk": "alpha"} for i in range(12)]
+    docs = [DocumentEntry(doc_id=f"d{i}", title=f"t{i}", chunk="alpha") for i in range(12)]
     backend = SampleBackend({"documents": docs})
     result = backend.lookup_knowledge(query="alpha beta gamma delta", top_k=50)["documents"]
     assert len(result) == 10
@@ -480,7 +418,7 @@ def test_sample_default_environment_alerts_and_documents() -> None:
 # --- load_environment -------------------------------------------------------------------------
 
 
-def _write(tmp_path: Path, name: str, content: Any) -> Path:
+def _write(tmp_path: Path, name: str, content: object) -> Path:
     path = tmp_path / name
     path.write_text(content if isinstance(content, str) else json.dumps(content), encoding="utf-8")
     return path
@@ -541,7 +479,7 @@ def test_sample_load_environment_bad_json_reports_position(tmp_path: Path) -> No
     ],
 )
 def test_sample_load_environment_rejects_bad_content(
-    tmp_path: Path, content: Any, expected: str
+    tmp_path: Path, content: object, expected: str
 ) -> None:
     path = _write(tmp_path, "bad.json", content)
     with pytest.raises(EnvironmentFileError, match=expected) as info:
@@ -601,7 +539,7 @@ def test_environment_load_gives_records(tmp_path: Path) -> None:
         ),
     ],
 )
-def test_environment_values_are_not_coerced(tmp_path: Path, content: Any, expected: str) -> None:
+def test_environment_values_are_not_coerced(tmp_path: Path, content: object, expected: str) -> None:
     path = _write(tmp_path, "bad.json", content)
 
     with pytest.raises(EnvironmentFileError) as info:

@@ -1,10 +1,19 @@
 from __future__ import annotations
 
 import itertools
-from typing import Any
+from typing import cast
 
 import pytest
 
+from state.records import (
+    DocumentEntry,
+    Invocation,
+    InvocationStatus,
+    JSONObject,
+    RetrievalDetails,
+    ToolOutput,
+)
+from tests.records import alert_entry, document_entry, invocation, log_entry, series_entry
 from tools.trace_summary import TRACEABILITY_VERSION, build_trace_summary
 
 _ids = itertools.count(1)
@@ -12,92 +21,68 @@ _ids = itertools.count(1)
 
 def make_invocation(
     tool_name: str,
-    arguments: dict[str, Any] | None = None,
+    arguments: JSONObject | None = None,
     *,
-    output: dict[str, Any] | None = None,
-    status: str = "ok",
+    output: ToolOutput | None = None,
+    status: InvocationStatus = "ok",
     round_number: int = 1,
-    details: dict[str, Any] | None = None,
+    details: RetrievalDetails | None = None,
     error: str | None = None,
-    invocation_id: str | None = None,
-) -> dict[str, Any]:
-    number = next(_ids)
-    return {
-        "invocation_id": invocation_id or f"inv-{number}",
-        "diagnosis_id": "diag-1",
-        "thread_id": "thread-1",
-        "round": round_number,
-        "tool_name": tool_name,
-        "arguments": arguments or {},
-        "status": status,
-        "output": output,
-        "retrieval_details": {"evidence_refs": [], **(details or {})},
-        "idempotency_key": f"call-{number}",
-        "started_at": "2026-03-01T10:30:00Z",
-        "duration_ms": 3,
-        "error": error,
-    }
-
-
-def log(message: str, level: str = "ERROR", service: str = "order-service") -> dict[str, Any]:
-    return {
-        "timestamp": "2026-03-01T10:05:00Z",
-        "level": level,
-        "service": service,
-        "instance": "order-1",
-        "message": message,
-    }
+) -> Invocation:
+    return invocation(
+        f"inv-{next(_ids)}",
+        tool_name,
+        arguments,
+        output=output,
+        status=status,
+        round=round_number,
+        details=RetrievalDetails(evidence_refs=[], **(details or {})),
+        error=error,
+    )
 
 
 def logs_call(
     messages: list[str],
-    arguments: dict[str, Any] | None = None,
+    arguments: JSONObject | None = None,
     *,
     total: int | None = None,
-    **kwargs: Any,
-) -> dict[str, Any]:
-    entries = [log(message) for message in messages]
-    output = {
-        "logs": entries,
-        "total": len(entries) if total is None else total,
-        "truncated": False,
-    }
-    status = kwargs.pop("status", "ok" if entries else "no_hit")
+    status: InvocationStatus | None = None,
+    round_number: int = 1,
+) -> Invocation:
+    entries = [log_entry(message, timestamp="2026-03-01T10:05:00Z") for message in messages]
+    output = ToolOutput(
+        logs=entries, total=len(entries) if total is None else total, truncated=False
+    )
     return make_invocation(
         "query_logs",
         arguments or {"service": "order-service", "level": "ERROR"},
         output=output,
-        status=status,
-        **kwargs,
+        status=status or ("ok" if entries else "no_hit"),
+        round_number=round_number,
     )
 
 
 def knowledge_call(
-    query: str,
-    documents: list[dict[str, Any]],
-    *,
-    details: dict[str, Any] | None = None,
-    **kwargs: Any,
-) -> dict[str, Any]:
+    query: str, documents: list[DocumentEntry], *, details: RetrievalDetails | None = None
+) -> Invocation:
     return make_invocation(
         "lookup_knowledge",
         {"query": query, "top_k": 3},
-        output={"documents": documents},
+        output=ToolOutput(documents=documents),
         details=details,
-        **kwargs,
     )
 
 
-def document(doc_id: str, title: str, *, deduped: bool = False) -> dict[str, Any]:
-    return {
-        "doc_id": doc_id,
-        "title": title,
-        "source": "runbooks/db.md",
-        "chunk": "Check the pool size and slow queries.",
-        "score": 2.0,
-        "relevance": "high",
-        "deduped": deduped,
-    }
+def document(doc_id: str, title: str, *, deduped: bool = False) -> DocumentEntry:
+    return document_entry(
+        doc_id,
+        title,
+        source="runbooks/db.md",
+        chunk="Check the pool size and slow queries.",
+        score=2.0,
+        relevance="high",
+        deduped=deduped,
+    )
 
 
 def test_trace_summary_version_is_exposed() -> None:
@@ -108,7 +93,8 @@ def test_trace_summary_excludes_helper_tools() -> None:
     invocations = [
         make_invocation("get_current_time", {}, output={"now": "2026-03-01T10:30:00Z"}),
         logs_call(["Cannot acquire connection"]),
-        make_invocation("format_table", {"rows": 3}, output={"text": "..."}),
+        # A tool the runner does not know, with an output no ToolOutput describes.
+        make_invocation("format_table", {"rows": 3}, output=cast(ToolOutput, {"text": "..."})),
     ]
 
     items = build_trace_summary(invocations)
@@ -158,7 +144,7 @@ def test_trace_summary_refs_follow_first_call_order_across_rounds() -> None:
 
 
 def test_trace_summary_merges_calls_differing_only_in_limit_start_end() -> None:
-    base = {"service": "order-service", "level": "ERROR"}
+    base: JSONObject = {"service": "order-service", "level": "ERROR"}
     calls = [
         logs_call(["a"], {**base, "limit": 20}),
         logs_call(["a"], {**base, "limit": 100, "start": "2026-03-01T09:00:00Z"}),
@@ -182,7 +168,7 @@ def test_trace_summary_does_not_merge_different_query() -> None:
 
 
 def test_trace_summary_merged_item_counts_repeats_failures_and_no_hits() -> None:
-    args = {"service": "order-service", "level": "ERROR"}
+    args: JSONObject = {"service": "order-service", "level": "ERROR"}
     calls = [
         make_invocation("query_logs", args, status="error", error="backend timeout"),
         logs_call([], {**args, "limit": 5}),
@@ -285,31 +271,10 @@ def test_trace_summary_merged_knowledge_unions_extras() -> None:
 
 
 def test_trace_summary_metrics_names_only_alerts_in_output() -> None:
-    output = {
-        "alerts": [
-            {
-                "alert_name": "HighErrorRate",
-                "service": "order-service",
-                "severity": "critical",
-                "state": "firing",
-                "value": 0.12,
-                "threshold": 0.05,
-                "summary": "error rate above 5%",
-                "active_at": "2026-03-01T10:04:00Z",
-            }
-        ],
-        "series": [
-            {
-                "metric": "db_pool_usage",
-                "labels": {"service": "order-service", "pool": "main"},
-                "points_count": 30,
-                "min": 40,
-                "max": 100,
-                "last": 98,
-                "unit": "%",
-            }
-        ],
-    }
+    alert = alert_entry("HighErrorRate", 0.12, 0.05, "error rate above 5%", "2026-03-01T10:04:00Z")
+    pool = {"service": "order-service", "pool": "main"}
+    series = series_entry("db_pool_usage", 40, 100, 98, labels=pool, points_count=30, unit="%")
+    output = ToolOutput(alerts=[alert], series=[series])
     call = make_invocation("query_metrics", {"service": "order-service"}, output=output)
 
     (item,) = build_trace_summary([call])
