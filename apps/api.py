@@ -58,6 +58,7 @@ from state.context import Context, Language
 from state.records import DiagnosisSummary
 from tools.backend import EvidenceBackend
 from tools.environment import json_type
+from tools.unicode import has_unstorable
 
 logger = logging.getLogger("superbiz.api")
 
@@ -135,6 +136,11 @@ def parse_chat(body: bytes, limits: Limits) -> ChatRequest:
         problems.append(f"question must be a string, got {json_type(question)}")
     elif not question.strip():
         problems.append("question is empty")
+    elif has_unstorable(question):
+        problems.append(
+            "question holds a NUL character or a lone UTF-16 surrogate; remove it and send the "
+            "question as plain text"
+        )
     elif len(question) > limits.max_question_chars:
         problems.append(
             f"question is {len(question)} characters long; the limit is {limits.max_question_chars}"

@@ -25,6 +25,7 @@ from tools.trace_summary import build_trace_summary
 from verification.catalog import bundled_settings
 from verification.executor_output import read_answer
 from verification.gatekeeper import gatekeep
+from verification.verdict import strictest
 
 
 class NotReverifiable(LookupError):
@@ -51,8 +52,16 @@ class Report(TypedDict):
     before: Outcome
     after: Outcome
     changes: list[str]
+    loosened: bool
     verifier_result: VerifierResult
     gatekeeper_result: GatekeeperResult
+
+
+_RANK = {"REJECT": 0, "LOW_CONFID": 1, "PASS": 2}
+
+
+def _looser(after: str | None, before: str | None) -> bool:
+    return _RANK.get(after or "", -1) > _RANK.get(before or "", 3)
 
 
 def _outcome(
@@ -118,6 +127,12 @@ def reverify(
         round=record["rounds"] or 1,
     )
     result = verify(get_model("verifier", context), inputs, services)
+    if result["verifier_mode"] == "offline" and evaluation["verifier_mode"] != "offline":
+        # The deterministic checker re-checks without the model that judged the diagnosis: its
+        # result is capped as the fallback's is, so it can never clear a recorded verdict alone.
+        # A diagnosis the checker judged in the first place is re-judged by the same rules.
+        result["verdict"] = strictest(result["verdict"], "LOW_CONFID")
+        result["notes"].append("re-checked by the deterministic claim checker: at most LOW_CONFID")
     before = _outcome(
         record["verdict"],
         record["score"],
@@ -138,6 +153,13 @@ def reverify(
         )
         if before[key] != after[key]
     ]
+    loosened = _looser(after["verdict"], before["verdict"])
+    if loosened:
+        changes.insert(
+            0,
+            f"the re-check is LOOSER than the recorded verdict ({before['verdict']} -> "
+            f"{after['verdict']}); the recorded verdict is not changed",
+        )
     for claim_id in sorted(set(before["labels"]) | set(after["labels"])):
         old, new = before["labels"].get(claim_id), after["labels"].get(claim_id)
         if old != new:
@@ -149,6 +171,7 @@ def reverify(
         before=before,
         after=after,
         changes=changes,
+        loosened=loosened,
         verifier_result=result,
         gatekeeper_result=gatekeeper_result,
     )

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from langgraph.constants import TAG_HIDDEN
 from langgraph.graph import END, START, StateGraph
+from langgraph.graph.state import CompiledStateGraph
 
 from graph.models import make_model_factory
 from graph.routing import after_executor, after_verifier
@@ -40,6 +44,24 @@ NODES = (
 )
 
 
+INTERNAL_NODES = ("planner", "executor", "tools")
+"""Nodes whose state updates carry the executor's private conversation (plan, tool calls, tool
+results, its raw JSON answer). They are hidden from the ``messages`` stream, so a chat client
+sees only the question and the composed answer."""
+
+
+class DiagnosisGraph(StateGraph[DiagnosisState, Context, InputState, OutputState]):
+    """The diagnosis graph; compiled, its internal nodes are hidden from chat streams."""
+
+    def compile(self, *args: Any, **kwargs: Any) -> CompiledStateGraph[Any, Context, Any, Any]:
+        """Compile as ``StateGraph.compile`` does, then tag the internal nodes hidden."""
+        compiled = super().compile(*args, **kwargs)
+        for name in INTERNAL_NODES:
+            node = compiled.nodes[name]
+            node.tags = [*(node.tags or []), TAG_HIDDEN]
+        return compiled
+
+
 def build_graph(
     *,
     get_model: GetModel | None = None,
@@ -47,7 +69,7 @@ def build_graph(
     ledger: InvocationLedger | None = None,
     audit: AuditStore | None = None,
     gatekeeper_catalog: Catalog | None = None,
-) -> StateGraph[DiagnosisState, Context, InputState, OutputState]:
+) -> DiagnosisGraph:
     """Build the diagnosis graph (uncompiled).
 
     Args:
@@ -68,7 +90,7 @@ def build_graph(
     runner = ToolRunner(backend, ledger)
     rules = settings_for(gatekeeper_catalog)
 
-    builder = StateGraph(
+    builder = DiagnosisGraph(
         DiagnosisState, context_schema=Context, input_schema=InputState, output_schema=OutputState
     )
     builder.add_node("intake", make_intake(get_model, audit))

@@ -9,14 +9,21 @@ from typing import Any, Protocol
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage
+from langchain_core.runnables import RunnableConfig
 from langgraph.config import get_config, get_stream_writer
+from langgraph.constants import TAG_NOSTREAM
 from langgraph.runtime import Runtime
 
 from state.context import Context
 from state.graph_state import DiagnosisState
+from tools.unicode import clean_text
 
 GetModel = Callable[[str, Context], BaseChatModel]
 """Model factory handed to node factories: ``get_model(role, context)``."""
+
+INTERNAL_CALL: RunnableConfig = {"tags": [TAG_NOSTREAM]}
+"""Config of every model call inside the graph: never streamed to a chat client (the
+``messages`` stream modes), whose only text is the composed, verified answer."""
 
 
 def context_of(runtime: Runtime[Context] | None) -> Context:
@@ -50,19 +57,23 @@ def emit(stage: str, **fields: Any) -> None:
 
 
 def message_text(message: BaseMessage | None) -> str:
-    """Plain text of a message, joining text blocks of list content."""
+    """Plain text of a message, joining text blocks of list content.
+
+    Lone surrogates and NUL characters are replaced (``tools.unicode``): a model reply or a
+    question may carry them, and they would break the payload, the checkpoint or the database.
+    """
     if message is None:
         return ""
     content = message.content
     if isinstance(content, str):
-        return content
+        return clean_text(content)
     parts: list[str] = []
     for block in content:
         if isinstance(block, str):
             parts.append(block)
         elif isinstance(block, dict) and block.get("type") == "text":
             parts.append(str(block.get("text", "")))
-    return "".join(parts)
+    return clean_text("".join(parts))
 
 
 def model_label(model: BaseChatModel) -> str:

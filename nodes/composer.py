@@ -12,7 +12,7 @@ import json
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from langgraph.runtime import Runtime
 
-from nodes.common import GetModel, Node, context_of, emit, message_text
+from nodes.common import INTERNAL_CALL, GetModel, Node, context_of, emit, message_text
 from nodes.prompts import load_prompt
 from state.context import Context
 from state.graph_state import DiagnosisState
@@ -20,6 +20,7 @@ from state.records import ComposerOutput, ComposerSection, JSONObject
 from verification.answer import render_template, select_material
 from verification.composer_check import check_composer_reply, model_material, usable_confirmed
 from verification.executor_output import parse_executor_output
+from verification.text import one_line
 
 _SUMMARY_HEADING = {"zh": "【摘要】", "en": "## Summary"}
 
@@ -42,10 +43,12 @@ def make_composer(get_model: GetModel) -> Node:
         verdict = state.get("verdict") or "REJECT"
         section = composer_section(verdict)
         emit("composer", round=state.get("round", 1), mode=section, verdict=verdict)
+        result = state["verifier_result"]
         material = select_material(
-            state["verifier_result"]["claim_checks"],
+            result["claim_checks"],
             state["executor_answer"],
             state["gatekeeper_result"],
+            result["unchecked"],
         )
         offline = state["run_info"]["offline"]
         answer = render_template(
@@ -65,7 +68,8 @@ def make_composer(get_model: GetModel) -> Node:
             request: JSONObject = {"verdict": verdict, "language": ctx.language}
             request.update(model_material(material, verdict))
             reply = get_model("composer", ctx).invoke(
-                [SystemMessage(prompt.text), HumanMessage(json.dumps(request, ensure_ascii=False))]
+                [SystemMessage(prompt.text), HumanMessage(json.dumps(request, ensure_ascii=False))],
+                config=INTERNAL_CALL,
             )
             status, parsed = parse_executor_output(message_text(reply))
             problems = check_composer_reply(parsed, material, verdict)
@@ -74,7 +78,7 @@ def make_composer(get_model: GetModel) -> Node:
                 output["mode"] = "fallback"
                 output["parse_status"] = "invalid" if parsed is None else "valid"
             else:
-                summary = str(parsed["summary"]).strip()
+                summary = one_line(str(parsed["summary"]))
                 answer = f"{_SUMMARY_HEADING[ctx.language]}\n{summary}\n\n{answer}"
                 output["mode"], output["parse_status"] = "model", "valid"
         return {

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage, ToolMessage
 from langgraph.runtime import Runtime
 
-from nodes.common import GetModel, Node, context_of, emit
+from nodes.common import INTERNAL_CALL, GetModel, Node, context_of, emit
 from nodes.prompts import load_prompt
 from persistence.ledger import InvocationLedger
 from state.context import Context
@@ -76,12 +76,12 @@ def make_executor(get_model: GetModel, ledger: InvocationLedger) -> Node:
         history = [SystemMessage(prompt.text), *messages]
         if used >= ctx.max_tool_calls_per_round:
             nudge = HumanMessage(BUDGET_SPENT)
-            reply = model.invoke([*history, nudge])
+            reply = model.invoke([*history, nudge], config=INTERNAL_CALL)
             if isinstance(reply, AIMessage) and reply.tool_calls:
                 # The budget is a hard bound: calls asked for after it are dropped, not run.
                 reply = AIMessage(content=reply.content, id=reply.id)
             return {"executor_messages": [nudge, reply], "route": ["executor"]}
-        reply = model.bind_tools(specs).invoke(history)
+        reply = model.bind_tools(specs).invoke(history, config=INTERNAL_CALL)
         return {"executor_messages": [reply], "route": ["executor"]}
 
     return executor

@@ -8,7 +8,7 @@ from langchain_core.messages import HumanMessage, RemoveMessage, SystemMessage
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from langgraph.runtime import Runtime
 
-from nodes.common import GetModel, Node, context_of, dumps, emit, message_text
+from nodes.common import INTERNAL_CALL, GetModel, Node, context_of, dumps, emit, message_text
 from nodes.prompts import load_prompt
 from state.context import Context
 from state.graph_state import DiagnosisState
@@ -38,7 +38,7 @@ def make_planner(get_model: GetModel, services: Callable[[], list[str]]) -> Node
         emit("planner", round=state.get("round", 1))
         task = planner_task(state, services(), ctx.language)
         reply = get_model("planner", ctx).invoke(
-            [SystemMessage(prompt.text), HumanMessage(dumps(task))]
+            [SystemMessage(prompt.text), HumanMessage(dumps(task))], config=INTERNAL_CALL
         )
         plan = message_text(reply).strip()
         return {

@@ -14,7 +14,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langgraph.runtime import Runtime
 
-from nodes.common import GetModel, Node, context_of, emit, message_text, model_label
+from nodes.common import INTERNAL_CALL, GetModel, Node, context_of, emit, message_text, model_label
 from nodes.evidence import executor_final_text
 from nodes.prompts import load_prompt
 from state.context import Context
@@ -30,7 +30,7 @@ from state.records import (
 )
 from verification.claim_checker import check_claims
 from verification.verdict import decide
-from verification.verifier_payload import build_payload, render_payload
+from verification.verifier_payload import build_payload, render_payload, unseen_claims
 from verification.verifier_reply import parse_verifier_reply, read_verifier_reply
 
 MAX_REPAIRS = 2
@@ -46,7 +46,7 @@ def _ask(model: BaseChatModel, payload: JSONObject) -> tuple[VerifierReply | Non
     errors: list[str] = []
     fence_stripped = False
     for attempt in range(MAX_REPAIRS + 1):
-        text = message_text(model.invoke(messages))
+        text = message_text(model.invoke(messages, config=INTERNAL_CALL))
         data, fenced, error = parse_verifier_reply(text)
         fence_stripped = fence_stripped or fenced
         if data is not None:
@@ -73,7 +73,8 @@ def verify(
     Used by the graph node and by ``superbiz reverify`` (on stored evidence).
     """
     offline = bool(getattr(model, "offline", False))
-    reply, parse = _ask(model, build_payload(inputs))
+    payload = build_payload(inputs)
+    reply, parse = _ask(model, payload)
     mode: VerifierMode = "offline" if offline else "model"
     answer, gatekeeper = inputs["answer"], inputs["gatekeeper_result"]
     trace = inputs["trace_summary"]
@@ -81,7 +82,14 @@ def verify(
         mode = "fallback"
         reply = check_claims(answer, gatekeeper, trace, known_services=known_services)
     decision = decide(
-        answer, gatekeeper, reply, parse_status=inputs["parse_status"], trace=trace, mode=mode
+        answer,
+        gatekeeper,
+        reply,
+        parse_status=inputs["parse_status"],
+        trace=trace,
+        mode=mode,
+        # The claim checker stands in with the whole answer; a model saw only the payload.
+        unseen=() if mode == "fallback" else unseen_claims(payload, answer),
     )
     return VerifierResult(
         **decision, reply_parse=parse, model="offline-rules" if offline else model_label(model)

@@ -85,7 +85,7 @@ VerifierMode = Literal["model", "fallback", "offline"]
 ComposerSection = Literal["pass", "uncertain", "degraded"]
 ComposerOutputMode = Literal["model", "template", "fallback"]
 DirectionKind = Literal["hypothesis", "overstated"]
-GapKind = Literal["unsupported", "external_unknown", "missing_info"]
+GapKind = Literal["unsupported", "external_unknown", "missing_info", "not_checked"]
 
 DiagnosisStatus = Literal["running", "done", "failed", "abandoned"]
 MAX_ROUNDS: Final = 2
@@ -481,9 +481,13 @@ class Verdicts(TypedDict):
 
 
 class Decision(Verdicts):
-    """A round decided by ``verification.verdict.decide``; ``notes`` say what code changed."""
+    """A round decided by ``verification.verdict.decide``; ``notes`` say what code changed.
+
+    ``unchecked`` names the claims the Verifier never saw (left out of its bounded input).
+    """
 
     notes: list[str]
+    unchecked: list[str]
 
 
 class VerifierResult(Decision):
@@ -579,6 +583,8 @@ class Material(TypedDict):
     directions: list[DirectionItem]
     gaps: list[GapItem]
     next_steps: list[NextStep]
+    withheld_steps: int
+    """Recommended actions left out because they state a cause as established."""
 
 
 class ComposerOutput(TypedDict):

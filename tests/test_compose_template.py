@@ -4,36 +4,22 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
 
 import pytest
 
-from state.records import GatekeeperResult, Material, ParseStatus
+from state.records import ClaimCheck, ClaimLabel, GatekeeperResult, JSONObject, Material
+from tests.records import VALID, excerpt, gatekeeper_result, json_list
 from verification.answer import render_template
 from verification.answer import select_material as select_records
 from verification.executor_output import read_answer
 
-VALID: ParseStatus = {"status": "valid", "fence_stripped": False, "error": None}
 
+def select_material(
+    checks: list[ClaimCheck], structured: object, gatekeeper: GatekeeperResult
+) -> Material:
+    """``select_material`` on a raw executor object, read as the graph reads it."""
+    return select_records(checks, read_answer(VALID, structured), gatekeeper)
 
-def select_material(verifier: Any, structured: Any, gatekeeper: Any) -> Material:
-    """``select_material`` on raw inputs, read as the graph reads them."""
-    checks = [
-        {**check, "model_verification": check["verification"]}
-        for check in verifier["claim_checks"]
-    ]
-    result: GatekeeperResult = {
-        "status": "pass",
-        "severity": "none",
-        "checked_bindings": 0,
-        "failed_rules": [],
-        "warnings": [],
-        "errors": [],
-        "rule_set_version": "test",
-        "rules": [],
-        **gatekeeper,
-    }
-    return select_records(checks, read_answer(VALID, structured), result)
 
 TEXTS = {
     "c1": "order-service 在 10:01 返回 HTTP 500",
@@ -48,7 +34,7 @@ BASIS = "连接池报错与 500 同时出现"
 MISSING = "缺少数据库侧的连接数指标"
 ACTION = "检查 order-service 的连接池配置"
 LOG_TEXT = "2026-03-01T10:01:00Z ERROR order-service order-1: HTTP 500 Cannot acquire connection"
-LABELS = {
+LABELS: dict[str, ClaimLabel] = {
     "c1": "direct_observation",
     "c2": "reasonable_inference",
     "c3": "overstated",
@@ -64,12 +50,8 @@ CONFIRMED_HEADINGS = {
 HEADING = {"zh": re.compile(r"^【(.+)】$"), "en": re.compile(r"^## (.+)$")}
 
 
-def _excerpt(inv: str, tool: str, path: str, text: str) -> dict[str, Any]:
-    return {"binding": 0, "invocation_id": inv, "tool_name": tool, "raw_path": path, "text": text}
-
-
-def _inputs() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-    structured = {
+def _inputs() -> tuple[list[ClaimCheck], JSONObject, GatekeeperResult]:
+    structured: JSONObject = {
         "answer_version": "executor_evidence_v2",
         "claims": [
             {"claim_id": cid, "claim_type": "observation", "claim_text": text}
@@ -79,29 +61,21 @@ def _inputs() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         "recommended_actions": [{"text": ACTION, "source": "runbook"}],
         "missing_info": [{"text": MISSING, "suggested_query": {"tool": "query_metrics"}}],
     }
-    log = _excerpt("inv-1", "query_logs", "logs[0]", LOG_TEXT)
-    gatekeeper = {
-        "status": "pass",
-        "severity": "none",
-        "verified_excerpts": {
-            "c1": [log],
-            "c2": [log],
-            "c3": [log],
-            "c5": [_excerpt("inv-3", "lookup_knowledge", "documents[0]", "Pool runbook: 50")],
-            "c6": [log],
-        },
-    }
-    verifier = {
-        "verdict": "LOW_CONFID",
-        "claim_checks": [
-            {"claim_id": cid, "verification": label, "detail": "", "evidence_refs": []}
-            for cid, label in LABELS.items()
-        ],
-    }
-    return verifier, structured, gatekeeper
+    log = excerpt("inv-1", "query_logs", "logs[0]", LOG_TEXT)
+    runbook = excerpt("inv-3", "lookup_knowledge", "documents[0]", "Pool runbook: 50")
+    gatekeeper = gatekeeper_result(
+        {"c1": [log], "c2": [log], "c3": [log], "c5": [runbook], "c6": [log]}
+    )
+    checks = [
+        ClaimCheck(
+            claim_id=cid, verification=label, detail="", evidence_refs=[], model_verification=label
+        )
+        for cid, label in LABELS.items()
+    ]
+    return checks, structured, gatekeeper
 
 
-def _material() -> dict[str, Any]:
+def _material() -> Material:
     return select_material(*_inputs())
 
 
@@ -161,26 +135,26 @@ def test_select_material_never_includes_contradicted_claims() -> None:
 
 
 def test_select_material_confirmed_label_without_verified_binding_is_a_gap() -> None:
-    verifier, structured, gatekeeper = _inputs()
+    checks, structured, gatekeeper = _inputs()
     del gatekeeper["verified_excerpts"]["c1"]
-    material = select_material(verifier, structured, gatekeeper)
+    material = select_material(checks, structured, gatekeeper)
     assert "c1" not in [c["claim_id"] for c in material["confirmed"]]
     assert {"text": TEXTS["c1"], "kind": "unsupported", "claim_id": "c1"} in material["gaps"]
 
 
 def test_select_material_unchecked_claim_is_a_gap() -> None:
-    verifier, structured, gatekeeper = _inputs()
-    verifier["claim_checks"] = [c for c in verifier["claim_checks"] if c["claim_id"] != "c1"]
-    material = select_material(verifier, structured, gatekeeper)
+    checks, structured, gatekeeper = _inputs()
+    unchecked = [c for c in checks if c["claim_id"] != "c1"]
+    material = select_material(unchecked, structured, gatekeeper)
     assert TEXTS["c1"] in [g["text"] for g in material["gaps"]]
 
 
 def test_select_material_knowledge_excerpts_are_not_listed_as_evidence() -> None:
-    verifier, structured, gatekeeper = _inputs()
+    checks, structured, gatekeeper = _inputs()
     gatekeeper["verified_excerpts"]["c1"].append(
-        _excerpt("inv-3", "lookup_knowledge", "documents[0]", "Pool runbook: 50")
+        excerpt("inv-3", "lookup_knowledge", "documents[0]", "Pool runbook: 50")
     )
-    material = select_material(verifier, structured, gatekeeper)
+    material = select_material(checks, structured, gatekeeper)
     assert [e["invocation_id"] for e in material["confirmed"][0]["evidence"]] == ["inv-1"]
 
 
@@ -189,18 +163,18 @@ def test_select_material_knowledge_excerpts_are_not_listed_as_evidence() -> None
     [None, "text", {"claims": "x", "hypotheses": 3}, {"claims": [None, 5, {"claim_text": 1}]}],
     ids=["none", "string", "wrong-types", "junk-claims"],
 )
-def test_select_material_from_garbage_output_confirms_nothing(structured: Any) -> None:
-    material = select_material({"claim_checks": []}, structured, {"verified_excerpts": {}})
+def test_select_material_from_garbage_output_confirms_nothing(structured: object) -> None:
+    material = select_material([], structured, gatekeeper_result({}))
     assert material["confirmed"] == []
     assert material["directions"] == []
 
 
 def test_select_material_drops_text_carrying_executor_json() -> None:
-    verifier, structured, gatekeeper = _inputs()
+    checks, structured, gatekeeper = _inputs()
     leaked = json.dumps(structured)
-    structured["hypotheses"].append({"text": leaked, "basis": ""})
-    structured["recommended_actions"].append({"text": leaked, "source": ""})
-    material = select_material(verifier, structured, gatekeeper)
+    json_list(structured["hypotheses"]).append({"text": leaked, "basis": ""})
+    json_list(structured["recommended_actions"]).append({"text": leaked, "source": ""})
+    material = select_material(checks, structured, gatekeeper)
     answer = render_template(material, verdict="LOW_CONFID", score=0.5)
     assert "answer_version" not in answer
     assert "evidence_bindings" not in answer
@@ -209,19 +183,47 @@ def test_select_material_drops_text_carrying_executor_json() -> None:
 # --- rendering -------------------------------------------------------------------------------
 
 
+HEADINGS = {
+    "PASS": {
+        "zh": ["结论（已确认的事实）", "证据", "下一步建议"],
+        "en": ["Conclusion (confirmed facts)", "Evidence", "Next steps"],
+    },
+    "LOW_CONFID": {
+        "zh": ["已确认的事实", "可能的方向（有待进一步排查）", "证据缺口", "下一步建议"],
+        "en": [
+            "Confirmed facts",
+            "Possible directions (to be investigated)",
+            "Evidence gaps",
+            "Next steps",
+        ],
+    },
+    "REJECT": {
+        "zh": ["已确认的事实", "证据缺口", "下一步建议"],
+        "en": ["Confirmed facts", "Evidence gaps", "Next steps"],
+    },
+}
+"""The section headings of the answer to ``_material()``, by verdict and language."""
+
+
+def _verification_line(verdict: str, score: str, language: str) -> str:
+    if language == "zh":
+        return f"校验结论：{verdict}（证据支撑度 {score}）"
+    return f"Verification: {verdict} (groundedness {score})"
+
+
+def _rendered(verdict: str, score: float, language: str) -> tuple[str, list[str]]:
+    """The answer to ``_material()`` and its section headings."""
+    answer = render_template(_material(), verdict=verdict, score=score, language=language)
+    return answer, [h for h in _sections(answer, language) if h]
+
+
 @pytest.mark.parametrize("language", ["zh", "en"])
 def test_render_template_pass_sections(language: str) -> None:
-    answer = render_template(_material(), verdict="PASS", score=0.8, language=language)
-    sections = _sections(answer, language)
-    headings = [h for h in sections if h]
-    if language == "zh":
-        assert headings == ["结论（已确认的事实）", "证据", "下一步建议"]
-        assert "校验结论：PASS（证据支撑度 0.80）" in answer
-        assert "- [inv-1] logs[0]：" + LOG_TEXT in answer
-    else:
-        assert headings == ["Conclusion (confirmed facts)", "Evidence", "Next steps"]
-        assert "Verification: PASS (groundedness 0.80)" in answer
-        assert "- [inv-1] logs[0]: " + LOG_TEXT in answer
+    answer, headings = _rendered("PASS", 0.8, language)
+    assert headings == HEADINGS["PASS"][language]
+    assert _verification_line("PASS", "0.80", language) in answer
+    evidence_line = "- [inv-1] logs[0]：" if language == "zh" else "- [inv-1] logs[0]: "
+    assert evidence_line + LOG_TEXT in answer
     assert TEXTS["c1"] in answer and TEXTS["c2"] in answer
     for absent in (HYPOTHESIS, TEXTS["c3"], TEXTS["c4"], TEXTS["c5"], TEXTS["c6"], MISSING):
         assert absent not in answer
@@ -230,25 +232,9 @@ def test_render_template_pass_sections(language: str) -> None:
 
 @pytest.mark.parametrize("language", ["zh", "en"])
 def test_render_template_low_confid_sections(language: str) -> None:
-    answer = render_template(_material(), verdict="LOW_CONFID", score=0.4333, language=language)
-    sections = _sections(answer, language)
-    headings = [h for h in sections if h]
-    if language == "zh":
-        assert headings == [
-            "已确认的事实",
-            "可能的方向（有待进一步排查）",
-            "证据缺口",
-            "下一步建议",
-        ]
-        assert "校验结论：LOW_CONFID（证据支撑度 0.43）" in answer
-    else:
-        assert headings == [
-            "Confirmed facts",
-            "Possible directions (to be investigated)",
-            "Evidence gaps",
-            "Next steps",
-        ]
-        assert "Verification: LOW_CONFID (groundedness 0.43)" in answer
+    answer, headings = _rendered("LOW_CONFID", 0.4333, language)
+    assert headings == HEADINGS["LOW_CONFID"][language]
+    assert _verification_line("LOW_CONFID", "0.43", language) in answer
     assert _heading_of(answer, language, HYPOTHESIS) == [headings[1]]
     assert _heading_of(answer, language, TEXTS["c3"]) == [headings[1]]
     assert _heading_of(answer, language, TEXTS["c4"]) == [headings[2]]
@@ -262,17 +248,15 @@ def test_render_template_low_confid_sections(language: str) -> None:
 
 @pytest.mark.parametrize("language", ["zh", "en"])
 def test_render_template_reject_sections(language: str) -> None:
-    answer = render_template(_material(), verdict="REJECT", score=0.0, language=language)
-    sections = _sections(answer, language)
-    headings = [h for h in sections if h]
-    if language == "zh":
-        assert "无法根据本次收集到的证据给出可靠的回答" in answer
-        assert headings == ["已确认的事实", "证据缺口", "下一步建议"]
-        assert "校验结论：REJECT（证据支撑度 0.00）" in answer
-    else:
-        assert "a reliable answer could not be produced" in answer
-        assert headings == ["Confirmed facts", "Evidence gaps", "Next steps"]
-        assert "Verification: REJECT (groundedness 0.00)" in answer
+    answer, headings = _rendered("REJECT", 0.0, language)
+    refusal = (
+        "无法根据本次收集到的证据给出可靠的回答"
+        if language == "zh"
+        else "a reliable answer could not be produced"
+    )
+    assert refusal in answer
+    assert headings == HEADINGS["REJECT"][language]
+    assert _verification_line("REJECT", "0.00", language) in answer
     assert _heading_of(answer, language, TEXTS["c1"]) == [headings[0]]
     assert TEXTS["c4"] in answer and MISSING in answer and ACTION in answer
 
@@ -362,7 +346,7 @@ def test_render_template_says_when_nothing_is_confirmed(
 
 
 def test_render_template_omits_empty_sections() -> None:
-    material: dict[str, Any] = {"confirmed": [], "directions": [], "gaps": [], "next_steps": []}
+    material = Material(confirmed=[], directions=[], gaps=[], next_steps=[], withheld_steps=0)
     answer = render_template(material, verdict="LOW_CONFID", score=0.0, language="en")
     assert [h for h in _sections(answer, "en") if h] == []
     assert "No facts could be established" in answer
@@ -380,10 +364,7 @@ def test_render_template_bounds_evidence_excerpts() -> None:
 
 
 def test_render_template_never_contains_executor_json() -> None:
-    verifier, structured, gatekeeper = _inputs()
-    answer = render_template(
-        select_material(verifier, structured, gatekeeper), verdict="PASS", score=1.0
-    )
+    answer = render_template(select_material(*_inputs()), verdict="PASS", score=1.0)
     assert "answer_version" not in answer
     assert "claim_id" not in answer
     assert "{" not in answer

@@ -30,6 +30,8 @@ from typing import Any
 import psycopg
 import pytest
 from langgraph_sdk import get_sync_client
+from langgraph_sdk.client import SyncLangGraphClient
+from langgraph_sdk.schema import StreamMode
 
 from graph.builder import NODES
 from state.context import Context
@@ -204,8 +206,20 @@ def _superbiz_assistant(url: str) -> dict[str, Any]:
     return assistant
 
 
-def _assert_pass_answer(result: Any) -> str:
+def _final_values(result: list[dict[str, Any]] | dict[str, Any]) -> dict[str, Any]:
+    """The final state values ``runs.wait`` returned for a finished run."""
     assert isinstance(result, dict), result
+    return result
+
+
+def _thread_values(client: SyncLangGraphClient, thread_id: str) -> dict[str, Any]:
+    """The thread's current state values."""
+    values = client.threads.get_state(thread_id)["values"]
+    assert isinstance(values, dict), values
+    return values
+
+
+def _assert_pass_answer(result: dict[str, Any]) -> str:
     messages = result["messages"]
     assert messages[0]["type"] == "human"
     final = messages[-1]
@@ -228,7 +242,7 @@ def test_langgraph_dev_chat_run_answers_with_a_pass_verdict(server: Server) -> N
     client = get_sync_client(url=server.url)
     thread = client.threads.create()
 
-    result = client.runs.wait(thread["thread_id"], "superbiz", input=CHAT_INPUT)
+    result = _final_values(client.runs.wait(thread["thread_id"], "superbiz", input=CHAT_INPUT))
 
     answer = _assert_pass_answer(result)
     assert "【结论（已确认的事实）】" in answer
@@ -236,7 +250,7 @@ def test_langgraph_dev_chat_run_answers_with_a_pass_verdict(server: Server) -> N
     assert "离线模式" in answer
     assert "answer_version" not in answer
     # The thread keeps the conversation: question then answer.
-    values: Any = client.threads.get_state(thread["thread_id"])["values"]
+    values = _thread_values(client, thread["thread_id"])
     assert [m["type"] for m in values["messages"]] == ["human", "ai"]
     assert values["messages"][-1]["content"] == answer
     _assert_no_blocking_error(server)
@@ -266,7 +280,7 @@ def test_langgraph_dev_streams_stage_events_in_order(server: Server) -> None:
     assert by_stage["verdict"]["verdict"] == "PASS"
     assert by_stage["done"]["verdict"] == "PASS"
     # The streamed run ended with the answer on the thread.
-    values: Any = client.threads.get_state(thread["thread_id"])["values"]
+    values = _thread_values(client, thread["thread_id"])
     assert "校验结论：PASS" in values["messages"][-1]["content"]
 
 
@@ -330,7 +344,7 @@ def test_langgraph_dev_default_database_is_the_cli_sqlite_file(server: Server) -
     client = get_sync_client(url=server.url)
     thread = client.threads.create()
 
-    result = client.runs.wait(thread["thread_id"], "superbiz", input=CHAT_INPUT)
+    result = _final_values(client.runs.wait(thread["thread_id"], "superbiz", input=CHAT_INPUT))
 
     _assert_pass_answer(result)
     # No SUPERBIZ_DATABASE_URL: the CLI's default file under the data directory holds it all.
@@ -379,7 +393,7 @@ def test_langgraph_dev_postgres_holds_checkpoints_and_audit_rows(
     thread = client.threads.create()
     thread_id = thread["thread_id"]
 
-    result = client.runs.wait(thread_id, "superbiz", input=CHAT_INPUT)
+    result = _final_values(client.runs.wait(thread_id, "superbiz", input=CHAT_INPUT))
 
     _assert_pass_answer(result)
     with psycopg.connect(postgres_url, connect_timeout=5) as conn:
@@ -404,3 +418,49 @@ def test_langgraph_dev_postgres_holds_checkpoints_and_audit_rows(
     assert invocations[0][1] == "inv-1"
     assert "Using custom checkpointer: AsyncPostgresSaver" in postgres_server.output()
     _assert_no_blocking_error(postgres_server)
+
+
+INTERNAL_MARKERS = (
+    "executor_evidence_v2",  # the executor's raw JSON
+    "claim_checks",  # the Verifier's reply
+    "evidence_refs",  # tool results
+    "invocation_id",
+    "verification payload",  # the Verifier's input
+    "1. query_",  # the offline planner's plan
+)
+
+
+@pytest.mark.parametrize("mode", ["messages", "messages-tuple", "updates", "values"])
+def test_langgraph_dev_chat_streams_carry_only_the_composed_answer(
+    server: Server, mode: StreamMode
+) -> None:
+    """What a chat client reads: no planner, executor, tool or Verifier text, only the answer."""
+    client = get_sync_client(url=server.url)
+    thread = client.threads.create()
+    parts = list(
+        client.runs.stream(thread["thread_id"], "superbiz", input=CHAT_INPUT, stream_mode=mode)
+    )
+
+    texts: list[str] = []
+    for part in parts:
+        if part.event in ("metadata", "end"):
+            continue
+        data = json.dumps(part.data, ensure_ascii=False)
+        if mode == "values":
+            data = json.dumps(part.data.get("messages", []), ensure_ascii=False)
+        texts.append(data)
+    streamed = "\n".join(texts)
+    answer = _thread_values(client, thread["thread_id"])["messages"][-1]["content"]
+    assert "校验结论：PASS" in answer
+    for marker in INTERNAL_MARKERS:
+        assert marker not in streamed.casefold(), (mode, marker)
+    if mode.startswith("messages"):
+        ai_texts = [
+            message.get("content")
+            for part in parts
+            if part.event.startswith("messages")
+            for message in (part.data if isinstance(part.data, list) else [part.data])
+            if isinstance(message, dict) and message.get("type", "").startswith("ai")
+        ]
+        assert ai_texts
+        assert all(text in (answer, "") or answer.startswith(text) for text in ai_texts)

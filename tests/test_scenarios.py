@@ -7,8 +7,9 @@ import functools
 import io
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import NoReturn
 
 import pytest
 from pydantic import TypeAdapter
@@ -23,7 +24,9 @@ from apps.evaluation import (
     run_scenario,
     summarize,
 )
-from apps.scenario import Scenario, ScenarioError, load_scenario, validate_scenario
+from apps.scenario import Expect, Scenario, ScenarioError, load_scenario, validate_scenario
+from state.records import GatekeeperBrief, JSONObject, JSONValue, RuleId
+from tests.records import json_list, json_object
 
 SCENARIOS = Path(__file__).parent / "scenarios"
 FILES = sorted(SCENARIOS.glob("*.json"))
@@ -57,26 +60,47 @@ def _corpus() -> tuple[list[ScenarioResult], list[Scenario]]:
     return [_result(path) for path in FILES], scenarios
 
 
-def _scenario(name: str) -> Any:
-    """A fresh copy of a corpus scenario, for a test to change (typed loosely for that)."""
+def _scenario(name: str) -> Scenario:
+    """A fresh copy of a corpus scenario, for a test to change."""
     return copy.deepcopy(load_scenario(SCENARIOS / f"{name}.json"))
 
 
-def _write(folder: Path, name: str, data: Any) -> Path:
+def _scenario_json(name: str) -> JSONObject:
+    """A corpus scenario file as the JSON it holds, for a test to break."""
+    return json_object(json.loads((SCENARIOS / f"{name}.json").read_text(encoding="utf-8")))
+
+
+def _load_error(tmp_path: Path, change: Callable[[JSONObject], object]) -> tuple[Path, str]:
+    """Break a copy of a corpus scenario file with ``change`` and load it: the file, the error."""
+    data = _scenario_json("pass-basic-zh")
+    change(data)
+    path = _write(tmp_path, "broken.json", data)
+    with pytest.raises(ScenarioError) as raised:
+        load_scenario(path)
+    return path, str(raised.value)
+
+
+def _error(result: ScenarioResult) -> str:
+    """Why a scenario could not run (it must have failed)."""
+    assert result["error"] is not None, result
+    return result["error"]
+
+
+def _write(folder: Path, name: str, data: object) -> Path:
     path = folder / name
     text = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
     path.write_text(text, encoding="utf-8")
     return path
 
 
-def _final_claims(scenario: Scenario) -> list[dict[str, Any]]:
+def _final_claims(scenario: Scenario) -> list[JSONObject]:
     """The claims of the last executor answer of the script (when it is readable JSON)."""
-    content = scenario["script"]["rounds"][-1]["executor"][-1].get("content")
+    content: JSONValue = scenario["script"]["rounds"][-1]["executor"][-1].get("content")
     if isinstance(content, str):
         body = re.sub(r"^```[a-z]*\n|\n```$", "", content.strip())
         try:
             content = json.loads(body)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             return []
     claims = content.get("claims") if isinstance(content, dict) else None
     return [c for c in claims if isinstance(c, dict)] if isinstance(claims, list) else []
@@ -206,16 +230,10 @@ def test_corpus_tool_error_stays_in_the_trace_as_a_gap() -> None:
     ids=["language", "expect-key", "no-rounds", "environment", "no-verifier", "verdict", "no-id"],
 )
 def test_load_scenario_names_the_file_and_the_problem(
-    tmp_path: Path, change: Any, reason: str
+    tmp_path: Path, change: Callable[[JSONObject], object], reason: str
 ) -> None:
-    data = _scenario("pass-basic-zh")
-    change(data)
-    path = _write(tmp_path, "broken.json", data)
+    path, message = _load_error(tmp_path, change)
 
-    with pytest.raises(ScenarioError) as raised:
-        load_scenario(path)
-
-    message = str(raised.value)
     assert str(path) in message
     assert reason in message
     assert "\n" not in message
@@ -266,16 +284,11 @@ def test_load_scenario_names_the_file_and_the_problem(
     ],
 )
 def test_load_scenario_names_the_field_by_its_path(
-    tmp_path: Path, change: Any, message: str
+    tmp_path: Path, change: Callable[[JSONObject], object], message: str
 ) -> None:
-    data = json.loads((SCENARIOS / "pass-basic-zh.json").read_text(encoding="utf-8"))
-    change(data)
-    path = _write(tmp_path, "broken.json", data)
+    path, error = _load_error(tmp_path, change)
 
-    with pytest.raises(ScenarioError) as raised:
-        load_scenario(path)
-
-    assert str(raised.value).startswith(f"{path}: {message}")
+    assert error.startswith(f"{path}: {message}")
 
 
 def test_load_scenario_gives_a_record_of_the_file() -> None:
@@ -288,9 +301,9 @@ def test_load_scenario_gives_a_record_of_the_file() -> None:
 
 
 def test_load_scenario_holds_every_verifier_reply_in_a_list(tmp_path: Path) -> None:
-    data = json.loads((SCENARIOS / "pass-basic-zh.json").read_text(encoding="utf-8"))
+    data = _scenario_json("pass-basic-zh")
     data.pop("expect")
-    reply = data["script"]["rounds"][0]["verifier"]
+    reply = json_object(json_list(json_object(data["script"])["rounds"])[0])["verifier"]
 
     scenario = load_scenario(_write(tmp_path, "one.json", data))
 
@@ -312,7 +325,7 @@ def test_load_scenario_rejects_text_that_is_not_json(tmp_path: Path) -> None:
 def test_run_paths_reports_malformed_files_and_runs_the_others(tmp_path: Path) -> None:
     _write(tmp_path, "a-good.json", _scenario("pass-basic-zh"))
     _write(tmp_path, "b-cut.json", '{"id": ')
-    wrong = _scenario("pass-basic-zh")
+    wrong = _scenario_json("pass-basic-zh")
     wrong["id"] = "wrong-language"
     wrong["language"] = "de"
     (tmp_path / "nested").mkdir()
@@ -322,8 +335,8 @@ def test_run_paths_reports_malformed_files_and_runs_the_others(tmp_path: Path) -
 
     assert [r["ok"] for r in results] == [True, False, False]
     assert results[0]["id"] == "pass-basic-zh"
-    assert "b-cut.json" in results[1]["error"] and "not valid JSON" in results[1]["error"]
-    assert "c-language.json" in results[2]["error"] and "'language'" in results[2]["error"]
+    assert "b-cut.json" in _error(results[1]) and "not valid JSON" in _error(results[1])
+    assert "c-language.json" in _error(results[2]) and "'language'" in _error(results[2])
     assert all(set(r) == RESULT_KEYS for r in results)
 
 
@@ -335,7 +348,7 @@ def test_run_scenario_reports_a_script_that_runs_out_of_replies() -> None:
 
     assert result["ok"] is False
     assert result["mismatches"] == ["script ran out of executor replies"]
-    assert "executor" in result["error"]
+    assert "executor" in _error(result)
     assert result["route"][:4] == ["intake", "planner", "executor", "tools"]
 
 
@@ -363,10 +376,12 @@ def test_run_scenario_reports_replies_the_run_never_used() -> None:
 def test_run_scenario_wrong_expectation_gives_a_readable_mismatch() -> None:
     scenario = _scenario("pass-basic-zh")
     scenario["expect"].update(
-        verdict="REJECT",
-        groundedness_score=0.5,
-        confirmed_claims=["c1", "c9"],
-        answer_contains=["root cause: bad deploy"],
+        {
+            "verdict": "REJECT",
+            "groundedness_score": 0.5,
+            "confirmed_claims": ["c1", "c9"],
+            "answer_contains": ["root cause: bad deploy"],
+        }
     )
 
     result = run_scenario(scenario)
@@ -384,7 +399,7 @@ def test_run_scenario_wrong_expectation_gives_a_readable_mismatch() -> None:
 def test_run_scenario_reports_an_exception_instead_of_raising(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    def broken(**kwargs: Any) -> Any:
+    def broken(**kwargs: object) -> NoReturn:
         raise RuntimeError("backend exploded")
 
     monkeypatch.setattr(evaluation, "build_graph", broken)
@@ -396,51 +411,56 @@ def test_run_scenario_reports_an_exception_instead_of_raising(
     assert result["mismatches"] == ["run failed: RuntimeError: backend exploded"]
 
 
+def _expecting(scenario_id: str, expect: Expect) -> Scenario:
+    """A corpus scenario under another id, with other expectations (all ``summarize`` reads)."""
+    return {**_scenario("pass-basic-zh"), "id": scenario_id, "expect": expect}
+
+
+def _outcome(
+    scenario_id: str,
+    *,
+    ok: bool,
+    verdict: str,
+    rounds: int = 1,
+    route: list[str] | None = None,
+    answer: str = "",
+    failed_rules: list[RuleId] | None = None,
+) -> ScenarioResult:
+    """A scenario result with what ``summarize`` reads; the rest empty."""
+    return ScenarioResult(
+        id=scenario_id,
+        ok=ok,
+        verdict=verdict,
+        model_verdict=None,
+        rounds=rounds,
+        route=route or [],
+        gatekeeper=GatekeeperBrief(status="pass", severity="none", failed_rules=failed_rules or []),
+        groundedness_score=None,
+        confirmed_claims=[],
+        answer=answer,
+        mismatches=[],
+        error=None,
+    )
+
+
 def test_summarize_counts_accuracy_leaks_and_false_rejects() -> None:
     scenarios = [
-        {"id": "a", "expect": {"verdict": "PASS", "rounds": 1, "answer_not_contains": ["secret"]}},
-        {"id": "b", "expect": {"verdict": "PASS", "route": ["intake", "audit"]}},
-        {"id": "c", "expect": {"verdict": "REJECT"}},
-        {"id": "d", "expect": {}},
+        _expecting("a", {"verdict": "PASS", "rounds": 1, "answer_not_contains": ["secret"]}),
+        _expecting("b", {"verdict": "PASS", "route": ["intake", "audit"]}),
+        _expecting("c", {"verdict": "REJECT"}),
+        _expecting("d", {}),
     ]
-    gatekeeper = {"status": "pass", "severity": "none", "failed_rules": []}
     results = [
-        {
-            "id": "a",
-            "ok": False,
-            "verdict": "PASS",
-            "rounds": 2,
-            "route": [],
-            "answer": "the secret",
-            "gatekeeper": gatekeeper,
-        },
-        {
-            "id": "b",
-            "ok": False,
-            "verdict": "LOW_CONFID",
-            "rounds": 1,
-            "route": ["intake", "audit"],
-            "answer": "",
-            "gatekeeper": {**gatekeeper, "failed_rules": ["evidence.unbound_specifics"]},
-        },
-        {
-            "id": "c",
-            "ok": True,
-            "verdict": "REJECT",
-            "rounds": 1,
-            "route": [],
-            "answer": "",
-            "gatekeeper": gatekeeper,
-        },
-        {
-            "id": "d",
-            "ok": True,
-            "verdict": "PASS",
-            "rounds": 1,
-            "route": [],
-            "answer": "secret",
-            "gatekeeper": gatekeeper,
-        },
+        _outcome("a", ok=False, verdict="PASS", rounds=2, answer="the secret"),
+        _outcome(
+            "b",
+            ok=False,
+            verdict="LOW_CONFID",
+            route=["intake", "audit"],
+            failed_rules=["evidence.unbound_specifics"],
+        ),
+        _outcome("c", ok=True, verdict="REJECT"),
+        _outcome("d", ok=True, verdict="PASS", answer="secret"),
     ]
 
     metrics = summarize(results, scenarios)

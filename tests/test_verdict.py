@@ -6,8 +6,6 @@ same edge readers the graph uses (``read_verifier_reply``, ``read_answer``).
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from state.records import (
@@ -20,11 +18,16 @@ from state.records import (
     FactLabel,
     GatekeeperResult,
     GatekeeperStatus,
+    JSONObject,
+    JSONValue,
     ParseStatus,
     Severity,
+    TraceCitation,
     TraceItem,
     VerifierMode,
 )
+from tests import records
+from tests.records import VALID, json_list, json_object
 from verification.executor_output import read_answer
 from verification.verdict import (
     LEGACY,
@@ -38,60 +41,35 @@ from verification.verdict import (
 )
 from verification.verifier_reply import read_verifier_reply
 
-VALID: ParseStatus = {"status": "valid", "fence_stripped": False, "error": None}
 MALFORMED: ParseStatus = {"status": "malformed", "fence_stripped": False, "error": "bad JSON"}
 MISSING: ParseStatus = {"status": "missing", "fence_stripped": False, "error": None}
 
 TRACE: list[TraceItem] = [
-    {
-        "trace_ref": "t1",
-        "tool_name": "query_logs",
-        "round": 1,
-        "success": True,
-        "evidence_level": "direct",
-        "input_summary": "service=order-service level=ERROR",
-        "output_summary": "HTTP 500 Cannot acquire connection from pool",
-        "source_invocation_ids": ["inv-1", "inv-3"],
-    },
-    {
-        "trace_ref": "t2",
-        "tool_name": "query_metrics",
-        "round": 1,
-        "success": True,
-        "evidence_level": "direct",
-        "input_summary": "service=order-service",
-        "output_summary": "HighErrorRate firing value=12.5",
-        "source_invocation_ids": ["inv-2"],
-    },
+    records.trace_item(
+        "t1",
+        "query_logs",
+        ["inv-1", "inv-3"],
+        input_summary="service=order-service level=ERROR",
+        output_summary="HTTP 500 Cannot acquire connection from pool",
+    ),
+    records.trace_item(
+        "t2",
+        "query_metrics",
+        ["inv-2"],
+        input_summary="service=order-service",
+        output_summary="HighErrorRate firing value=12.5",
+    ),
 ]
+LOG_TEXT = "2026-03-01T10:01:00Z ERROR order-service order-1: HTTP 500"
 
 
-def _claim(claim_id: str, text: str) -> dict[str, Any]:
-    return {
-        "claim_id": claim_id,
-        "claim_type": "observation",
-        "claim_text": text,
-        "support_level": "direct",
-        "evidence_bindings": [
-            {
-                "source_type": "log",
-                "tool_name": "query_logs",
-                "source_invocation_id": "inv-1",
-                "raw_path": "logs[0]",
-                "evidence_excerpt": "HTTP 500",
-            }
-        ],
-    }
-
-
-def _output(*claim_ids: str) -> dict[str, Any]:
-    return {
-        "answer_version": "executor_evidence_v2",
-        "claims": [_claim(cid, f"claim {cid} text") for cid in claim_ids],
-        "hypotheses": [],
-        "recommended_actions": [],
-        "missing_info": [],
-    }
+def _output(*claim_ids: str) -> JSONObject:
+    return records.executor_output(
+        *(
+            records.claim(cid, f"claim {cid} text", records.binding("inv-1", "logs[0]", "HTTP 500"))
+            for cid in claim_ids
+        )
+    )
 
 
 def _gatekeeper(
@@ -100,31 +78,17 @@ def _gatekeeper(
     status: GatekeeperStatus = "pass",
     severity: Severity = "none",
 ) -> GatekeeperResult:
-    return {
-        "status": status,
-        "severity": severity,
-        "checked_bindings": len(verified),
-        "failed_rules": [],
-        "warnings": [],
-        "errors": [],
-        "rule_set_version": "test",
-        "rules": [],
-        "verified_excerpts": {
-            cid: [
-                {
-                    "binding": 0,
-                    "invocation_id": "inv-1",
-                    "tool_name": "query_logs",
-                    "raw_path": "logs[0]",
-                    "text": "2026-03-01T10:01:00Z ERROR order-service order-1: HTTP 500",
-                }
-            ]
-            for cid in verified
-        },
-    }
+    return records.gatekeeper_result(
+        {cid: [records.excerpt("inv-1", "query_logs", "logs[0]", LOG_TEXT)] for cid in verified},
+        status=status,
+        severity=severity,
+    )
 
 
-def _check(claim_id: str, label: Any, trace_ref: str = "t1", ids: Any = None) -> dict[str, Any]:
+def _check(
+    claim_id: str, label: str, trace_ref: str = "t1", ids: list[JSONValue] | None = None
+) -> JSONObject:
+    """One claim check as the Verifier writes it."""
     return {
         "claim_id": claim_id,
         "verification": label,
@@ -144,9 +108,9 @@ def _labels(checks: list[ClaimCheck]) -> list[str]:
 
 
 def finalize(
-    raw: Any,
+    raw: object,
     *,
-    structured_output: Any,
+    structured_output: object,
     parse_status: ParseStatus,
     gatekeeper_result: GatekeeperResult,
     trace_summary: list[TraceItem],
@@ -164,8 +128,8 @@ def finalize(
 
 
 def normalize_claim_checks(
-    raw_checks: Any,
-    structured_output: Any,
+    raw_checks: object,
+    structured_output: object,
     gatekeeper_result: GatekeeperResult,
     trace_summary: list[TraceItem],
 ) -> tuple[list[ClaimCheck], list[str]]:
@@ -175,6 +139,11 @@ def normalize_claim_checks(
     answer = read_answer(VALID, structured_output)
     checks = claim_checks(answer, reply["claim_checks"], gatekeeper_result, trace_summary, notes)
     return checks, notes
+
+
+def _normalize_c1(raw_checks: object) -> tuple[list[ClaimCheck], list[str]]:
+    """``normalize_claim_checks`` for one claim c1 that the Gatekeeper verified."""
+    return normalize_claim_checks(raw_checks, _output("c1"), _gatekeeper(("c1",)), TRACE)
 
 
 def _checks(*labels: ClaimLabel) -> list[ClaimCheck]:
@@ -246,11 +215,13 @@ def test_verdict_constants_cover_the_contract() -> None:
     ],
     ids=lambda v: str(v),
 )
-def test_facts_of_maps_every_label(label: str, legacy: str) -> None:
+def test_facts_of_maps_every_label(label: ClaimLabel, legacy: FactLabel) -> None:
     answer = read_answer(VALID, _output("c1"))
-    citation = {"trace_ref": "t1", "tool_name": "query_logs", "source_invocation_ids": ["inv-1"]}
-    checks = [{**_checks(label)[0], "detail": "d", "evidence_refs": [citation]}]
-    facts = facts_of(checks, answer)  # type: ignore[arg-type]
+    citation = TraceCitation(
+        trace_ref="t1", tool_name="query_logs", source_invocation_ids=["inv-1"]
+    )
+    checks: list[ClaimCheck] = [{**_checks(label)[0], "detail": "d", "evidence_refs": [citation]}]
+    facts = facts_of(checks, answer)
     assert facts == [
         {
             "fact": "claim c1 text",
@@ -340,7 +311,7 @@ def test_derive_verdict_needs_a_direct_observation_and_no_gatekeeper_failure() -
     ("severity", "expected"),
     [("reject", "REJECT"), ("low_confid", "LOW_CONFID"), ("none", "PASS")],
 )
-def test_effective_verdict_gatekeeper_severity_caps(severity: str, expected: str) -> None:
+def test_effective_verdict_gatekeeper_severity_caps(severity: Severity, expected: str) -> None:
     result = _run({"c1": "direct_observation"}, status="warn", severity=severity)
     assert result["derived_verdict"] == "PASS"
     assert result["verdict"] == expected
@@ -404,18 +375,14 @@ def test_strictest_verdict_ignores_absent_bounds() -> None:
 
 
 def test_normalize_unknown_label_becomes_unsupported() -> None:
-    checks, notes = normalize_claim_checks(
-        [_check("c1", "totally_true")], _output("c1"), _gatekeeper(("c1",)), TRACE
-    )
+    checks, notes = _normalize_c1([_check("c1", "totally_true")])
     assert checks[0]["verification"] == "unsupported"
     assert checks[0]["model_verification"] == "totally_true"
     assert any("totally_true" in n for n in notes)
 
 
 def test_normalize_tolerates_label_spelling() -> None:
-    checks, _ = normalize_claim_checks(
-        [_check("c1", " Direct Observation ")], _output("c1"), _gatekeeper(("c1",)), TRACE
-    )
+    checks, _ = _normalize_c1([_check("c1", " Direct Observation ")])
     assert checks[0]["verification"] == "direct_observation"
 
 
@@ -445,12 +412,7 @@ def test_normalize_follows_claim_order_and_drops_checks_for_unknown_claims() -> 
 
 
 def test_normalize_invalid_trace_ref_dropped_and_direct_downgraded() -> None:
-    checks, notes = normalize_claim_checks(
-        [_check("c1", "direct_observation", trace_ref="t7")],
-        _output("c1"),
-        _gatekeeper(("c1",)),
-        TRACE,
-    )
+    checks, notes = _normalize_c1([_check("c1", "direct_observation", trace_ref="t7")])
     assert checks[0]["evidence_refs"] == []
     assert checks[0]["verification"] == "unsupported"
     assert checks[0]["model_verification"] == "direct_observation"
@@ -458,20 +420,15 @@ def test_normalize_invalid_trace_ref_dropped_and_direct_downgraded() -> None:
 
 
 def test_normalize_invalid_trace_ref_keeps_inference_label() -> None:
-    checks, _ = normalize_claim_checks(
-        [_check("c1", "reasonable_inference", trace_ref="t7")],
-        _output("c1"),
-        _gatekeeper(("c1",)),
-        TRACE,
-    )
+    checks, _ = _normalize_c1([_check("c1", "reasonable_inference", trace_ref="t7")])
     assert checks[0]["verification"] == "reasonable_inference"
     assert checks[0]["evidence_refs"] == []
 
 
 def test_normalize_drops_invocation_ids_not_in_trace_item_and_fills_tool_name() -> None:
     raw = _check("c1", "direct_observation", ids=["inv-1", "inv-2", "inv-99"])
-    raw["evidence_refs"][0]["tool_name"] = "made_up_tool"
-    checks, notes = normalize_claim_checks([raw], _output("c1"), _gatekeeper(("c1",)), TRACE)
+    json_object(json_list(raw["evidence_refs"])[0])["tool_name"] = "made_up_tool"
+    checks, notes = _normalize_c1([raw])
     assert checks[0]["evidence_refs"] == [
         {"trace_ref": "t1", "tool_name": "query_logs", "source_invocation_ids": ["inv-1"]}
     ]
@@ -487,8 +444,7 @@ def test_normalize_unverified_claim_is_unsupported_but_contradicted_stays() -> N
 
 
 def test_normalize_duplicate_checks_keep_the_strictest() -> None:
-    raw = [_check("c1", "direct_observation"), _check("c1", "overstated")]
-    checks, notes = normalize_claim_checks(raw, _output("c1"), _gatekeeper(("c1",)), TRACE)
+    checks, notes = _normalize_c1([_check("c1", "direct_observation"), _check("c1", "overstated")])
     assert len(checks) == 1
     assert checks[0]["verification"] == "overstated"
     assert any("more than once" in n for n in notes)
@@ -499,8 +455,8 @@ def test_normalize_duplicate_checks_keep_the_strictest() -> None:
     [None, "garbage", 42, [None, "x", {"claim_id": None}, {"verification": "direct_observation"}]],
     ids=["none", "string", "number", "junk-items"],
 )
-def test_reading_garbage_checks_leaves_every_claim_unsupported(raw_checks: Any) -> None:
-    checks, _ = normalize_claim_checks(raw_checks, _output("c1"), _gatekeeper(("c1",)), TRACE)
+def test_reading_garbage_checks_leaves_every_claim_unsupported(raw_checks: object) -> None:
+    checks, _ = _normalize_c1(raw_checks)
     assert _labels(checks) == ["unsupported"]
 
 
@@ -509,7 +465,7 @@ def test_reading_garbage_checks_leaves_every_claim_unsupported(raw_checks: Any) 
     [None, "text", {}, {"claims": "x"}, {"claims": None}],
     ids=["none", "string", "empty", "claims-string", "claims-none"],
 )
-def test_normalize_no_readable_claims_gives_no_checks(structured_output: Any) -> None:
+def test_normalize_no_readable_claims_gives_no_checks(structured_output: object) -> None:
     checks, _ = normalize_claim_checks(
         [_check("c1", "direct_observation")], structured_output, _gatekeeper(("c1",)), TRACE
     )
@@ -570,7 +526,9 @@ def test_finalize_result_shape_and_score_from_code() -> None:
         "rationale",
         "verifier_mode",
         "notes",
+        "unchecked",
     }
+    assert result["unchecked"] == []
     assert result["groundedness_score"] == 0.8  # the model said 0.99
     assert any("0.99" in n for n in result["notes"])
     assert result["rationale"] == "because"
@@ -588,7 +546,7 @@ def test_finalize_result_shape_and_score_from_code() -> None:
 
 
 @pytest.mark.parametrize("raw", [None, "not json", [], {"claim_checks": "x"}], ids=str)
-def test_finalize_garbage_raw_output_is_unsupported_everywhere(raw: Any) -> None:
+def test_finalize_garbage_raw_output_is_unsupported_everywhere(raw: object) -> None:
     result = finalize(
         raw,
         structured_output=_output("c1"),
@@ -603,13 +561,15 @@ def test_finalize_garbage_raw_output_is_unsupported_everywhere(raw: Any) -> None
     assert result["verdict"] == "LOW_CONFID"
 
 
-def test_normalize_keeps_claim_ids_verbatim_for_gatekeeper_lookup() -> None:
+def test_normalize_meets_padded_claim_ids_at_their_normal_form() -> None:
+    # The executor wrote " c1 " and the Verifier "c1" with a zero-width space: both read as
+    # "c1", the id the Gatekeeper keys its excerpts by, so the check lands on its claim.
     output = _output("c1")
-    output["claims"][0]["claim_id"] = " c1 "
+    json_object(json_list(output["claims"])[0])["claim_id"] = " c1 "
     checks, notes = normalize_claim_checks(
-        [_check("c1", "direct_observation")], output, _gatekeeper((" c1 ",)), TRACE
+        [_check("c1\u200b", "direct_observation")], output, _gatekeeper(("c1",)), TRACE
     )
-    assert [c["claim_id"] for c in checks] == [" c1 "]
+    assert [c["claim_id"] for c in checks] == ["c1"]
     assert _labels(checks) == ["direct_observation"]
     assert notes == []
 
@@ -619,9 +579,9 @@ def test_normalize_keeps_claim_ids_verbatim_for_gatekeeper_lookup() -> None:
 )
 def test_verdict_claim_bound_only_to_knowledge_is_external_unknown(label: str) -> None:
     gate = _gatekeeper(("c1",))
-    gate["verified_excerpts"]["c1"][0].update(
-        tool_name="lookup_knowledge", raw_path="documents[0]", text="Runbook (runbook/x.md): ..."
-    )
+    gate["verified_excerpts"]["c1"] = [
+        records.excerpt("inv-1", "lookup_knowledge", "documents[0]", "Runbook (runbook/x.md): ...")
+    ]
     result = finalize(
         {"verdict": "PASS", "claim_checks": [_check("c1", label)]},
         structured_output=_output("c1"),

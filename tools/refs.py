@@ -18,6 +18,7 @@ from state.records import (
     AlertEntry,
     DocumentEntry,
     EvidenceRef,
+    Invocation,
     LogEntry,
     SeriesEntry,
     SourceType,
@@ -184,3 +185,19 @@ def build_evidence_refs(
     refs = [ref for array in ENTRY_ARRAYS[tool_name] for ref in _entry_refs(array, output)]
     refs.append(_ref("summary", summary_text(tool_name, arguments, output), "summary"))
     return refs
+
+
+def grounding_text(invocation: Invocation, raw_path: str) -> str:
+    """The text of a ref that may ground a claim's counts and values.
+
+    The ref text itself, except for a log line: without its timestamp and instance, whose
+    digits are no count or value of the incident.
+    """
+    refs = invocation["retrieval_details"].get("evidence_refs", [])
+    text = next((ref["text"] for ref in refs if ref["raw_path"] == raw_path), "")
+    logs = (invocation["output"] or {}).get("logs", [])
+    if raw_path.startswith("logs[") and raw_path.endswith("]") and raw_path[5:-1].isdigit():
+        index = int(raw_path[5:-1])
+        if index < len(logs):
+            return log_text(logs[index], fields=("level", "service"))
+    return text

@@ -37,6 +37,7 @@ from state.records import (
 from tools.backend import EvidenceBackend
 from tools.refs import ENTRY_ARRAYS, build_evidence_refs, format_value
 from tools.schemas import ARGUMENT_MODELS
+from tools.unicode import clean_text
 
 TRUNCATION_MARKER = " …[truncated]"
 """Appended to a string field cut at the field cap."""
@@ -56,9 +57,22 @@ def _now_iso() -> str:
 
 
 def _plain(value: object) -> JSONValue:
-    """A backend result as plain JSON data (dicts, lists, str, numbers, bools, None)."""
+    """A backend result as plain JSON data (dicts, lists, str, numbers, bools, None).
+
+    Every string is cleaned of lone surrogates and NUL characters (``tools.unicode``).
+    """
     plain: JSONValue = json.loads(json.dumps(value, ensure_ascii=False, default=str))
-    return plain
+    return _clean(plain)
+
+
+def _clean(value: JSONValue) -> JSONValue:
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, dict):
+        return {clean_text(key): _clean(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_clean(item) for item in value]
+    return value
 
 
 def _cap_strings(value: JSONValue, cap: int) -> tuple[JSONValue, bool]:

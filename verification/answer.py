@@ -9,7 +9,7 @@ steps. A contradicted claim is never shown. The rendered text never contains exe
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from state.records import (
     CONFIRMED_LABELS,
@@ -27,7 +27,7 @@ from state.records import (
     NextStep,
 )
 from verification.gatekeeper import verified_excerpts_of
-from verification.text import clip, one_line
+from verification.text import asserts_cause, clip, one_line
 
 LANGUAGES: tuple[str, ...] = ("zh", "en")
 """Languages the template renders."""
@@ -61,6 +61,8 @@ _TEXT: dict[str, dict[str, str]] = {
         "unsupported": "（本次未找到支持该说法的证据）",
         "external_unknown": "（依据为知识库或经验，无法用本次证据核实）",
         "missing_info": "（缺少的信息）",
+        "not_checked": "（未经校验：超出了校验器的输入范围）",
+        "withheld_steps": "部分建议把未经核实的原因当作事实陈述，已略去。",
         "source": "（来源：{source}）",
         "footer": "校验结论：{verdict}（证据支撑度 {score}）",
         "offline": "离线模式：本回答由确定性规则生成，未使用语言模型。",
@@ -90,6 +92,8 @@ _TEXT: dict[str, dict[str, str]] = {
         "unsupported": " (no supporting evidence found in this diagnosis)",
         "external_unknown": " (rests on runbooks or general experience; cannot be checked here)",
         "missing_info": " (missing information)",
+        "not_checked": " (not checked: it did not fit the Verifier's input)",
+        "withheld_steps": "Suggestions that stated an unverified cause as fact are left out.",
         "source": " (source: {source})",
         "footer": "Verification: {verdict} (groundedness {score})",
         "offline": (
@@ -130,7 +134,10 @@ def _evidence(gatekeeper: GatekeeperResult, claim_id: str) -> list[EvidenceLine]
 
 
 def select_material(
-    checks: Sequence[ClaimCheck], answer: ExecutorAnswer, gatekeeper: GatekeeperResult
+    checks: Sequence[ClaimCheck],
+    answer: ExecutorAnswer,
+    gatekeeper: GatekeeperResult,
+    unchecked: Collection[str] = (),
 ) -> Material:
     """Select the Verifier-allowed material the answer may be built from.
 
@@ -139,7 +146,8 @@ def select_material(
     their verified incident excerpts; a claim so labelled without any verified binding is treated
     as an evidence gap. Directions: hypotheses and overstated claims. Gaps: unsupported and
     external-unknown claims (a claim with no check counts as unsupported) and missing_info.
-    Next steps: recommended_actions. A contradicted claim appears nowhere.
+    Next steps: recommended_actions. A contradicted claim appears nowhere. A claim in
+    ``unchecked`` (the Verifier never saw it) is a gap that says it was not checked.
     """
     labels = _labels(checks)
     confirmed: list[ConfirmedItem] = []
@@ -168,24 +176,36 @@ def select_material(
             )
         else:
             kind: GapKind = "external_unknown" if label == "external_unknown" else "unsupported"
+            if claim_id in unchecked:
+                kind = "not_checked"
             gaps.append(GapItem(text=text, kind=kind, claim_id=claim_id))
     hypotheses = [
         DirectionItem(text=text, kind="hypothesis", basis=safe_text(item["basis"]), claim_id=None)
         for item in answer["hypotheses"]
         if (text := safe_text(item["text"]))
     ]
+    missing = [text for item in answer["missing_info"] if (text := safe_text(item["text"]))]
+    # Missing information that names a cause is a possible direction, not a gap to state as fact.
     gaps += [
-        GapItem(text=text, kind="missing_info", claim_id=None)
-        for item in answer["missing_info"]
-        if (text := safe_text(item["text"]))
+        GapItem(text=t, kind="missing_info", claim_id=None) for t in missing if not asserts_cause(t)
     ]
-    next_steps = [
-        NextStep(text=text, source=safe_text(item["source"]))
-        for item in answer["recommended_actions"]
-        if (text := safe_text(item["text"]))
+    hypotheses += [
+        DirectionItem(text=t, kind="hypothesis", basis="", claim_id=None)
+        for t in missing
+        if asserts_cause(t)
     ]
+    steps = [(safe_text(item["text"]), item["source"]) for item in answer["recommended_actions"]]
     return Material(
-        confirmed=confirmed, directions=hypotheses + overstated, gaps=gaps, next_steps=next_steps
+        confirmed=confirmed,
+        directions=hypotheses + overstated,
+        gaps=gaps,
+        # A next step that states a cause as established would present it as a fact.
+        next_steps=[
+            NextStep(text=text, source=safe_text(source))
+            for text, source in steps
+            if text and not asserts_cause(text)
+        ],
+        withheld_steps=sum(1 for text, _ in steps if text and asserts_cause(text)),
     )
 
 
@@ -309,6 +329,8 @@ def render_template(
         if gap_lines:
             blocks.append(_section(t, t["gaps"], gap_lines))
     step_lines = _step_lines(t, material["next_steps"])
+    if material["withheld_steps"]:
+        step_lines.append(t["withheld_steps"])
     if step_lines:
         blocks.append(_section(t, t["next_steps"], step_lines))
     footer = [t["footer"].format(verdict=verdict, score=_score_text(score))]

@@ -44,6 +44,24 @@ _CJK_NEGATIONS = ("没有", "无", "未", "不")
 _MIN_WORD = 3
 _OVERLAP = 0.5
 
+# States that exclude each other: a claim stating one where its evidence states only the other
+# is contradicted.
+_OPPOSITE_STATES: tuple[tuple[frozenset[str], frozenset[str]], ...] = tuple(
+    (frozenset(a.split()), frozenset(b.split()))
+    for a, b in (
+        ("firing triggered pending", "resolved inactive cleared"),
+        ("up running healthy available online", "down stopped unhealthy unavailable offline"),
+        ("success succeeded successful succeeds passed", "failure failed failing fails"),
+        ("present exists", "absent missing"),
+        ("enabled", "disabled"),
+        ("open opened", "closed"),
+        ("触发 告警中 正常", "已恢复 已解决 异常"),
+        ("成功", "失败"),
+    )
+)
+_NEGATED = re.compile(r"\b(?:no|not|without|never|zero)\s+(?:(?:a|an|any|the)\s+)?([a-z]{4,})")
+_CJK_WORD = re.compile("[\u4e00-\u9fff]+")
+
 
 def claim_tokens(text: str, known_services: Sequence[str] = ()) -> list[str]:
     """What a claim text states concretely, lower-cased, distinct, in order of appearance.
@@ -81,6 +99,54 @@ def _word_overlap(claim: str, evidence: str) -> float:
     return sum(1 for word in words if word in evidence) / len(words)
 
 
+def _words(text: str) -> set[str]:
+    """The words of a normalised text (ASCII words, and runs of CJK characters)."""
+    return set(_WORD.findall(text)) | set(_CJK_WORD.findall(text))
+
+
+def _states(words: set[str], text: str, side: frozenset[str]) -> bool:
+    return bool(words & side) or any(not w.isascii() and w in text for w in side)
+
+
+def _negated(text: str) -> set[str]:
+    """Words a text states as absent (``no timeout``, ``without any errors``), singular."""
+    return {word.removesuffix("s") for word in _NEGATED.findall(text)}
+
+
+def contradiction(claim_text: str, incident: Sequence[VerifiedExcerpt]) -> str | None:
+    """Why the verified incident evidence states the opposite of the claim, or None.
+
+    A state against its opposite (firing / resolved, up / down, succeeded / failed, present /
+    absent, enabled / disabled, open / closed), or a polarity flip: the claim states what the
+    evidence says did not happen (``hit a timeout`` against ``no timeout``), or the claim says
+    something did not happen where a log line or alert says it did.
+    """
+    claim = normalize(claim_text)
+    evidence = "\n".join(normalize(entry["text"]) for entry in incident)
+    claim_words, evidence_words = _words(claim), _words(evidence)
+    for side, other in _OPPOSITE_STATES:
+        for stated, opposite in ((side, other), (other, side)):
+            if (
+                _states(claim_words, claim, stated)
+                and _states(evidence_words, evidence, opposite)
+                and not _states(evidence_words, evidence, stated)
+            ):
+                return "the evidence states the opposite state"
+    claim_negated, evidence_negated = _negated(claim), _negated(evidence)
+    plain_evidence = {w.removesuffix("s") for w in evidence_words} - evidence_negated
+    for word in {w.removesuffix("s") for w in claim_words if len(w) >= 4} - claim_negated:
+        if word in evidence_negated and word not in plain_evidence:
+            return f"the evidence says there was no {word}"
+    asserting = "\n".join(
+        normalize(entry["text"]) for entry in incident if entry["raw_path"] != "summary"
+    )
+    asserted = {w.removesuffix("s") for w in _words(asserting)} - _negated(asserting)
+    for word in claim_negated:
+        if word in asserted:
+            return f"the claim says there was no {word}, the evidence shows one"
+    return None
+
+
 def _label_claim(
     claim: Claim, verified: Sequence[VerifiedExcerpt], known_services: Sequence[str]
 ) -> tuple[ClaimLabel, str]:
@@ -95,6 +161,9 @@ def _label_claim(
             "not evidence about this incident",
         )
     text = strip_invisible(claim["claim_text"])
+    reason = contradiction(text, incident)
+    if reason is not None:
+        return "contradicted", reason
     claim_type = claim["claim_type"]
     texts = [entry["text"] for entry in incident]
     evidence = "\n".join(normalize(t, collapse_whitespace=False) for t in texts)

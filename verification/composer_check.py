@@ -9,8 +9,10 @@ directions. Anything else falls back to the template.
 
 from __future__ import annotations
 
+import re
+
 from state.records import ConfirmedItem, JSONObject, Material
-from verification.text import contains_whole, normalize, specifics
+from verification.text import contains_whole, normalize, one_line, specifics
 
 SUMMARY_CHARS = 1000
 """Longest model summary accepted (the prompt asks for one or two sentences)."""
@@ -29,15 +31,74 @@ _CONTRACT_FRAGMENTS = (
 )
 
 
+TRACEABLE_SHARE = 0.8
+"""Share of a sentence's content words that must come from the claims it cites."""
+
+_SENTENCE = re.compile(r"[^.!?;。！？；\n]+")
+_WORD = re.compile(r"[a-z0-9]+")
+# Name-like tokens: hyphenated or dotted (order-service), with digits (OrderService5xxHigh), or
+# in capitals (HTTP): a name no cited claim gives is a new entity.
+_NAME = re.compile(
+    r"[A-Za-z][A-Za-z0-9]*(?:[-_.][A-Za-z0-9]+)+|[A-Za-z]+[0-9][A-Za-z0-9]*|[A-Z]{2,}"
+)
+_CJK = re.compile("[\u4e00-\u9fff]")
+# Wider than ``asserts_cause``: a summary may not even suggest a cause its claims do not state.
+_CAUSAL = re.compile(
+    r"\b(?:because|caused|causes|causing|cause|due to|owing to|result of|resulted|resulting|"
+    r"led to|leads? to|since|therefore|thus|hence|so that)\b|原因|因为|由于|导致|造成|所以|根因",
+    re.IGNORECASE,
+)
+_NUMBER_WORDS = re.compile(
+    r"\b(?:one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|fourteen|"
+    r"fifteen|sixteen|seventeen|eighteen|nineteen|twenty|thirty|forty|fifty|sixty|seventy|"
+    r"eighty|ninety|hundreds?|thousands?|millions?|dozens?|twice|thrice|half)\b"
+    "|[一二两三四五六七八九十百千万亿]",
+    re.IGNORECASE,
+)
+_HEDGE = re.compile(
+    r"\b(?:inferred|inference|likely|probably|possibly|may|might|suggests?|appears?)\b|推断|可能|似乎",
+    re.IGNORECASE,
+)
+_FUNCTION_WORDS = frozenset(
+    "a an and also are as at be been being both but by for from had has have in is it its of on "
+    "or the their them there these they this those to was were which while with".split()
+)
+_CJK_FUNCTION = frozenset("的了在和与及也是有为并且而其中")
+
+
+def _stem(word: str) -> str:
+    for suffix in ("ing", "ed", "es", "s"):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            return word[: -len(suffix)]
+    return word
+
+
+def _untraceable(sentence: str, allowed: str) -> str | None:
+    """Why one sentence is not traceable to the allowed text (normalised), or None."""
+    norm = normalize(sentence)
+    for pattern, what in ((_CAUSAL, "a cause"), (_NUMBER_WORDS, "a number in words")):
+        found = pattern.search(norm)
+        if found and found.group(0).lower() not in allowed:
+            return f"states {what} ({found.group(0)!r}) that no cited claim states"
+    for name in _NAME.findall(one_line(sentence)):
+        if not contains_whole(normalize(name), allowed):
+            return f"names {name!r}, which no cited claim names"
+    stems = {_stem(word) for word in _WORD.findall(allowed)}
+    words = [w for w in _WORD.findall(norm) if w not in _FUNCTION_WORDS and not w.isdigit()]
+    chars = [c for c in _CJK.findall(norm) if c not in _CJK_FUNCTION]
+    content = [_stem(word) in stems for word in words] + [char in allowed for char in chars]
+    if content and sum(content) / len(content) < TRACEABLE_SHARE:
+        return "is not a restatement of the claims it cites"
+    return None
+
+
 def usable_confirmed(material: Material, verdict: str) -> list[ConfirmedItem]:
     """The confirmed claims a model may state for this verdict.
 
     On REJECT the answer gives no root cause: confirmed claims that are only inferences
     (possibly causal) are withheld, exactly as the template withholds them.
     """
-    return [
-        item for item in material["confirmed"] if verdict != "REJECT" or not item["inference"]
-    ]
+    return [item for item in material["confirmed"] if verdict != "REJECT" or not item["inference"]]
 
 
 def model_material(material: Material, verdict: str) -> JSONObject:
@@ -98,6 +159,13 @@ def check_composer_reply(reply: JSONObject | None, material: Material, verdict: 
         if str(shown) not in confirmed:
             problems.append(f"{shown!r} is presented as confirmed but was not confirmed")
     allowed = normalize(" ".join(confirmed[c] for c in cited if c in confirmed))
+    for sentence in _SENTENCE.findall(summary):
+        if sentence.strip() and (reason := _untraceable(sentence, allowed)) is not None:
+            problems.append(f"summary sentence {one_line(sentence)[:60]!r} {reason}")
+    inferences = [c["claim_id"] for c in material["confirmed"] if c["inference"]]
+    for claim_id in (c for c in cited if c in inferences):
+        if not _HEDGE.search(normalize(summary)):
+            problems.append(f"summary states the inference {claim_id!r} as an observed fact")
     for token in specifics(summary):
         if not contains_whole(normalize(token), allowed):
             problems.append(f"summary states {token!r}, which no cited confirmed claim states")

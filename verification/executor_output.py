@@ -24,10 +24,46 @@ from state.records import (
     RecommendedAction,
 )
 from tools.environment import json_type
+from tools.unicode import clean_text
 from verification.catalog import SCHEMA, SchemaSettings
-from verification.text import strip_fence
+from verification.text import normalize_id, strip_fence
 
 _BINDING_STRINGS = ("source_type", "tool_name", "source_invocation_id", "raw_path")
+
+
+MAX_DEPTH = 32
+"""Deepest nesting of arrays and objects accepted in a model's JSON reply."""
+
+
+def depth(value: JSONValue) -> int:
+    """How deeply arrays and objects nest in a JSON value (a scalar is 0), without recursing."""
+    deepest = 0
+    stack: list[tuple[JSONValue, int]] = [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict):
+            item = list(item.values())
+        if isinstance(item, list):
+            deepest = max(deepest, level)
+            stack.extend((child, level + 1) for child in item)
+    return deepest
+
+
+def parse_json(text: str) -> tuple[JSONValue, str | None]:
+    """Parse a model's JSON text; ``(None, reason)`` when it is not JSON or nests too deeply.
+
+    Unstorable characters (lone surrogates, NUL) are replaced first; nesting deeper than
+    ``MAX_DEPTH`` is refused, whether the parser or a later serialiser would fail on it.
+    """
+    try:
+        data: JSONValue = json.loads(clean_text(text))
+    except json.JSONDecodeError as exc:
+        return None, f"not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+    except RecursionError:
+        return None, f"not JSON: nested deeper than {MAX_DEPTH} levels"
+    if depth(data) > MAX_DEPTH:
+        return None, f"nested deeper than {MAX_DEPTH} levels"
+    return data, None
 
 
 def parse_executor_output(text: str | None) -> tuple[ParseStatus, JSONObject | None]:
@@ -41,10 +77,8 @@ def parse_executor_output(text: str | None) -> tuple[ParseStatus, JSONObject | N
     if text is None or not text.strip():
         return ParseStatus(status="missing", fence_stripped=False, error="no final message"), None
     body, fenced = strip_fence(text)
-    try:
-        data = json.loads(body)
-    except json.JSONDecodeError as exc:
-        error = f"not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+    data, error = parse_json(body)
+    if error is not None:
         return ParseStatus(status="malformed", fence_stripped=fenced, error=error), None
     if not isinstance(data, dict):
         error = f"expected one JSON object, got {type(data).__name__}"
@@ -134,7 +168,8 @@ class _Reader:
             text = raw if isinstance(raw, str) else ""
             return _claim(index, known_as, False, {"claim_text": text}, [])
         raw_id = raw.get("claim_id")
-        claim_id = raw_id if isinstance(raw_id, str) and raw_id.strip() else None
+        claim_id = normalize_id(raw_id) if isinstance(raw_id, str) else None
+        claim_id = claim_id or None
         repeated = claim_id is not None and claim_id in seen
         known_as = _known_as(index, None if repeated else claim_id, seen)
         for name in self.schema.required_claim_fields:
@@ -223,8 +258,16 @@ def _binding(index: int, raw: JSONObject, bad: dict[str, str]) -> Binding:
 
 
 def _known_as(index: int, claim_id: str | None, seen: set[str]) -> str:
-    """The id a claim is known by: its own, or its position when it has no usable one."""
+    """The id a claim is known by: its own, or its position when it has no usable one.
+
+    A position id never equals an id already taken (``claims[1]`` may be a real id), so no claim
+    can take another's label or evidence; ids are unique by construction.
+    """
     known_as = claim_id if claim_id is not None else f"claims[{index}]"
+    suffix = 1
+    while claim_id is None and known_as in seen:
+        suffix += 1
+        known_as = f"claims[{index}]#{suffix}"
     seen.add(known_as)
     return known_as
 

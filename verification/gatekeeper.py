@@ -29,6 +29,7 @@ from state.records import (
     RuleId,
     VerifiedExcerpt,
 )
+from tools.refs import grounding_text
 from verification.catalog import (
     DEFAULT_RULE_SET_VERSION,
     EXCERPT_MISMATCH,
@@ -109,14 +110,17 @@ def _resolve_invocation_id(check: _Check, binding: Binding, at: _Target) -> str 
     singular = binding["source_invocation_id"]
     if singular is not None:
         invocation_id = singular.strip()
-        if invocation_id not in check.by_id:
-            check.error(
-                INVOCATION_REF,
-                at,
-                f"source_invocation_id {invocation_id!r} is not an invocation of this diagnosis",
-            )
-            return None
-        return invocation_id
+        # Every id a binding names must exist, the plural ones beside a singular one too.
+        unknown = [
+            value.strip()
+            for value in [singular, *(binding["source_invocation_ids"] or [])]
+            if value.strip() not in check.by_id
+        ]
+        for value in dict.fromkeys(unknown):
+            field = "source_invocation_id" if value == invocation_id else "source_invocation_ids"
+            message = f"{field} {value!r} is not an invocation of this diagnosis"
+            check.error(INVOCATION_REF, at, message)
+        return None if unknown else invocation_id
     if "source_invocation_ids" in binding["bad_fields"]:
         message = "source_invocation_ids must be an array of invocation ids"
         check.error(INVOCATION_REF, at, message)
@@ -292,11 +296,16 @@ def _excerpt_matches(
 
 
 def _check_specifics(check: _Check, claim: Claim, verified: list[VerifiedExcerpt]) -> None:
-    """Apply ``evidence.unbound_specifics`` to a claim with verified evidence."""
+    """Apply ``evidence.unbound_specifics`` to a claim with verified evidence.
+
+    Only incident evidence grounds specifics: knowledge refs never do, and the timestamp and
+    instance of a log line ground times, dates and names, never counts or values.
+    """
     if not check.settings.on(UNBOUND_SPECIFICS):
         return
     settings = check.settings
-    texts = [entry["text"] for entry in verified]
+    incident = [entry for entry in verified if entry["tool_name"] != KNOWLEDGE_TOOL]
+    texts = [grounding_text(check.by_id[e["invocation_id"]], e["raw_path"]) for e in incident]
     unbound = [
         token
         for token in specifics(
@@ -304,7 +313,12 @@ def _check_specifics(check: _Check, claim: Claim, verified: list[VerifiedExcerpt
             identifier_suffixes=settings.identifier_suffixes,
             strip_punctuation=settings.strip_punctuation,
         )
-        if not grounded(token, texts, casefold=settings.specifics_case_insensitive)
+        if not grounded(
+            token,
+            texts,
+            casefold=settings.specifics_case_insensitive,
+            name_texts=[entry["text"] for entry in incident],
+        )
     ]
     if unbound:
         check.error(

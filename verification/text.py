@@ -50,8 +50,28 @@ _DIGIT = re.compile(r"\d")
 # A maximal run of the specific characters that holds a digit.
 _DIGIT_RUN = re.compile(r"(?<![A-Za-z0-9._%:/-])[A-Za-z0-9._%:/-]*[0-9][A-Za-z0-9._%:/-]*")
 _TIME_RANGE = re.compile(r"^(\d{1,2}:\d{2}(?::\d{2})?)-(\d{1,2}:\d{2}(?::\d{2})?)$")
-_FENCE = re.compile(r"^```[A-Za-z0-9_-]*[ \t]*\n(?P<body>.*)\n```$", re.DOTALL)
+_TIME = re.compile(r"^(?:\d{4}-\d{2}-\d{2}(?:t\S*)?|\d{1,2}:\d{2}(?::\d{2})?)$", re.IGNORECASE)
+_CLOCK = re.compile(r"^\d{1,2}:\d{2}$")
+# "30000 ms" and "30000ms" are one quantity: the space before a unit is dropped.
+_UNIT_GAP = re.compile(
+    r"(?<=\d)[ \t]+(?=(?:ms|s|secs?|seconds?|m|mins?|minutes?|h|hrs?|hours?|d|days?|%|[kmgt]i?b"
+    r"|bytes?|rps|qps)(?![A-Za-z]))",
+    re.IGNORECASE,
+)
+_FENCE = re.compile(r"^```[A-Za-z0-9_-]*[ \t]*\r?\n(?P<body>.*?)\r?\n```$", re.DOTALL)
 _WORD_CHAR = re.compile(r"[A-Za-z0-9]")
+
+
+_ASSERTS_CAUSE = re.compile(
+    r"\b(?:root causes?|caused by|because|due to|owing to|(?:a |the )?result of|led to|leads? to|"
+    r"the cause (?:is|was)|is caused|was caused)\b|原因是|根因|导致|由于|因为|造成",
+    re.IGNORECASE,
+)
+
+
+def asserts_cause(text: str) -> bool:
+    """Whether a text states a cause as established (``caused by``, ``root cause``, ``导致``...)."""
+    return _ASSERTS_CAUSE.search(normalize(text)) is not None
 
 
 def strip_invisible(text: str) -> str:
@@ -125,7 +145,7 @@ def specifics(
         The specifics as written (after NFKC), e.g. ``["500", "30s", "NullPointerException"]``.
     """
     separated = _FULLWIDTH_PUNCTUATION.sub(" ", strip_invisible(text))
-    normalised = unicodedata.normalize("NFKC", separated)
+    normalised = _UNIT_GAP.sub("", unicodedata.normalize("NFKC", separated))
     found: list[tuple[int, str]] = []
     for match in _DIGIT_RUN.finditer(normalised):
         token = match.group().strip(strip_punctuation)
@@ -149,11 +169,15 @@ def specifics(
 
 
 def _continues(edge: str, neighbour: str, beyond: str) -> bool:
-    """Whether ``neighbour`` (then ``beyond``) would continue the token past its ``edge`` char."""
+    """Whether ``neighbour`` (then ``beyond``) would continue the token past its ``edge`` char.
+
+    A digit is continued by a digit, and by ``.`` or ``:`` before a digit: ``12`` is no quantity
+    of its own inside ``0.12`` or ``10:01:12``.
+    """
     if not neighbour:
         return False
     if edge.isdigit():
-        return neighbour.isdigit() or (neighbour == "." and beyond.isdigit())
+        return neighbour.isdigit() or (neighbour in ".:" and beyond.isdigit())
     if _WORD_CHAR.match(edge):
         return bool(_WORD_CHAR.match(neighbour))
     return False
@@ -177,27 +201,54 @@ def contains_whole(needle: str, haystack: str) -> bool:
         after2 = haystack[end + 1] if end + 1 < len(haystack) else ""
         # ``before2`` guards the decimal case from the left: ``0.5`` must not match ``5``.
         left = _continues(needle[0], before, "") or (
-            needle[0].isdigit() and before == "." and before2.isdigit()
+            needle[0].isdigit() and before in ".:" and before2.isdigit()
         )
-        if not left and not _continues(needle[-1], after, after2):
+        right = _continues(needle[-1], after, after2)
+        if right and after == ":" and _CLOCK.match(needle):
+            right = _continues(needle[-1], haystack[end + 3 : end + 4], "")  # 10:01 in 10:01:12
+        if not left and not right:
             return True
         start = haystack.find(needle, start + 1)
     return False
 
 
-def grounded(specific: str, texts: Iterable[str], *, casefold: bool = True) -> bool:
+def is_time(specific: str) -> bool:
+    """Whether a specific is a time of day or a date (which a timestamp may ground)."""
+    return _TIME.match(specific) is not None
+
+
+def _haystack(text: str, casefold: bool) -> str:
+    return _UNIT_GAP.sub("", normalize(text, casefold=casefold, collapse_whitespace=False))
+
+
+def is_quantity(specific: str) -> bool:
+    """Whether a specific is a count or a value (it starts with a digit and is no time)."""
+    return specific[:1].isdigit() and not is_time(specific) and not _TIME_RANGE.match(specific)
+
+
+def grounded(
+    specific: str,
+    texts: Iterable[str],
+    *,
+    casefold: bool = True,
+    name_texts: Iterable[str] = (),
+) -> bool:
     """Whether a specific is stated by one of ``texts`` (a time range: both of its ends).
 
     Args:
         specific: One specific, as returned by ``specifics``.
         texts: Evidence texts, raw (they are normalised here, with the same case rule).
         casefold: Compare case-insensitively.
+        name_texts: Texts that may ground times, dates and names but no count or value (whole
+            log lines, whose timestamp and instance are no quantity of the incident).
 
     Returns:
-        True when one text states it as a whole token.
+        True when one text states it as a whole token, with its unit.
     """
     needle = normalize(specific, casefold=casefold, collapse_whitespace=False)
-    haystacks = [normalize(text, casefold=casefold, collapse_whitespace=False) for text in texts]
+    haystacks = [_haystack(text, casefold) for text in texts]
+    if not is_quantity(needle):
+        haystacks += [_haystack(text, casefold) for text in name_texts]
     if any(contains_whole(needle, haystack) for haystack in haystacks):
         return True
     span = _TIME_RANGE.match(needle)
@@ -215,6 +266,11 @@ def strip_fence(text: str) -> tuple[str, bool]:
     if fenced is None:
         return body, False
     return fenced.group("body").strip(), True
+
+
+def normalize_id(value: str) -> str:
+    """An identifier as compared everywhere: NFKC, invisible characters removed, trimmed."""
+    return unicodedata.normalize("NFKC", strip_invisible(value)).strip()
 
 
 def clip(text: str, limit: int) -> str:

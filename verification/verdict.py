@@ -25,7 +25,7 @@ which labels stand, derives the legacy facts, computes the groundedness score an
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Final
 
 from state.records import (
@@ -79,6 +79,8 @@ _LABEL_RANK: Final[dict[ClaimLabel, int]] = {
     "reasonable_inference": 4,
     "direct_observation": 5,
 }
+NOT_CHECKED: Final = "not in the Verifier's input (left out to keep it bounded)"
+
 _KNOWLEDGE_CAPPED: Final[tuple[ClaimLabel, ...]] = (
     "direct_observation",
     "reasonable_inference",
@@ -102,7 +104,7 @@ def _index(
     proposed: Sequence[ProposedCheck], claims: Sequence[Claim], notes: list[str]
 ) -> dict[str, ProposedCheck]:
     """The proposed checks by claim id; of duplicates, the strictest stands."""
-    known = {claim["claim_id"].strip(): claim["claim_id"] for claim in claims}
+    known = {claim["claim_id"]: claim["claim_id"] for claim in claims}
     checks: dict[str, ProposedCheck] = {}
     for position, check in enumerate(proposed):
         claim_id = known.get(check["claim_id"])
@@ -156,10 +158,20 @@ def _check(
     gatekeeper: GatekeeperResult,
     trace: dict[str, TraceItem],
     unbound: set[str],
+    unseen: set[str],
     notes: list[str],
 ) -> ClaimCheck:
     """The final check of one claim (rule 1 of the module docstring)."""
     claim_id = claim["claim_id"]
+    if claim_id in unseen:
+        notes.append(f"{claim_id}: not in the Verifier's input -> unsupported")
+        return ClaimCheck(
+            claim_id=claim_id,
+            verification="unsupported",
+            detail=NOT_CHECKED,
+            evidence_refs=[],
+            model_verification=proposed["verification"] if proposed else None,
+        )
     if proposed is None:
         notes.append(f"{claim_id}: not checked by the verifier -> unsupported")
         return ClaimCheck(
@@ -212,8 +224,13 @@ def claim_checks(
     gatekeeper: GatekeeperResult,
     trace: Sequence[TraceItem],
     notes: list[str],
+    unseen: Collection[str] = (),
 ) -> list[ClaimCheck]:
-    """Exactly one final check per executor claim, in claim order (rule 1)."""
+    """Exactly one final check per executor claim, in claim order (rule 1).
+
+    A claim in ``unseen`` was not in the Verifier's input: it is ``unsupported`` whatever the
+    reply says about it.
+    """
     by_ref: dict[str, TraceItem] = {}
     for item in trace:
         by_ref.setdefault(item["trace_ref"], item)
@@ -224,7 +241,9 @@ def claim_checks(
     }
     by_claim = _index(proposed or [], answer["claims"], notes)
     return [
-        _check(claim, by_claim.get(claim["claim_id"]), gatekeeper, by_ref, unbound, notes)
+        _check(
+            claim, by_claim.get(claim["claim_id"]), gatekeeper, by_ref, unbound, set(unseen), notes
+        )
         for claim in answer["claims"]
     ]
 
@@ -284,6 +303,7 @@ def decide(
     parse_status: ParseStatus,
     trace: Sequence[TraceItem],
     mode: VerifierMode,
+    unseen: Collection[str] = (),
 ) -> Decision:
     """Decide one round: final claim checks, facts, score, derived and effective verdicts.
 
@@ -295,12 +315,13 @@ def decide(
         parse_status: How the executor's final message parsed.
         trace: The tool trace summary the Verifier saw.
         mode: How ``reply`` was produced.
+        unseen: Claims left out of the Verifier's bounded input (never checked).
 
     Returns:
         The decision; ``verdict`` is the effective verdict.
     """
     notes = list(reply["notes"])
-    checks = claim_checks(answer, reply["claim_checks"], gatekeeper, trace, notes)
+    checks = claim_checks(answer, reply["claim_checks"], gatekeeper, trace, notes, unseen)
     facts = facts_of(checks, answer)
     score = groundedness_score(facts)
     stated = reply["groundedness_score"]
@@ -332,4 +353,5 @@ def decide(
         rationale=reply["rationale"],
         verifier_mode=mode,
         notes=notes,
+        unchecked=[claim["claim_id"] for claim in answer["claims"] if claim["claim_id"] in unseen],
     )

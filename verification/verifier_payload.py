@@ -17,7 +17,7 @@ import json
 import re
 from collections.abc import Sequence
 
-from state.records import JSONObject, JSONValue, VerifierInput
+from state.records import ExecutorAnswer, JSONObject, JSONValue, VerifierInput
 from verification.text import ELLIPSIS, INVISIBLE
 
 OPEN = "<<<UNTRUSTED_DATA"
@@ -177,9 +177,7 @@ def _within_caps(value: JSONValue, chars: int, depth: int = 0) -> bool:
     return True
 
 
-def _bounded_block(
-    name: str, value: JSONValue, chars: int, limit: int | None = None
-) -> JSONValue:
+def _bounded_block(name: str, value: JSONValue, chars: int, limit: int | None = None) -> JSONValue:
     limit = BLOCK_BYTES[name] if limit is None else limit
     if _within_caps(value, chars) and _size(value) <= limit:
         return value  # the common case: one size check, no copy
@@ -210,8 +208,7 @@ def _fit_trace(items: list[JSONObject]) -> list[JSONObject]:
     if share < _MIN_FIT_BYTES:
         return items
     return [
-        {**i, "output_summary": _clip_bytes(str(i.get("output_summary", "")), share)}
-        for i in items
+        {**i, "output_summary": _clip_bytes(str(i.get("output_summary", "")), share)} for i in items
     ]
 
 
@@ -264,6 +261,14 @@ def build_payload(inputs: VerifierInput) -> JSONObject:
             "retry_context", _plain(retry_context), EXCERPT_CHARS
         )
     return payload
+
+
+def unseen_claims(payload: JSONObject, answer: ExecutorAnswer) -> list[str]:
+    """Ids of the claims the payload left out (a tight budget keeps a prefix of the claims)."""
+    block = payload.get("executor_structured_output")
+    shown = block.get("claims") if isinstance(block, dict) else None
+    count = len(shown) if isinstance(shown, list) else 0
+    return [claim["claim_id"] for claim in answer["claims"][count:]]
 
 
 def render_payload(payload: JSONObject) -> str:

@@ -8,10 +8,9 @@ a real claim, a real trace item and a known label is decided by ``verification.v
 
 from __future__ import annotations
 
-import json
-
 from state.records import VERDICTS, JSONObject, JSONValue, ProposedCheck, RawCitation, VerifierReply
-from verification.text import strip_fence
+from verification.executor_output import parse_json
+from verification.text import normalize_id, strip_fence
 
 _NOTE_CHARS = 80
 
@@ -32,14 +31,9 @@ def parse_verifier_reply(text: str) -> tuple[JSONObject | None, bool, str | None
     body, fenced = strip_fence(text)
     if not body:
         return None, fenced, "the reply was empty"
-    try:
-        data = json.loads(body)
-    except json.JSONDecodeError as exc:
-        return (
-            None,
-            fenced,
-            f"not a single JSON object ({exc.msg} at line {exc.lineno} column {exc.colno})",
-        )
+    data, error = parse_json(body)
+    if error is not None:
+        return None, fenced, f"not a single JSON object ({error})"
     if not isinstance(data, dict):
         return None, fenced, f"expected a JSON object, got {type(data).__name__}"
     if not isinstance(data.get("claim_checks"), list):
@@ -85,19 +79,20 @@ def _checks(raw: JSONValue, notes: list[str]) -> list[ProposedCheck] | None:
         if not isinstance(item, dict):
             notes.append(f"claim_checks[{position}] is not an object, dropped")
             continue
-        claim_id = item.get("claim_id")
-        if not isinstance(claim_id, str) or not claim_id.strip():
+        raw_id = item.get("claim_id")
+        claim_id = normalize_id(raw_id) if isinstance(raw_id, str) else ""
+        if not claim_id:
             notes.append(
-                f"claim_checks[{position}] names no executor claim ({short(claim_id)}), dropped"
+                f"claim_checks[{position}] names no executor claim ({short(raw_id)}), dropped"
             )
             continue
         label, detail = item.get("verification"), item.get("detail")
         checks.append(
             ProposedCheck(
-                claim_id=claim_id.strip(),
+                claim_id=claim_id,
                 verification=label if isinstance(label, str) else None,
                 detail=detail.strip() if isinstance(detail, str) else "",
-                evidence_refs=_citations(item.get("evidence_refs"), claim_id.strip(), notes),
+                evidence_refs=_citations(item.get("evidence_refs"), claim_id, notes),
             )
         )
     return checks
