@@ -83,6 +83,26 @@ def test_adversarial_composer_never_adds_to_a_confirmed_claim(
     assert summary not in hostile_state["answer"]
 
 
+@pytest.mark.parametrize(
+    "reply",
+    ["[" * 1000, '{"summary": ' * 1000, "[" * 300 + "]" * 300],
+    ids=["unmatched-brackets", "deep-objects", "deep-balanced"],
+)
+def test_adversarial_deeply_nested_composer_reply_falls_back(reply: str) -> None:
+    """A composer reply nested a thousand levels deep is unreadable: template, not a crash."""
+    scenario = load_scenario(
+        Path(__file__).parent / "scenarios" / "composer-model-accepted-en.json"
+    )
+    hostile = copy.deepcopy(scenario)
+    hostile["script"]["composer"] = reply
+
+    state = run_graph(hostile)
+
+    assert state["composer_output"]["mode"] == "fallback"
+    assert state["verdict"] == "PASS"
+    assert reply[:50] not in state["answer"]
+
+
 def test_adversarial_faithful_summaries_in_the_corpus_are_still_accepted() -> None:
     accepted = load_scenario(
         Path(__file__).parent / "scenarios" / "composer-model-accepted-en.json"
