@@ -9,7 +9,7 @@ the tool runner does that (and validates what it gets into a ``ToolOutput``).
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import NotRequired, Protocol
 
 from typing_extensions import TypedDict, Unpack
 
@@ -59,10 +59,16 @@ class LogsOutput(TypedDict):
 
 
 class MetricsOutput(TypedDict):
-    """What ``query_metrics`` returns."""
+    """What ``query_metrics`` returns.
+
+    A backend that bounds its own results (a series cap) reports how many matched in
+    ``alerts_total`` / ``series_total``; without them the returned entries are all that matched.
+    """
 
     alerts: list[AlertEntry]
     series: list[SeriesEntry]
+    alerts_total: NotRequired[int]
+    series_total: NotRequired[int]
 
 
 class KnowledgeOutput(TypedDict):
