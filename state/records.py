@@ -160,6 +160,7 @@ class ToolOutput(TypedDict, total=False):
 
     ``total``, ``alerts_total`` and ``series_total`` count matches before any bound (the totals
     of ``query_metrics`` are present when the backend reported them or the runner cut entries).
+    ``window_start`` / ``window_end``: the absolute window a metrics backend queried.
     """
 
     logs: list[LogEntry]
@@ -168,6 +169,8 @@ class ToolOutput(TypedDict, total=False):
     alerts_total: int
     series: list[SeriesEntry]
     series_total: int
+    window_start: str
+    window_end: str
     documents: list[DocumentEntry]
     truncated: bool
     now: str

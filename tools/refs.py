@@ -126,7 +126,8 @@ def summary_text(tool_name: str, arguments: Mapping[str, object], output: ToolOu
     and ``total`` the output's ``total``; for ``lookup_knowledge`` both count documents.
     ``query_metrics`` counts alerts and series separately, ``... alerts <a> of <ta>, series <s>
     of <ts> (complete|truncated)``, each total the output's ``alerts_total`` / ``series_total``
-    when it has one (never less than what was returned). ``truncated`` when fewer entries were
+    when it has one (never less than what was returned), after ``window=<start>/<end>`` when the
+    backend reports the absolute window it queried. ``truncated`` when fewer entries were
     returned than matched or the output says ``truncated`` (a field was capped).
     """
     parts = [tool_name]
@@ -143,6 +144,9 @@ def summary_text(tool_name: str, arguments: Mapping[str, object], output: ToolOu
         incomplete = (
             alerts < alerts_total or series < series_total or output.get("truncated") is True
         )
+        window = (output.get("window_start"), output.get("window_end"))
+        if window[0] and window[1]:
+            parts.append(f"window={window[0]}/{window[1]}")
         parts.append(f"alerts {alerts} of {alerts_total}, series {series} of {series_total}")
         parts[-1] += f" ({'truncated' if incomplete else 'complete'})"
         return " ".join(parts)

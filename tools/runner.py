@@ -287,6 +287,10 @@ class ToolRunner:
             bounded["truncated"] = bool(output.get("truncated")) or cut_any or total > returned
         elif cut_any or output.get("truncated") is True:
             bounded["truncated"] = True
+        if name == "query_metrics":
+            for key in ("window_start", "window_end"):
+                if isinstance(output.get(key), str):
+                    bounded[key] = output[key]
         return bounded
 
     def _mark_deduped(self, diagnosis_id: str, output: ToolOutput) -> RetrievalDetails:
