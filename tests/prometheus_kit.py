@@ -156,9 +156,8 @@ def backfill_text(now: float) -> str:
     lines = ["# TYPE cart_checkout_latency_seconds gauge"]
     start = now - 50 * 60
     for minute, value in enumerate(CART_LATENCY):
-        lines.append(
-            f'cart_checkout_latency_seconds{{service="cart-service"}} {value} {start + minute * 60:.0f}'
-        )
+        stamp = start + minute * 60
+        lines.append(f'cart_checkout_latency_seconds{{service="cart-service"}} {value} {stamp:.0f}')
     lines.append("# TYPE ALERTS gauge")
     for minute in range(21):
         stamp = now - 40 * 60 + minute * 60
@@ -235,7 +234,7 @@ def prometheus_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack
     data.mkdir()
     (root / "backfill.om").write_text(backfill_text(now))
     subprocess.run(
-        [PROMTOOL, "tsdb", "create-blocks-from", "openmetrics", str(root / "backfill.om"), str(data)],
+        [PROMTOOL, "tsdb", "create-blocks-from", "openmetrics", str(root / "backfill.om"), data],
         check=True,
         capture_output=True,
         timeout=60,
@@ -288,9 +287,7 @@ def prometheus_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack
         post_json(
             f"{am_url}/api/v2/silences",
             {
-                "matchers": [
-                    {"name": "alertname", "value": "PaymentRetries", "isRegex": False}
-                ],
+                "matchers": [{"name": "alertname", "value": "PaymentRetries", "isRegex": False}],
                 "startsAt": starts,
                 "endsAt": ends,
                 "createdBy": "tests",
@@ -304,6 +301,13 @@ def prometheus_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack
             "SlowPayments": "pending",
         }
         _wait("alerts firing", lambda: _alert_states(prom_url) == expected, 60, prometheus)
+
+        def settled() -> bool:  # enough scrapes that every rate over 5 s has its samples
+            query = "count_over_time(order_queue_depth[10s])"
+            result = get_json(f"{prom_url}/api/v1/query?query={query}")["data"]["result"]
+            return bool(result) and float(result[0]["value"][1]) >= 7
+
+        _wait("seven scrapes", settled, 30, prometheus)
 
         def delivered() -> bool:
             names = {a["labels"]["alertname"] for a in get_json(f"{am_url}/api/v2/alerts")}

@@ -11,6 +11,7 @@ string, quoted as the server's message.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from datetime import UTC, datetime
 
@@ -36,11 +37,7 @@ def alertmanager_error(status: int, body: bytes) -> str | None:
 def _time(value: object) -> datetime | None:
     if not isinstance(value, str) or not value:
         return None
-    text = value.replace("Z", "+00:00")
-    if "." in text:
-        head, _, tail = text.partition(".")
-        digits = "".join(c for c in tail if c.isdigit())
-        text = head + tail[len(digits) :]
+    text = re.sub(r"\.\d+", "", value.replace("Z", "+00:00"), count=1)  # seconds suffice
     try:
         moment = datetime.fromisoformat(text)
     except ValueError:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -52,7 +53,8 @@ RATE_RANGE = "5m"
 DEFAULT_STANDARD_QUERIES: dict[str, str] = {
     "error_ratio": (
         '(sum by ($label) (rate(http_requests_total{$label="$service",code=~"5.."}[5m]))'
-        ' or sum by ($label) (rate(http_requests_total{$label="$service",status=~"5.."}[5m])))'
+        ' or sum by ($label) (rate(http_requests_total{$label="$service",status=~"5.."}[5m]))'
+        ' or 0 * sum by ($label) (rate(http_requests_total{$label="$service"}[5m])))'
         ' / sum by ($label) (rate(http_requests_total{$label="$service"}[5m]))'
     ),
     "latency_p99_seconds": (
@@ -99,11 +101,7 @@ def _iso_text(value: object) -> str | None:
         return iso(datetime.fromtimestamp(float(value), UTC))
     if not isinstance(value, str) or not value:
         return None
-    text = value
-    if "." in text:  # Go writes nanoseconds; Python reads at most microseconds
-        head, _, tail = text.partition(".")
-        digits = "".join(c for c in tail if c.isdigit())
-        text = head + tail[len(digits) :]
+    text = re.sub(r"\.\d+", "", value, count=1)  # Go writes nanoseconds; seconds suffice
     try:
         return iso(parse_timestamp(text))
     except ValueError:
@@ -159,12 +157,14 @@ class Window:
         self.end = end_at.replace(microsecond=0)
         span = (self.end - self.start).total_seconds()
         self.step = max(1, math.ceil(span / (MAX_POINTS - 1)))
+        # Points count back from the end, so the last point is the window's end itself.
+        self.first = self.end - timedelta(seconds=self.step * int(span // self.step))
 
     def params(self, query: str) -> dict[str, str]:
         """The ``query_range`` parameters."""
         return {
             "query": query,
-            "start": str(int(self.start.timestamp())),
+            "start": str(int(self.first.timestamp())),
             "end": str(int(self.end.timestamp())),
             "step": f"{self.step}s",
         }
@@ -414,7 +414,8 @@ class PrometheusMetrics:
         rated = bool(name and name.endswith("_total"))
         query = f"rate({promql.strip()}[{_rate_range(window)}])" if rated else promql
         items = self._client().range_query(query, window)
-        return _sorted(_series(item, promql, rated) for item in items)
+        shown = name if rated and name else promql
+        return _sorted(_series(item, shown, rated) for item in items)
 
     def _service_series(
         self,
