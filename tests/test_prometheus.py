@@ -544,3 +544,24 @@ def test_secrets_never_reach_answers_or_audit_rows(
     for secret in (TOKEN, PASSWORD):
         assert secret.encode() not in database
         assert secret not in json.dumps(result)
+
+
+def test_diagnose_offline_plans_against_a_service_only_the_server_knows(
+    prom_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # "incident" is no "*-service" token: only the job label's values name it
+    env = {**prom_env, "SUPERBIZ_SERVICE_LABEL": "job"}
+    result, claims = _diagnose("incident 为什么告警？", env, tmp_path, monkeypatch)
+
+    persistence = open_persistence(f"sqlite:///{tmp_path / 'cli.sqlite'}")
+    try:
+        calls = persistence.ledger.list(str(result["diagnosis_id"]))
+    finally:
+        persistence.close()
+    assert (calls[0]["tool_name"], calls[0]["arguments"]) == (
+        "query_metrics",
+        {"service": "incident"},
+    )
+    assert calls[0]["status"] == "ok"
+    assert result["verdict"] == "PASS", result["answer"]
+    assert claims and all("incident" in c["claim_text"] for c in claims)
