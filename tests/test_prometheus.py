@@ -13,7 +13,6 @@ import json
 import logging
 import re
 import threading
-import time
 import urllib.request
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
@@ -539,8 +538,7 @@ def test_secrets_never_reach_answers_or_audit_rows(
     }
     result, _ = _diagnose("order-service 为什么告警？", env, tmp_path, monkeypatch)
     assert result["verdict"] == "PASS"
-    database = (tmp_path / "cli.sqlite").read_bytes()
-    time.sleep(0)  # the file is closed; everything written is in it
+    database = (tmp_path / "cli.sqlite").read_bytes()  # closed: everything written is in it
     for secret in (TOKEN, PASSWORD):
         assert secret.encode() not in database
         assert secret not in json.dumps(result)
