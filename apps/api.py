@@ -57,6 +57,7 @@ from persistence.store import Persistence, open_persistence
 from state.context import Context, Language
 from state.records import DiagnosisSummary
 from tools.backend import EvidenceBackend
+from tools.composed import backend_health, configured_backend
 from tools.environment import json_type
 from tools.unicode import has_unstorable
 
@@ -238,7 +239,7 @@ class Service:
                 try:
                     graph = build_graph(
                         get_model=self._get_model,
-                        backend=self._backend,
+                        backend=self.backend(),
                         ledger=persistence.ledger,
                         audit=persistence.audit,
                     ).compile(checkpointer=persistence.checkpointer)
@@ -247,6 +248,17 @@ class Service:
                     raise
                 self._persistence, self._graph = persistence, graph
             return self._persistence, self._graph
+
+    def backend(self) -> EvidenceBackend:
+        """The evidence backend: the one given, else the configured one (made once).
+
+        Raises:
+            ConfigError: when the backend configuration cannot be used.
+        """
+        with self._config_lock:
+            if self._backend is None:
+                self._backend = configured_backend()
+            return self._backend
 
     def close(self) -> None:
         """Release the database (a later request opens it again)."""
@@ -555,11 +567,12 @@ class Api:
             reason = f"the database did not answer within {self.health_timeout_s:g} s"
         except _DB_ERRORS as exc:
             reason = _one_line(exc)
+        backends = await backend_health(self.service.backend, self.health_timeout_s)
         if reason is not None:
             return JSONResponse(
-                {"status": "unavailable", "database": "error", "error": reason}, 503
+                {"status": "unavailable", "database": "error", "error": reason, **backends}, 503
             )
-        return JSONResponse({"status": "ok", "database": "ok"})
+        return JSONResponse({"status": "ok", "database": "ok", **backends})
 
     async def not_found(self, request: Request) -> Response:
         """Any path the API does not serve."""

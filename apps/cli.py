@@ -10,6 +10,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any, TextIO
 
+from apps.doctor import config_show_command, doctor_command
 from apps.evaluation import eval_command
 from apps.reverify import NotReverifiable, reverify
 from graph.builder import build_graph
@@ -20,8 +21,9 @@ from persistence.database import DatabaseError, migrate, open_database
 from persistence.store import Persistence, open_persistence
 from state.context import Context
 from state.records import DiagnosisRecord, Invocation
-from tools.environment import EnvironmentFileError, default_environment, load_environment
-from tools.sample import SampleBackend
+from tools.composed import configured_backend
+from tools.config import ConfigError
+from tools.environment import EnvironmentFileError, load_environment
 from verification.text import error_line
 
 DB_HELP = (
@@ -147,6 +149,21 @@ def _parser() -> argparse.ArgumentParser:
         "--workers", type=int, default=1, help="worker processes (default 1; more need PostgreSQL)"
     )
     serve.add_argument("--db", metavar="URL", help=DB_HELP)
+
+    doctor = commands.add_parser(
+        "doctor",
+        help="check that every configured backend answers",
+        description="One line per configured backend (Prometheus, Alertmanager): version, a "
+        "trivial query, the services found, or why it failed and the setting to check. Exit 0 "
+        "when all answer, 1 otherwise.",
+    )
+    doctor.add_argument("--json", action="store_true", help="print one JSON object instead")
+    config = commands.add_parser("config", help="show the backend configuration")
+    config_commands = config.add_subparsers(dest="config_command", metavar="ACTION")
+    config_commands.required = True
+    config_commands.add_parser(
+        "show", help="print the effective settings (environment over superbiz.toml), secrets masked"
+    )
     return parser
 
 
@@ -213,13 +230,14 @@ def diagnose(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         )
     ctx = _context(args)
     try:
-        environment = load_environment(args.env) if args.env else default_environment()
-    except EnvironmentFileError as exc:
+        environment = load_environment(args.env) if args.env else None
+        backend = configured_backend(environment=environment)
+    except (EnvironmentFileError, ConfigError) as exc:
         raise UsageError(str(exc)) from exc
     persistence = _open(args)
     try:
         app = build_graph(
-            backend=SampleBackend(environment), ledger=persistence.ledger, audit=persistence.audit
+            backend=backend, ledger=persistence.ledger, audit=persistence.audit
         ).compile(checkpointer=persistence.checkpointer)
         thread = args.thread or f"thread-{uuid.uuid4().hex[:12]}"
         try:
@@ -492,6 +510,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return eval_command(args.paths, args.json, sys.stdout, sys.stderr)
         if args.command == "serve":
             return serve_command(args, sys.stdout, sys.stderr)
+        if args.command == "doctor":
+            return doctor_command(args.json, sys.stdout, sys.stderr)
+        if args.command == "config":
+            return config_show_command(sys.stdout, sys.stderr)
     except UsageError as exc:
         print(f"superbiz: error: {exc}", file=sys.stderr)
         return 2

@@ -26,8 +26,8 @@ from persistence.ledger import InMemoryLedger, InvocationLedger
 from state.context import Context
 from state.graph_state import DiagnosisState, InputState, OutputState
 from tools.backend import EvidenceBackend
+from tools.composed import configured_backend
 from tools.runner import ToolRunner
-from tools.sample import SampleBackend, default_environment
 from verification.catalog import Catalog, settings_for
 
 NODES = (
@@ -75,16 +75,18 @@ def build_graph(
     Args:
         get_model: ``get_model(role, context)``; defaults to the environment-configured
             OpenAI-compatible models, or the offline rule-based models.
-        backend: where evidence comes from; defaults to the bundled sample environment.
+        backend: where evidence comes from; defaults to the configured backends
+            (``tools.composed.configured_backend``: the bundled sample when none is set).
         ledger: where tool invocations are recorded; defaults to an in-memory ledger.
         audit: where diagnoses are recorded; defaults to an in-memory audit store.
         gatekeeper_catalog: a rule catalog; defaults to the bundled one.
 
     Raises:
         CatalogError: when ``gatekeeper_catalog`` is not a valid rule catalog.
+        ConfigError: when no backend is given and the backend configuration cannot be used.
     """
     get_model = get_model or make_model_factory()
-    backend = backend or SampleBackend(default_environment())
+    backend = backend or configured_backend()
     ledger = ledger or InMemoryLedger()
     audit = audit or InMemoryAuditStore()
     runner = ToolRunner(backend, ledger)

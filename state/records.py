@@ -156,12 +156,21 @@ class DocumentEntry(TypedDict, total=False):
 
 
 class ToolOutput(TypedDict, total=False):
-    """What a tool returned, bounded by the tool runner (one shape for all four tools)."""
+    """What a tool returned, bounded by the tool runner (one shape for all four tools).
+
+    ``total``, ``alerts_total`` and ``series_total`` count matches before any bound (the totals
+    of ``query_metrics`` are present when the backend reported them or the runner cut entries).
+    ``window_start`` / ``window_end``: the absolute window a metrics backend queried.
+    """
 
     logs: list[LogEntry]
     total: int
     alerts: list[AlertEntry]
+    alerts_total: int
     series: list[SeriesEntry]
+    series_total: int
+    window_start: str
+    window_end: str
     documents: list[DocumentEntry]
     truncated: bool
     now: str

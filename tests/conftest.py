@@ -14,6 +14,8 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 
+from tests.prometheus_kit import prometheus_stack  # noqa: F401  (a session fixture)
+
 _real_connect = socket.socket.connect
 
 
@@ -41,6 +43,22 @@ def _isolated_data_dir(
     """The embedded SQLite default lands in a throw-away data directory, never the user's."""
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path_factory.mktemp("xdg-data")))
     monkeypatch.delenv("SUPERBIZ_DATABASE_URL", raising=False)
+
+
+@pytest.fixture(autouse=True)
+def _no_backend_configuration(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No real backend unless a test configures one: an empty config file, no backend variable."""
+    for name in list(os.environ):
+        if name.startswith(("SUPERBIZ_PROMETHEUS_", "SUPERBIZ_ALERTMANAGER_")) or name in {
+            "SUPERBIZ_QUERY_TIMEOUT_S",
+            "SUPERBIZ_SERVICE_LABEL",
+        }:
+            monkeypatch.delenv(name)
+    empty = tmp_path_factory.getbasetemp() / "superbiz-empty.toml"
+    empty.touch()
+    monkeypatch.setenv("SUPERBIZ_CONFIG", str(empty))
 
 
 POSTGRES_ADMIN_URL = os.environ.get(

@@ -113,7 +113,8 @@ def test_serve_health_check_reports_the_database(server: Server) -> None:
     response = httpx.get(f"{server.url}/healthz", timeout=10)
 
     assert response.status_code == 200
-    assert response.json() == {"status": "ok", "database": "ok"}
+    assert (response.json()["status"], response.json()["database"]) == ("ok", "ok")
+    assert response.json()["backends"]["sample"]["status"] == "ok"
     assert "2 API key(s) configured" in server.log.read_text()
 
 

@@ -40,6 +40,7 @@ ZERO_SUMMARY = (
     "start=2026-03-01T10:00:00Z matched 0 of 0 (complete)"
 )
 FOUND_SUMMARY = "query_logs level=ERROR service=order-service matched 3 of 3 (complete)"
+NO_ALERT_SUMMARY = "query_metrics service=payment-service alerts 0 of 0, series 2 of 2 (complete)"
 RUNBOOK_TEXT = "Connection pool runbook (wiki): when HTTP 500 appears, raise the pool size to 50"
 
 TRACE: list[TraceItem] = [
@@ -55,6 +56,7 @@ _SOURCES = {
     "documents[0]": ("inv-3", "lookup_knowledge", RUNBOOK_TEXT),
     "summary-zero": ("inv-5", "query_logs", ZERO_SUMMARY),
     "summary-found": ("inv-4", "query_logs", FOUND_SUMMARY),
+    "summary-no-alert": ("inv-2", "query_metrics", NO_ALERT_SUMMARY),
 }
 
 
@@ -286,6 +288,26 @@ def test_check_claims_positive_claim_on_zero_match_summary_is_unsupported() -> N
     # an absence typed as a plain observation still reads as one
     assert _label("payment-service 没有 ERROR 日志", sources=("summary-zero",)) == (
         "direct_observation"
+    )
+
+
+def test_check_claims_no_alert_claim_on_zero_alerts_metrics_summary_is_direct() -> None:
+    assert _negative_label("payment-service has no firing alert", "summary-no-alert") == (
+        "direct_observation"
+    )
+    assert _negative_label("payment-service 没有告警", "summary-no-alert") == "direct_observation"
+
+
+def test_check_claims_no_series_claim_on_a_summary_with_series_is_not_direct() -> None:
+    # the summary found two series: it observes no absence of metrics
+    assert _negative_label("payment-service has no metric series", "summary-no-alert") == (
+        "reasonable_inference"
+    )
+
+
+def test_check_claims_positive_alert_claim_on_zero_alerts_summary_is_unsupported() -> None:
+    assert _label("payment-service alert is firing", sources=("summary-no-alert",)) == (
+        "unsupported"
     )
 
 

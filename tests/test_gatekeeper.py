@@ -83,7 +83,10 @@ def default_invocations() -> list[Invocation]:
         make_invocation(
             3,
             "query_metrics",
-            [("alerts[0]", ALERT_TEXT), ("summary", "query_metrics matched 1 of 1 (complete)")],
+            [
+                ("alerts[0]", ALERT_TEXT),
+                ("summary", "query_metrics alerts 1 of 1, series 0 of 0 (complete)"),
+            ],
         ),
     ]
 

@@ -179,7 +179,26 @@ def test_refs_metrics_refs_order_and_count() -> None:
         ("series[0]", "metric"),
         ("summary", "summary"),
     ]
-    assert refs[-1]["text"] == "query_metrics service=order-service matched 3 of 3 (complete)"
+    assert refs[-1]["text"] == (
+        "query_metrics service=order-service alerts 2 of 2, series 1 of 1 (complete)"
+    )
+
+
+def test_refs_metrics_summary_counts_alerts_and_series_against_their_totals() -> None:
+    output = ToolOutput(alerts=[], series=[SERIES, SERIES], series_total=57)
+    refs = build_evidence_refs("query_metrics", {"promql": "up"}, output)
+    assert refs[-1]["text"] == "query_metrics promql=up alerts 0 of 0, series 2 of 57 (truncated)"
+
+
+def test_refs_metrics_summary_of_nothing_found_says_zero_of_zero_for_both() -> None:
+    refs = build_evidence_refs("query_metrics", {"service": "x"}, ToolOutput(alerts=[], series=[]))
+    assert refs == [
+        {
+            "raw_path": "summary",
+            "text": "query_metrics service=x alerts 0 of 0, series 0 of 0 (complete)",
+            "source_type": "summary",
+        }
+    ]
 
 
 def test_refs_knowledge_summary_counts_documents() -> None:

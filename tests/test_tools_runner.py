@@ -27,7 +27,7 @@ from tests.records import (
 )
 from tools.backend import LogsOutput, LogsQuery, MetricsOutput, MetricsQuery
 from tools.environment import Environment
-from tools.runner import TRUNCATION_MARKER, ToolRunner, tool_message_content
+from tools.runner import MAX_ENTRIES, TRUNCATION_MARKER, ToolRunner, tool_message_content
 from tools.sample import SampleBackend
 from tools.schemas import tool_specs
 
@@ -433,6 +433,32 @@ def test_runner_caps_metric_strings_and_flags_truncated(ledger: InMemoryLedger) 
     assert _output(row)["alerts"][0]["summary"] == "s" * 100 + TRUNCATION_MARKER
     assert _output(row)["series"][0]["labels"]["path"].endswith(TRUNCATION_MARKER)
     assert row["retrieval_details"]["evidence_refs"][-1]["text"].endswith("(truncated)")
+
+
+class ManyAlertsBackend(SampleBackend):
+    """Returns 150 alerts and 3 of 57 series (as a backend that caps series itself does)."""
+
+    def query_metrics(self, **query: Unpack[MetricsQuery]) -> MetricsOutput:
+        output = MetricsOutput(
+            alerts=[AlertEntry(**ALERT) for _ in range(150)], series=[SERIES] * 3
+        )
+        output["series_total"] = 57
+        return output
+
+
+def test_runner_keeps_metric_totals_and_counts_what_it_cut(ledger: InMemoryLedger) -> None:
+    row = _run(ToolRunner(ManyAlertsBackend(ENV), ledger), _call("query_metrics", {}, "many"))
+    output = _output(row)
+    assert (len(output["alerts"]), output["alerts_total"]) == (MAX_ENTRIES, 150)
+    assert (len(output["series"]), output["series_total"]) == (3, 57)
+    assert row["retrieval_details"]["evidence_refs"][-1]["text"] == (
+        "query_metrics alerts 100 of 150, series 3 of 57 (truncated)"
+    )
+
+
+def test_runner_adds_no_metric_totals_when_nothing_was_cut(runner: ToolRunner) -> None:
+    output = _output(_run(runner, _call("query_metrics", {"service": "order-service"}, "m1")))
+    assert "alerts_total" not in output and "series_total" not in output
 
 
 def test_runner_default_cap_bounds_five_megabyte_message(ledger: InMemoryLedger) -> None:

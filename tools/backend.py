@@ -9,7 +9,7 @@ the tool runner does that (and validates what it gets into a ``ToolOutput``).
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import Literal, NotRequired, Protocol
 
 from typing_extensions import TypedDict, Unpack
 
@@ -59,10 +59,34 @@ class LogsOutput(TypedDict):
 
 
 class MetricsOutput(TypedDict):
-    """What ``query_metrics`` returns."""
+    """What ``query_metrics`` returns.
+
+    A backend that bounds its own results (a series cap) reports how many matched in
+    ``alerts_total`` / ``series_total``; without them the returned entries are all that matched.
+    A backend that queries a time window reports it (``window_start``, ``window_end``, ISO-8601),
+    so the summary ref states the absolute window that was asked.
+    """
 
     alerts: list[AlertEntry]
     series: list[SeriesEntry]
+    alerts_total: NotRequired[int]
+    series_total: NotRequired[int]
+    window_start: NotRequired[str]
+    window_end: NotRequired[str]
+
+
+class BackendReport(TypedDict):
+    """Whether one evidence source answers (``superbiz doctor``, ``GET /healthz``).
+
+    ``detail`` is one line: what answered (version, a trivial query, the services found) or what
+    failed; ``setting`` names the variable to check when it failed. Never a secret.
+    """
+
+    backend: str
+    url: str | None
+    status: Literal["ok", "error"]
+    detail: str
+    setting: NotRequired[str]
 
 
 class KnowledgeOutput(TypedDict):

@@ -123,24 +123,39 @@ def summary_text(tool_name: str, arguments: Mapping[str, object], output: ToolOu
 
     ``<tool_name> <k>=<v> ... matched <n> of <total> (complete|truncated)``, arguments sorted by
     key with ``None`` values left out. For ``query_logs``, ``n`` is the number of lines returned
-    and ``total`` the output's ``total``; for ``query_metrics`` both count alerts plus series; for
-    ``lookup_knowledge`` both count documents. ``truncated`` when fewer entries were returned than
-    matched or the output says ``truncated`` (a field was capped).
+    and ``total`` the output's ``total``; for ``lookup_knowledge`` both count documents.
+    ``query_metrics`` counts alerts and series separately, ``... alerts <a> of <ta>, series <s>
+    of <ts> (complete|truncated)``, each total the output's ``alerts_total`` / ``series_total``
+    when it has one (never less than what was returned), after ``window=<start>/<end>`` when the
+    backend reports the absolute window it queried. ``truncated`` when fewer entries were
+    returned than matched or the output says ``truncated`` (a field was capped).
     """
-    if tool_name == "query_logs":
-        returned = len(output.get("logs", []))
-        total = output.get("total", returned)
-    elif tool_name == "query_metrics":
-        returned = total = len(output.get("alerts", [])) + len(output.get("series", []))
-    else:
-        returned = total = len(output.get("documents", []))
-    incomplete = returned < total or output.get("truncated") is True
     parts = [tool_name]
     parts += [
         f"{key}={format_value(arguments[key])}"
         for key in sorted(arguments)
         if arguments[key] is not None
     ]
+    if tool_name == "query_metrics":
+        alerts = len(output.get("alerts", []))
+        series = len(output.get("series", []))
+        alerts_total = max(alerts, output.get("alerts_total", alerts))
+        series_total = max(series, output.get("series_total", series))
+        incomplete = (
+            alerts < alerts_total or series < series_total or output.get("truncated") is True
+        )
+        window = (output.get("window_start"), output.get("window_end"))
+        if window[0] and window[1]:
+            parts.append(f"window={window[0]}/{window[1]}")
+        parts.append(f"alerts {alerts} of {alerts_total}, series {series} of {series_total}")
+        parts[-1] += f" ({'truncated' if incomplete else 'complete'})"
+        return " ".join(parts)
+    if tool_name == "query_logs":
+        returned = len(output.get("logs", []))
+        total = output.get("total", returned)
+    else:
+        returned = total = len(output.get("documents", []))
+    incomplete = returned < total or output.get("truncated") is True
     parts.append(f"matched {returned} of {total} ({'truncated' if incomplete else 'complete'})")
     return " ".join(parts)
 

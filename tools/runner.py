@@ -96,6 +96,13 @@ def _validation_message(tool_name: str, exc: ValidationError) -> str:
     return f"invalid arguments for {tool_name}: " + "; ".join(problems)
 
 
+def _count(value: object) -> int | None:
+    """A count a backend reported, or None when it is not a non-negative integer."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return None
+
+
 def call_key(call: Mapping[str, object]) -> str:
     """The tool call id, or a stable stand-in derived from name and arguments when missing."""
     call_id = call.get("id")
@@ -267,6 +274,11 @@ class ToolRunner:
             bounded[array] = capped
             cut_any = cut_any or cut
             returned = len(entries)
+            if name == "query_metrics":
+                matched = _count(output.get(f"{array}_total"))
+                matched = max(matched or 0, len(found) if isinstance(found, list) else 0)
+                if matched > returned or f"{array}_total" in output:
+                    bounded[f"{array}_total"] = matched
         if name == "query_logs":
             total = output.get("total")
             if not isinstance(total, int) or isinstance(total, bool) or total < returned:
@@ -275,6 +287,10 @@ class ToolRunner:
             bounded["truncated"] = bool(output.get("truncated")) or cut_any or total > returned
         elif cut_any or output.get("truncated") is True:
             bounded["truncated"] = True
+        if name == "query_metrics":
+            for key in ("window_start", "window_end"):
+                if isinstance(output.get(key), str):
+                    bounded[key] = output[key]
         return bounded
 
     def _mark_deduped(self, diagnosis_id: str, output: ToolOutput) -> RetrievalDetails:

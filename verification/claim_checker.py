@@ -35,6 +35,10 @@ INFERENTIAL_TYPES: Final[tuple[str, ...]] = ("correlation", "causal", "state")
 _SERVICE = re.compile(r"(?<![a-z0-9-])[a-z0-9]+(?:-[a-z0-9]+)*-service(?![a-z0-9])")
 _WORD = re.compile(r"[a-z0-9]+")
 _ZERO_MATCH = re.compile(r"\bmatched 0 of 0\b")
+_ZERO_ALERTS = re.compile(r"\balerts 0 of 0\b")
+_ZERO_SERIES = re.compile(r"\bseries 0 of 0\b")
+_ALERT_WORDS = ("alert", "firing", "告警", "报警")
+_SERIES_WORDS = ("series", "metric", "指标")
 _STOPWORDS = frozenset(
     "the and for with from was were are has have had this that these those been being into its "
     "there their than then also which while when where who what all any per".split()
@@ -147,6 +151,23 @@ def contradiction(claim_text: str, incident: Sequence[VerifiedExcerpt]) -> str |
     return None
 
 
+def _matched_nothing(summary: str, claim_text: str) -> bool:
+    """Whether a ``summary`` ref says the query matched nothing the claim speaks of.
+
+    ``matched 0 of 0``; for ``query_metrics`` (``alerts <a> of <ta>, series <s> of <ts>``) both
+    counts zero, or no alert at all for a claim that speaks of alerts and not of series.
+    """
+    text = normalize(summary)
+    if _ZERO_MATCH.search(text):
+        return True
+    if not _ZERO_ALERTS.search(text):
+        return False
+    if _ZERO_SERIES.search(text):
+        return True
+    claim = normalize(claim_text)
+    return any(w in claim for w in _ALERT_WORDS) and not any(w in claim for w in _SERIES_WORDS)
+
+
 def _label_claim(
     claim: Claim, verified: Sequence[VerifiedExcerpt], known_services: Sequence[str]
 ) -> tuple[ClaimLabel, str]:
@@ -170,7 +191,7 @@ def _label_claim(
     zero_match = [
         entry
         for entry in incident
-        if entry["raw_path"] == "summary" and _ZERO_MATCH.search(normalize(entry["text"]))
+        if entry["raw_path"] == "summary" and _matched_nothing(entry["text"], text)
     ]
     only_zero = len(zero_match) == len(incident)
     negative = claim_type == "negative_observation" or (only_zero and _looks_negative(text))

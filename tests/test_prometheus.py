@@ -1,0 +1,565 @@
+"""query_metrics, doctor and /healthz against a real Prometheus 2.42 and Alertmanager 0.25.
+
+The servers are the Debian packages, started once per test session by ``prometheus_stack``
+(``tests/prometheus_kit.py``): live alerts from an exporter, exact past values backfilled with
+promtool. The auth proxy and the VictoriaMetrics answer are local stand-ins, said so below.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import logging
+import re
+import threading
+import urllib.request
+from collections.abc import Iterator, Mapping
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from starlette.testclient import TestClient
+
+from apps.api import create_app
+from apps.cli import main
+from apps.doctor import doctor_command
+from persistence.audit import verifier_evaluation_of
+from persistence.ledger import InMemoryLedger
+from persistence.store import open_persistence
+from state.records import Invocation
+from tests.prometheus_kit import CART_LATENCY, Stack, free_port
+from tools.composed import configured_backend
+from tools.config import load_settings
+from tools.runner import ToolRunner
+
+TOKEN = "prom-token-5b8e-secret"
+PASSWORD = "prom-pass-0c41-secret"
+
+
+def _runner(env: dict[str, str], tmp_path: Path) -> ToolRunner:
+    return ToolRunner(configured_backend(load_settings(env, cwd=tmp_path)), InMemoryLedger())
+
+
+def _call(runner: ToolRunner, args: Mapping[str, object], call_id: str = "m1") -> Invocation:
+    return runner.run(
+        {"name": "query_metrics", "args": args, "id": call_id},
+        diagnosis_id="d1",
+        thread_id="t1",
+        round=1,
+    )
+
+
+def _refs(row: Invocation) -> dict[str, str]:
+    return {r["raw_path"]: r["text"] for r in row["retrieval_details"]["evidence_refs"]}
+
+
+def _iso(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@pytest.fixture
+def prom_env(prometheus_stack: Stack) -> dict[str, str]:
+    return {"SUPERBIZ_PROMETHEUS_URL": prometheus_stack.prometheus_url}
+
+
+# --- alerts ----------------------------------------------------------------------------------
+
+
+def test_prometheus_firing_alerts_with_values_thresholds_and_exact_refs(
+    prom_env: dict[str, str], tmp_path: Path
+) -> None:
+    row = _call(_runner(prom_env, tmp_path), {"service": "order-service"})
+    refs = _refs(row)
+
+    assert row["status"] == "ok", row["error"]
+    assert re.fullmatch(
+        r"HighErrorRate service=order-service severity=critical state=firing value=0\.3 "
+        r"threshold=0\.05 active_at=\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ: 5xx ratio above 5%",
+        refs["alerts[0]"],
+    )
+    assert refs["alerts[1]"].startswith(
+        "QueueBacklog service=order-service severity=warning state=firing value=120 "
+        "threshold=100 active_at="
+    )
+    assert "alerts[2]" not in refs
+    series = [text for path, text in refs.items() if path.startswith("series[")]
+    # the measured side of each firing alert's expression, then the standard queries with data
+    assert any(
+        t.startswith('sum by (service) (rate(http_requests_total{status=~"5.."}[5s]))')
+        and "{service=order-service} min=0.3 max=0.3 last=0.3 points=" in t
+        for t in series
+    ), series
+    assert any(t.startswith("order_queue_depth{instance=") and "min=120 " in t for t in series)
+    assert any(t.startswith("error_ratio{service=order-service} min=0.3 max=0.3") for t in series)
+    summary = refs["summary"]
+    assert re.fullmatch(
+        r"query_metrics service=order-service window=\S+Z/\S+Z alerts 2 of 2, "
+        rf"series {len(series)} of {len(series)} \(complete\)",
+        summary,
+    )
+
+
+def test_prometheus_pending_alert_is_pending_and_service_filter_is_exact(
+    prom_env: dict[str, str], tmp_path: Path
+) -> None:
+    row = _call(_runner(prom_env, tmp_path), {"service": "payment-service"})
+    alerts = {a["alert_name"]: a for a in (row["output"] or {}).get("alerts", [])}
+
+    assert set(alerts) == {"PaymentRetries", "SlowPayments"}
+    assert alerts["SlowPayments"]["state"] == "pending"
+    assert (alerts["SlowPayments"]["value"], alerts["SlowPayments"]["threshold"]) == (2.5, 1)
+    assert alerts["PaymentRetries"]["state"] == "firing"
+    assert alerts["PaymentRetries"]["threshold"] == 5
+    # firing first, then pending
+    assert [a["state"] for a in (row["output"] or {})["alerts"]] == ["firing", "pending"]
+
+
+def test_prometheus_alert_that_fired_in_the_window_is_resolved(
+    prometheus_stack: Stack, prom_env: dict[str, str], tmp_path: Path
+) -> None:
+    row = _call(_runner(prom_env, tmp_path), {"service": "cart-service"})
+    alerts = (row["output"] or {}).get("alerts", [])
+
+    assert [(a["alert_name"], a["state"]) for a in alerts] == [("CartCheckoutSlow", "resolved")]
+    assert alerts[0]["threshold"] == 1
+    assert alerts[0]["summary"] == "cart checkout slower than 1s"
+    fired = prometheus_stack.started_at - 40 * 60
+    active_at = datetime.fromisoformat(alerts[0]["active_at"].replace("Z", "+00:00"))
+    assert fired - 1 <= active_at.timestamp() <= fired + 30
+    assert "value" not in alerts[0]  # nothing is made up for an alert that is over
+
+
+def test_prometheus_alert_filter_is_a_substring_of_the_name(
+    prom_env: dict[str, str], tmp_path: Path
+) -> None:
+    row = _call(_runner(prom_env, tmp_path), {"alert": "queue"})
+    assert [a["alert_name"] for a in (row["output"] or {})["alerts"]] == ["QueueBacklog"]
+    assert (row["output"] or {})["series"] == []
+
+
+# --- series ----------------------------------------------------------------------------------
+
+
+def test_prometheus_promql_series_min_max_last_are_computed_from_the_points(
+    prometheus_stack: Stack, prom_env: dict[str, str], tmp_path: Path
+) -> None:
+    start, end = _iso(prometheus_stack.started_at - 55 * 60), _iso(prometheus_stack.started_at)
+    promql = 'cart_checkout_latency_seconds{service="cart-service"}'
+    row = _call(
+        _runner(prom_env, tmp_path),
+        {"promql": promql, "start": start, "end": end, "service": "cart-service"},
+    )
+    refs = _refs(row)
+
+    # 41 samples a minute apart, seen for 5 more minutes (lookback), at 12 s steps (55 min / 299)
+    match = re.fullmatch(
+        r"cart_checkout_latency_seconds\{service=cart-service\} "
+        r"min=0\.2s max=1\.8s last=0\.4s points=(\d+)",
+        refs["series[0]"],
+    )
+    assert match, refs["series[0]"]
+    expected_points = ((len(CART_LATENCY) - 1) * 60 + 5 * 60) // 12
+    assert abs(int(match.group(1)) - expected_points) <= 2
+    assert refs["summary"].endswith(f"window={start}/{end} alerts 1 of 1, series 1 of 1 (complete)")
+
+
+def test_prometheus_counter_selector_is_shown_as_a_rate(
+    prom_env: dict[str, str], tmp_path: Path
+) -> None:
+    promql = 'http_requests_total{service="order-service",status="500"}'
+    row = _call(_runner(prom_env, tmp_path), {"promql": promql, "service": "order-service"})
+    series = (row["output"] or {})["series"]
+
+    assert len(series) == 1 and series[0]["unit"] == "/s"
+    assert series[0]["metric"] == "http_requests_total"
+    assert series[0]["last"] > 0  # rate over 5 min of a few seconds of data: below 3/s
+    assert (
+        _refs(row)["series[0]"].startswith("http_requests_total{instance=")
+        and "service=order-service,status=500} min=" in _refs(row)["series[0]"]
+    )
+
+
+def test_prometheus_series_are_capped_and_the_summary_says_truncated(
+    prom_env: dict[str, str], tmp_path: Path
+) -> None:
+    row = _call(_runner(prom_env, tmp_path), {"promql": "shard_queue_length", "service": "none"})
+    output = row["output"] or {}
+
+    assert [s["labels"]["shard"] for s in output["series"]] == [f"{i:02d}" for i in range(20)]
+    assert output["series_total"] == 30
+    assert _refs(row)["summary"].endswith("alerts 0 of 0, series 20 of 30 (truncated)")
+
+
+def test_prometheus_window_is_capped_at_a_day_keeping_its_end(
+    prometheus_stack: Stack, prom_env: dict[str, str], tmp_path: Path
+) -> None:
+    end = prometheus_stack.started_at
+    args = {"promql": "up", "service": "none", "start": _iso(end - 3 * 86400), "end": _iso(end)}
+    row = _call(_runner(prom_env, tmp_path), args)
+    assert f"window={_iso(end - 86400)}/{_iso(end)}" in _refs(row)["summary"]
+
+
+def test_prometheus_empty_result_is_no_hit_never_an_error(
+    prom_env: dict[str, str], tmp_path: Path
+) -> None:
+    row = _call(_runner(prom_env, tmp_path), {"service": "ghost-service", "promql": "nothing_x"})
+    assert row["status"] == "no_hit"
+    assert _refs(row)["summary"].endswith("alerts 0 of 0, series 0 of 0 (complete)")
+
+
+# --- services --------------------------------------------------------------------------------
+
+
+def test_prometheus_services_are_the_service_label_values(
+    prom_env: dict[str, str], tmp_path: Path
+) -> None:
+    backend = configured_backend(load_settings(prom_env, cwd=tmp_path))
+    assert backend.services() == [
+        "cart-service",
+        "inventory-service",
+        "order-service",
+        "payment-service",
+    ]
+    labelled = configured_backend(
+        load_settings({**prom_env, "SUPERBIZ_SERVICE_LABEL": "team,job"}, cwd=tmp_path)
+    )
+    assert labelled.services() == ["incident"]  # no team label: the job label is next
+
+
+# --- errors ----------------------------------------------------------------------------------
+
+
+def test_prometheus_promql_syntax_error_is_an_error_invocation_quoting_the_server(
+    prom_env: dict[str, str], tmp_path: Path
+) -> None:
+    row = _call(_runner(prom_env, tmp_path), {"promql": "sum(rate(x[5m])", "service": "x"})
+    assert row["status"] == "error"
+    assert row["retrieval_details"]["evidence_refs"] == []
+    assert "Prometheus answered HTTP 400: bad_data:" in str(row["error"])
+    assert "parse error" in str(row["error"])
+
+
+def test_prometheus_unreachable_is_an_error_invocation_and_a_doctor_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    row = _call(_runner({"SUPERBIZ_PROMETHEUS_URL": url}, tmp_path), {"service": "x"})
+    assert row["status"] == "error"
+    assert f"Prometheus at {url}: cannot connect" in str(row["error"])
+    assert "check SUPERBIZ_PROMETHEUS_URL" in str(row["error"])
+
+    monkeypatch.setenv("SUPERBIZ_PROMETHEUS_URL", url)
+    out, err = io.StringIO(), io.StringIO()
+    assert doctor_command(False, out, err) == 1
+    assert re.match(rf"prometheus +FAIL +{re.escape(url)} .*cannot connect", out.getvalue())
+    assert "check SUPERBIZ_PROMETHEUS_URL" in err.getvalue()
+
+
+RECORDED_VICTORIAMETRICS_422 = (
+    b'{"status":"error","errorType":"422","error":"error when executing query=\\"sum(rate('
+    b'http_requests_total[5m])\\" on the time range (start=1796120000000, end=1796123600000, '
+    b'step=12000): cannot execute query: argList: unexpected token \\"\\"; want \\",\\", '
+    b'\\")\\"; unparsed data: \\"\\""}'
+)
+"""Recorded from VictoriaMetrics 1.79.5 (Debian 12 package ``victoria-metrics``) for an
+unbalanced ``query_range``: HTTP 422 with a numeric ``errorType``."""
+
+
+class _Recorded(BaseHTTPRequestHandler):
+    """A stand-in replaying recorded VictoriaMetrics answers (not a real server)."""
+
+    def do_GET(self) -> None:  # noqa: N802 - the http.server name
+        if self.path.startswith("/api/v1/query_range"):
+            status, body = 422, RECORDED_VICTORIAMETRICS_422
+        elif self.path.startswith("/api/v1/rules"):
+            status, body = 200, b'{"status":"success","data":{"groups":[]}}'
+        else:
+            status, body = 200, b'{"status":"success","data":{"alerts":[]}}'
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        return
+
+
+def _serve(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture
+def victoriametrics_replay() -> Iterator[str]:
+    yield from _serve(_Recorded)
+
+
+def test_prometheus_victoriametrics_422_error_is_quoted(
+    victoriametrics_replay: str, tmp_path: Path
+) -> None:
+    runner = _runner({"SUPERBIZ_PROMETHEUS_URL": victoriametrics_replay}, tmp_path)
+    row = _call(runner, {"promql": "sum(rate(http_requests_total[5m])", "service": "x"})
+    assert row["status"] == "error"
+    assert str(row["error"]).startswith(
+        'BackendRequestError: Prometheus answered HTTP 422: error when executing query="sum('
+    )
+    assert "unexpected token" in str(row["error"])
+
+
+# --- auth ------------------------------------------------------------------------------------
+
+
+def _auth_proxy(target: str) -> type[BaseHTTPRequestHandler]:
+    accepted = {
+        f"Bearer {TOKEN}",
+        "Basic " + base64.b64encode(f"ops:{PASSWORD}".encode()).decode(),
+    }
+
+    class Proxy(BaseHTTPRequestHandler):
+        """A small reverse proxy in front of the real Prometheus that checks credentials."""
+
+        def do_GET(self) -> None:  # noqa: N802 - the http.server name
+            if self.headers.get("Authorization") not in accepted:
+                body = b"Unauthorized\n"
+                self.send_response(401)
+                self.send_header("WWW-Authenticate", 'Basic realm="prometheus"')
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                return
+            with urllib.request.urlopen(target + self.path, timeout=10) as answer:
+                body, status = answer.read(), answer.status
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            return
+
+    return Proxy
+
+
+@pytest.fixture
+def auth_proxy(prometheus_stack: Stack) -> Iterator[str]:
+    yield from _serve(_auth_proxy(prometheus_stack.prometheus_url))
+
+
+@pytest.mark.parametrize(
+    "credentials",
+    [
+        {"SUPERBIZ_PROMETHEUS_TOKEN": TOKEN},
+        {"SUPERBIZ_PROMETHEUS_USER": "ops", "SUPERBIZ_PROMETHEUS_PASSWORD": PASSWORD},
+    ],
+    ids=["bearer", "basic"],
+)
+def test_prometheus_auth_proxy_accepts_the_configured_credentials(
+    auth_proxy: str, credentials: dict[str, str], tmp_path: Path
+) -> None:
+    env = {"SUPERBIZ_PROMETHEUS_URL": auth_proxy, **credentials}
+    row = _call(_runner(env, tmp_path), {"service": "order-service"})
+    assert row["status"] == "ok", row["error"]
+    assert len((row["output"] or {})["alerts"]) == 2
+
+
+@pytest.mark.parametrize(
+    "credentials",
+    [
+        {"SUPERBIZ_PROMETHEUS_TOKEN": TOKEN + "-wrong"},
+        {"SUPERBIZ_PROMETHEUS_USER": "ops", "SUPERBIZ_PROMETHEUS_PASSWORD": PASSWORD + "-wrong"},
+    ],
+    ids=["bearer", "basic"],
+)
+def test_prometheus_refused_credentials_say_which_setting_and_no_secret(
+    auth_proxy: str,
+    credentials: dict[str, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    env = {"SUPERBIZ_PROMETHEUS_URL": auth_proxy, **credentials}
+    runner = _runner(env, tmp_path)
+    row = _call(runner, {"service": "order-service"})
+    secrets = [value for key, value in credentials.items() if not key.endswith("_USER")]
+
+    assert row["status"] == "error"
+    assert "HTTP 401, the credentials were refused" in str(row["error"])
+    setting = "SUPERBIZ_PROMETHEUS_TOKEN" if "TOKEN" in str(credentials) else "_PASSWORD"
+    assert setting in str(row["error"])
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    out, err = io.StringIO(), io.StringIO()
+    assert doctor_command(True, out, err) == 1
+    assert json.loads(out.getvalue())["backends"][0]["status"] == "error"
+    recorded = json.dumps(row) + out.getvalue() + err.getvalue() + caplog.text
+    for secret in secrets:
+        assert secret not in recorded
+
+
+# --- Alertmanager ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def am_env(prometheus_stack: Stack) -> dict[str, str]:
+    return {
+        "SUPERBIZ_PROMETHEUS_URL": prometheus_stack.prometheus_url,
+        "SUPERBIZ_ALERTMANAGER_URL": prometheus_stack.alertmanager_url,
+    }
+
+
+def test_alertmanager_alerts_mark_inhibited_and_silenced(
+    am_env: dict[str, str], tmp_path: Path
+) -> None:
+    runner = _runner(am_env, tmp_path)
+    order = _refs(_call(runner, {"service": "order-service"}, "a1"))
+    payment = (_call(runner, {"service": "payment-service"}, "a2")["output"] or {})["alerts"]
+
+    assert re.fullmatch(
+        r"HighErrorRate service=order-service severity=critical state=firing value=0\.3 "
+        r"threshold=0\.05 active_at=\S+Z: 5xx ratio above 5%",
+        order["alerts[0]"],
+    )
+    assert order["alerts[1]"].startswith(
+        "QueueBacklog service=order-service severity=warning state=inhibited value=120 "
+        "threshold=100 active_at="
+    )
+    # Alertmanager only holds what Prometheus sent: the pending alert is not there
+    assert [(a["alert_name"], a["state"]) for a in payment] == [("PaymentRetries", "silenced")]
+
+
+def test_doctor_reports_prometheus_and_alertmanager_in_one_line_each(
+    am_env: dict[str, str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for name, value in am_env.items():
+        monkeypatch.setenv(name, value)
+    assert main(["doctor"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+
+    assert len(lines) == 2
+    assert re.match(
+        r"prometheus +ok +http://127\.0\.0\.1:\d+  version 2\.42\.\S+; query vector\(1\) ok; "
+        r"label service: 4 services \(cart-service, inventory-service, order-service, ",
+        lines[0],
+    )
+    assert re.match(r"alertmanager +ok +\S+  version 0\.25\.\S+; cluster \w+; 3 alerts", lines[1])
+
+
+def test_healthz_reports_each_backend_without_failing_the_database(
+    am_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in am_env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("SUPERBIZ_ALERTMANAGER_URL", f"http://127.0.0.1:{free_port()}")
+    app = create_app(f"sqlite:///{tmp_path / 'api.sqlite'}", api_keys={})
+    with TestClient(app) as client:
+        health = client.get("/healthz")
+
+    body = health.json()
+    assert health.status_code == 200
+    assert (body["status"], body["database"]) == ("ok", "ok")
+    assert body["backends"]["prometheus"]["status"] == "ok"
+    assert body["backends"]["alertmanager"]["status"] == "error"
+    assert "cannot connect" in body["backends"]["alertmanager"]["detail"]
+    assert body["backends"]["alertmanager"]["setting"] == "SUPERBIZ_ALERTMANAGER_URL"
+
+
+# --- end to end ------------------------------------------------------------------------------
+
+
+def _diagnose(
+    question: str, env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    db = f"sqlite:///{tmp_path / 'cli.sqlite'}"
+    out = io.StringIO()
+    monkeypatch.setattr("sys.stdout", out)
+    assert main(["diagnose", "--offline", "--json", "--db", db, question]) == 0
+    result = json.loads(out.getvalue())
+    persistence = open_persistence(db)
+    try:
+        record = persistence.audit.get(str(result["diagnosis_id"]))
+        assert record is not None
+        evaluation = verifier_evaluation_of(record)
+        assert evaluation is not None
+        structured: Any = evaluation["executor_structured_output"]
+        claims: list[dict[str, Any]] = structured["claims"]
+    finally:
+        persistence.close()
+    return result, claims
+
+
+def test_diagnose_offline_answers_from_real_alerts_with_pass(
+    prom_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    result, claims = _diagnose("order-service 为什么告警？", prom_env, tmp_path, monkeypatch)
+
+    assert result["verdict"] == "PASS", result["answer"]
+    bindings = [b for c in claims for b in c["evidence_bindings"]]
+    assert {(b["tool_name"], b["raw_path"]) for b in bindings} == {
+        ("query_metrics", "alerts[0]"),
+        ("query_metrics", "alerts[1]"),
+    }
+    answer = str(result["answer"])
+    assert "HighErrorRate" in answer and "QueueBacklog" in answer
+    assert "value=0.3" in answer and "threshold=0.05" in answer
+
+
+def test_diagnose_offline_states_series_of_a_service_without_alerts(
+    prom_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    result, claims = _diagnose("inventory-service 的指标怎么样？", prom_env, tmp_path, monkeypatch)
+
+    assert result["verdict"] == "PASS", result["answer"]
+    paths = [b["raw_path"] for c in claims for b in c["evidence_bindings"]]
+    assert paths and all(p.startswith("series[") for p in paths)
+    assert "error_ratio{service=inventory-service} min=0 max=0 last=0" in str(result["answer"])
+
+
+def test_secrets_never_reach_answers_or_audit_rows(
+    auth_proxy: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env = {
+        "SUPERBIZ_PROMETHEUS_URL": auth_proxy,
+        "SUPERBIZ_PROMETHEUS_TOKEN": TOKEN,
+        "SUPERBIZ_PROMETHEUS_HEADERS": json.dumps({"X-Scope-OrgID": PASSWORD}),
+    }
+    result, _ = _diagnose("order-service 为什么告警？", env, tmp_path, monkeypatch)
+    assert result["verdict"] == "PASS"
+    database = (tmp_path / "cli.sqlite").read_bytes()  # closed: everything written is in it
+    for secret in (TOKEN, PASSWORD):
+        assert secret.encode() not in database
+        assert secret not in json.dumps(result)
+
+
+def test_diagnose_offline_plans_against_a_service_only_the_server_knows(
+    prom_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # "incident" is no "*-service" token: only the job label's values name it
+    env = {**prom_env, "SUPERBIZ_SERVICE_LABEL": "job"}
+    result, claims = _diagnose("incident 为什么告警？", env, tmp_path, monkeypatch)
+
+    persistence = open_persistence(f"sqlite:///{tmp_path / 'cli.sqlite'}")
+    try:
+        calls = persistence.ledger.list(str(result["diagnosis_id"]))
+    finally:
+        persistence.close()
+    assert (calls[0]["tool_name"], calls[0]["arguments"]) == (
+        "query_metrics",
+        {"service": "incident"},
+    )
+    assert calls[0]["status"] == "ok"
+    assert result["verdict"] == "PASS", result["answer"]
+    assert claims and all("incident" in c["claim_text"] for c in claims)

@@ -1,0 +1,150 @@
+"""Alerts from Alertmanager's v2 API, silenced and inhibited ones marked as such.
+
+``GET /api/v2/alerts`` (active, silenced, inhibited and unprocessed alike) answers a bare array;
+each alert becomes an ``AlertEntry`` whose ``state`` is ``firing``, ``silenced`` (a silence
+mutes it), ``inhibited`` (another alert inhibits it) or ``resolved`` (its ``endsAt`` has passed).
+``active_at`` is ``startsAt``. Alertmanager has no value and no rule expression: the metrics
+backend adds them from Prometheus when it is configured, else they are absent. Errors are a JSON
+string, quoted as the server's message.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from state.records import AlertEntry
+from tools.backend import BackendError, BackendReport
+from tools.config import BackendSettings
+from tools.http import BackendClient, BackendRequestError, one_line
+
+
+def alertmanager_error(status: int, body: bytes) -> str | None:
+    """The server's message from an Alertmanager error body (a JSON string, or text)."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return one_line(body.decode("utf-8", errors="replace")) or None
+    if isinstance(data, str):
+        return one_line(data) or None
+    if isinstance(data, dict) and data.get("message"):
+        return one_line(str(data["message"]))
+    return one_line(json.dumps(data)) or None
+
+
+def _time(value: object) -> datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    text = re.sub(r"\.\d+", "", value.replace("Z", "+00:00"), count=1)  # seconds suffice
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+class AlertmanagerAlerts:
+    """Reads alerts from one Alertmanager.
+
+    Args:
+        settings: Its URL, auth and TLS settings.
+        timeout_s: Seconds one request may take.
+        now: The clock (for tests).
+    """
+
+    def __init__(
+        self,
+        settings: BackendSettings,
+        *,
+        timeout_s: float,
+        now: Callable[[], datetime] | None = None,
+    ) -> None:
+        self.http = BackendClient(
+            settings, timeout_s=timeout_s, title="Alertmanager", error_reader=alertmanager_error
+        )
+        self._now = now or (lambda: datetime.now(UTC))
+
+    def alerts(self, service_labels: tuple[str, ...]) -> list[tuple[AlertEntry, dict[str, str]]]:
+        """Every alert Alertmanager holds, with its labels.
+
+        Raises:
+            BackendError: When Alertmanager fails or answers something else than an array.
+        """
+        answer = self.http.get_json(
+            "api/v2/alerts",
+            {"active": "true", "silenced": "true", "inhibited": "true", "unprocessed": "true"},
+        )
+        if not isinstance(answer, list):
+            raise BackendRequestError(
+                f"Alertmanager at {self.http.url}: /api/v2/alerts did not answer an array "
+                "(is this Alertmanager's base URL?)",
+                kind="invalid",
+                setting=self.http.settings.variable("url"),
+            )
+        now = self._now()
+        found: list[tuple[AlertEntry, dict[str, str]]] = []
+        for raw in answer:
+            if not isinstance(raw, dict):
+                continue
+            labels = {str(k): str(v) for k, v in (raw.get("labels") or {}).items()}
+            found.append((self._entry(raw, labels, service_labels, now), labels))
+        return found
+
+    @staticmethod
+    def _entry(
+        raw: dict[str, object],
+        labels: dict[str, str],
+        service_labels: tuple[str, ...],
+        now: datetime,
+    ) -> AlertEntry:
+        entry = AlertEntry(alert_name=labels.get("alertname", ""))
+        service = next((labels[n] for n in service_labels if labels.get(n)), None)
+        if service is not None:
+            entry["service"] = service
+        if labels.get("severity"):
+            entry["severity"] = labels["severity"]
+        status = raw.get("status") if isinstance(raw.get("status"), dict) else {}
+        assert isinstance(status, dict)
+        ends_at = _time(raw.get("endsAt"))
+        if ends_at is not None and ends_at < now:
+            state = "resolved"
+        elif status.get("silencedBy"):
+            state = "silenced"
+        elif status.get("inhibitedBy"):
+            state = "inhibited"
+        else:
+            state = "firing"
+        entry["state"] = state
+        annotations = raw.get("annotations")
+        if isinstance(annotations, dict):
+            text = annotations.get("summary") or annotations.get("description")
+            if isinstance(text, str) and text.strip():
+                entry["summary"] = one_line(text, 500)
+        starts_at = _time(raw.get("startsAt"))
+        if starts_at is not None:
+            entry["active_at"] = starts_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        return entry
+
+    def check(self) -> BackendReport:
+        """Whether Alertmanager answers: its version, cluster status and alert count."""
+        url = self.http.url
+        try:
+            status = self.http.get_json("api/v2/status")
+            if not isinstance(status, dict):
+                raise BackendError(f"Alertmanager at {url}: /api/v2/status is not an object")
+            version = (status.get("versionInfo") or {}).get("version") or "unknown"
+            cluster = (status.get("cluster") or {}).get("status") or "unknown"
+            count = len(self.alerts(()))
+        except BackendError as exc:
+            report = BackendReport(backend="alertmanager", url=url, status="error", detail=str(exc))
+            if isinstance(exc, BackendRequestError):
+                report["setting"] = exc.setting
+            return report
+        return BackendReport(
+            backend="alertmanager",
+            url=url,
+            status="ok",
+            detail=f"version {version}; cluster {cluster}; {count} alerts",
+        )

@@ -1,0 +1,276 @@
+"""The evidence backend the configuration asks for, composed of one source per kind of evidence.
+
+``configured_backend`` is what the command line, the HTTP API and the LangGraph server use:
+
+- nothing configured: the sample backend over ``--env FILE`` or the bundled sample incident, as
+  before;
+- a real backend configured (``tools.config``): ``ComposedBackend`` with metrics (and alerts) from
+  Prometheus / Alertmanager, and logs and knowledge from the environment file when one is given.
+  Without one, logs and knowledge are *unavailable* (an ``error`` invocation saying so): the
+  bundled sample incident is never mixed into answers about real systems.
+
+Each kind (logs, metrics, knowledge, time) is one part, so a later log or runbook backend is one
+more part. ``services()`` joins the services every part knows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+import anyio
+import anyio.to_thread
+from typing_extensions import Unpack
+
+from tools.alertmanager import AlertmanagerAlerts
+from tools.backend import (
+    BackendError,
+    BackendReport,
+    EvidenceBackend,
+    KnowledgeOutput,
+    LogsOutput,
+    LogsQuery,
+    MetricsOutput,
+    MetricsQuery,
+    TimeOutput,
+)
+from tools.config import ConfigError, Settings, load_settings
+from tools.environment import Environment, default_environment
+from tools.prometheus import PrometheusMetrics
+from tools.sample import SampleBackend
+
+
+class _Logs(Protocol):
+    def query_logs(self, **query: Unpack[LogsQuery]) -> LogsOutput: ...
+
+
+class _Metrics(Protocol):
+    def query_metrics(self, **query: Unpack[MetricsQuery]) -> MetricsOutput: ...
+
+
+class _Knowledge(Protocol):
+    def lookup_knowledge(self, *, query: str, top_k: int = 3) -> KnowledgeOutput: ...
+
+
+class _Clock(Protocol):
+    def get_current_time(self, *, timezone: str | None = None) -> TimeOutput: ...
+
+
+class Unavailable:
+    """A kind of evidence no source is configured for: every call is an error saying so."""
+
+    needs_timeout = False
+
+    def __init__(self, what: str, fix: str) -> None:
+        self.what = what
+        self.fix = fix
+
+    def _refuse(self) -> BackendError:
+        return BackendError(f"no {self.what} source is configured; {self.fix}")
+
+    def query_logs(self, **query: Unpack[LogsQuery]) -> LogsOutput:
+        """Refused: no log source."""
+        raise self._refuse()
+
+    def query_metrics(self, **query: Unpack[MetricsQuery]) -> MetricsOutput:
+        """Refused: no metrics source."""
+        raise self._refuse()
+
+    def lookup_knowledge(self, *, query: str, top_k: int = 3) -> KnowledgeOutput:
+        """Refused: no knowledge source."""
+        raise self._refuse()
+
+    def services(self) -> list[str]:
+        """Knows no service."""
+        return []
+
+
+class RealClock:
+    """The current UTC time (``get_current_time``) of a real environment."""
+
+    needs_timeout = False
+
+    def get_current_time(self, *, timezone: str | None = None) -> TimeOutput:
+        """The real time, in ``timezone`` when given."""
+        return SampleBackend({}).get_current_time(timezone=timezone)
+
+
+class ComposedBackend:
+    """An ``EvidenceBackend`` whose tools are served by one part each.
+
+    Args:
+        logs: Serves ``query_logs``.
+        metrics: Serves ``query_metrics``.
+        knowledge: Serves ``lookup_knowledge``.
+        clock: Serves ``get_current_time``.
+    """
+
+    def __init__(
+        self, *, logs: _Logs, metrics: _Metrics, knowledge: _Knowledge, clock: _Clock
+    ) -> None:
+        self.logs = logs
+        self.metrics = metrics
+        self.knowledge = knowledge
+        self.clock = clock
+        self.parts: tuple[object, ...] = tuple(
+            dict.fromkeys([logs, metrics, knowledge, clock], None)
+        )
+        self.needs_timeout = any(getattr(part, "needs_timeout", True) for part in self.parts)
+
+    def query_logs(self, **query: Unpack[LogsQuery]) -> LogsOutput:
+        """Log lines from the log part."""
+        return self.logs.query_logs(**query)
+
+    def query_metrics(self, **query: Unpack[MetricsQuery]) -> MetricsOutput:
+        """Alerts and series from the metrics part."""
+        return self.metrics.query_metrics(**query)
+
+    def lookup_knowledge(self, *, query: str, top_k: int = 3) -> KnowledgeOutput:
+        """Documents from the knowledge part."""
+        return self.knowledge.lookup_knowledge(query=query, top_k=top_k)
+
+    def get_current_time(self, *, timezone: str | None = None) -> TimeOutput:
+        """The time from the clock part."""
+        return self.clock.get_current_time(timezone=timezone)
+
+    def services(self) -> list[str]:
+        """Every service a part knows, sorted."""
+        names: set[str] = set()
+        for part in self.parts:
+            listing = getattr(part, "services", None)
+            if callable(listing):
+                names.update(listing())
+        return sorted(names)
+
+    def checks(self) -> list[BackendReport]:
+        """One report per part that can check itself (a real server), in part order."""
+        reports: list[BackendReport] = []
+        for part in self.parts:
+            for checker in _checkers(part):
+                reports.append(checker())
+        return reports
+
+
+def _checkers(part: object) -> list[Callable[[], BackendReport]]:
+    found: list[Callable[[], BackendReport]] = []
+    if isinstance(part, PrometheusMetrics):
+        if part.client is not None:
+            found.append(part.check)
+        if part.alertmanager is not None:
+            found.append(part.alertmanager.check)
+        return found
+    check = getattr(part, "check", None)
+    if callable(check):
+        found.append(check)
+    return found
+
+
+def check_backends(backend: EvidenceBackend) -> list[BackendReport]:
+    """A report per configured real backend; the sample backend reports itself as ``sample``."""
+    checks = getattr(backend, "checks", None)
+    if callable(checks):
+        reports: list[BackendReport] = checks()
+        return reports
+    return [
+        BackendReport(
+            backend="sample",
+            url=None,
+            status="ok",
+            detail="no real backend configured: the bundled sample incident or --env FILE",
+        )
+    ]
+
+
+def configured_backend(
+    settings: Settings | None = None, *, environment: Environment | None = None
+) -> EvidenceBackend:
+    """The evidence backend the configuration names (see the module docstring).
+
+    Args:
+        settings: The configuration; None reads it (``tools.config.load_settings``).
+        environment: An environment file's content (``--env FILE``); None when not given.
+
+    Raises:
+        ConfigError: When the configuration cannot be used.
+    """
+    settings = settings if settings is not None else load_settings()
+    if not settings.real:
+        return SampleBackend(environment if environment is not None else default_environment())
+    prometheus = settings.backend("prometheus")
+    alertmanager_settings = settings.backend("alertmanager")
+    alertmanager = (
+        AlertmanagerAlerts(alertmanager_settings, timeout_s=settings.query_timeout_s)
+        if alertmanager_settings is not None
+        else None
+    )
+    metrics = PrometheusMetrics(
+        prometheus,
+        alertmanager=alertmanager,
+        service_labels=settings.service_labels,
+        timeout_s=settings.query_timeout_s,
+    )
+    if environment is not None:
+        # Its alerts and series give way to the real ones, its `now` to the real time.
+        logs, documents = environment.get("logs", []), environment.get("documents", [])
+        file_backend = SampleBackend(Environment(logs=logs, documents=documents))
+        return ComposedBackend(
+            logs=file_backend, metrics=metrics, knowledge=file_backend, clock=RealClock()
+        )
+    fix = "pass --env FILE to serve an environment file's {}"
+    return ComposedBackend(
+        logs=Unavailable("log", fix.format("logs")),
+        metrics=metrics,
+        knowledge=Unavailable("runbook", fix.format("documents")),
+        clock=RealClock(),
+    )
+
+
+def part_names(backend: EvidenceBackend) -> Sequence[str]:
+    """Which source serves each tool (for ``config show``)."""
+    if not isinstance(backend, ComposedBackend):
+        return ["sample: logs, metrics, knowledge, time"]
+
+    def name(part: object) -> str:
+        if isinstance(part, Unavailable):
+            return "none"
+        if isinstance(part, PrometheusMetrics):
+            return "prometheus" + (" + alertmanager" if part.alertmanager is not None else "")
+        if isinstance(part, SampleBackend):
+            return "environment file"
+        return "real time"
+
+    return [
+        f"logs: {name(backend.logs)}",
+        f"metrics: {name(backend.metrics)}",
+        f"knowledge: {name(backend.knowledge)}",
+        f"time: {name(backend.clock)}",
+    ]
+
+
+async def backend_health(
+    backend: Callable[[], EvidenceBackend], timeout_s: float
+) -> dict[str, object]:
+    """``{"backends": {name: report}}`` for ``/healthz``, within ``timeout_s`` (never raises).
+
+    A backend that does not answer in time, or a configuration that cannot be used, is reported
+    as an error; the database check is separate.
+    """
+
+    def run() -> list[BackendReport]:
+        return check_backends(backend())
+
+    try:
+        with anyio.fail_after(timeout_s):
+            reports = await anyio.to_thread.run_sync(run, abandon_on_cancel=True)
+    except TimeoutError:
+        return {
+            "backends": {"all": {"status": "error", "detail": f"no answer within {timeout_s:g} s"}}
+        }
+    except ConfigError as exc:
+        return {"backends": {"config": {"status": "error", "detail": str(exc)}}}
+    return {
+        "backends": {
+            report["backend"]: {k: v for k, v in report.items() if k != "backend"}
+            for report in reports
+        }
+    }

@@ -1,0 +1,205 @@
+"""The HTTP client every real backend uses: timeouts, auth, TLS, bounded reads, error mapping.
+
+``BackendClient.get_json`` returns the decoded JSON of a 2xx answer, or raises
+``BackendRequestError`` with one line saying which backend failed, what happened (the server's own
+message where it gave one, read by the backend's ``error_reader``) and which setting to check.
+Secrets of the backend (token, password, header values) never appear in an error: every message is
+redacted before it leaves this module, and URLs are shown without credentials.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any, NoReturn
+
+import httpx
+
+from tools.backend import BackendError
+from tools.config import BackendSettings, redact
+
+MAX_RESPONSE_BYTES = 32 * 1024 * 1024
+"""A larger answer is refused (the query should be narrowed), never read into memory whole."""
+
+_SERVER_TEXT_CHARS = 300
+
+ErrorReader = Callable[[int, bytes], str | None]
+"""Reads a backend's error body (status, raw bytes) into its message, or None when it has none."""
+
+
+class BackendRequestError(BackendError):
+    """A backend request failed; ``setting`` names the variable to check, ``kind`` the failure.
+
+    ``kind`` is ``unreachable``, ``timeout``, ``tls``, ``auth``, ``not_found``, ``server`` (any
+    other error status; ``status`` holds it) or ``invalid`` (an answer that is not usable JSON).
+    """
+
+    def __init__(self, message: str, *, kind: str, setting: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.setting = setting
+        self.status = status
+
+
+def one_line(text: str, limit: int = _SERVER_TEXT_CHARS) -> str:
+    """Whitespace collapsed, cut at ``limit`` characters (marked with ``…``)."""
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def plain_error_text(status: int, body: bytes) -> str | None:
+    """The default error reader: the body as one line of text (None when empty)."""
+    text = one_line(body.decode("utf-8", errors="replace"))
+    return text or None
+
+
+class BackendClient:
+    """A JSON-over-HTTP client for one configured backend.
+
+    Args:
+        settings: The backend's URL, auth and TLS settings.
+        timeout_s: Seconds one request may take (connect, read and write each).
+        title: How the backend is named in messages (``Prometheus``).
+        error_reader: Turns an error body into the server's message.
+    """
+
+    def __init__(
+        self,
+        settings: BackendSettings,
+        *,
+        timeout_s: float,
+        title: str,
+        error_reader: ErrorReader = plain_error_text,
+    ) -> None:
+        self.settings = settings
+        self.timeout_s = timeout_s
+        self.title = title
+        self._error_reader = error_reader
+        self._client: httpx.Client | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def url(self) -> str:
+        """The base URL (it never carries credentials: the configuration refuses them)."""
+        return self.settings.url
+
+    def _http(self) -> httpx.Client:
+        with self._lock:
+            if self._client is None:
+                headers = dict(self.settings.headers)
+                if self.settings.token:
+                    headers["Authorization"] = f"Bearer {self.settings.token}"
+                auth = None
+                if self.settings.user is not None and self.settings.password is not None:
+                    auth = httpx.BasicAuth(self.settings.user, self.settings.password)
+                verify: bool | str = True
+                if self.settings.insecure:
+                    verify = False
+                elif self.settings.ca_file:
+                    verify = self.settings.ca_file
+                self._client = httpx.Client(
+                    base_url=self.settings.url + "/",
+                    headers=headers,
+                    auth=auth,
+                    verify=verify,
+                    timeout=httpx.Timeout(self.timeout_s),
+                    follow_redirects=False,
+                    trust_env=False,
+                )
+            return self._client
+
+    def close(self) -> None:
+        """Close the connection pool (a later request opens a new one)."""
+        with self._lock:
+            if self._client is not None:
+                self._client.close()
+            self._client = None
+
+    def _fail(self, kind: str, what: str, setting_key: str, status: int | None = None) -> NoReturn:
+        setting = self.settings.variable(setting_key)
+        message = f"{self.title} at {self.url}: {what}; check {setting}"
+        raise BackendRequestError(
+            redact(message, self.settings.secrets()), kind=kind, setting=setting, status=status
+        )
+
+    def get_json(self, path: str, params: Mapping[str, str] | None = None) -> Any:
+        """GET ``<url>/<path>`` and decode its JSON answer.
+
+        Raises:
+            BackendRequestError: For any failure (see the class).
+        """
+        try:
+            with self._http().stream("GET", path.lstrip("/"), params=dict(params or {})) as answer:
+                body = self._read(answer)
+                status = answer.status_code
+        except httpx.TimeoutException:
+            self._fail(
+                "timeout",
+                f"no answer within {self.timeout_s:g} s",
+                "url",
+            )
+        except httpx.ConnectError as exc:
+            reason = one_line(str(exc)) or "connection failed"
+            if "CERTIFICATE" in reason.upper() or "SSL" in reason.upper():
+                self._fail(
+                    "tls",
+                    f"TLS verification failed ({reason}); set {self.settings.variable('ca_file')} "
+                    f"or {self.settings.variable('insecure')}=1",
+                    "ca_file",
+                )
+            self._fail("unreachable", f"cannot connect ({reason})", "url")
+        except httpx.HTTPError as exc:
+            self._fail("unreachable", f"request failed ({one_line(str(exc))})", "url")
+        if status in (401, 403):
+            said = self._error_reader(status, body)
+            key = "user" if self.settings.user is not None else "token"
+            if self.settings.user is not None:
+                password = self.settings.variable("password")
+                key_text = f"{self.settings.variable('user')} / {password}"
+            else:
+                key_text = self.settings.variable("token")
+            unset = "" if self.settings.token or self.settings.user else " (none is set)"
+            self._fail(
+                "auth",
+                f"HTTP {status}, the credentials were refused"
+                + (f" ({said})" if said else "")
+                + f"; the credentials are {key_text}{unset}",
+                key,
+                status,
+            )
+        if status == 404:
+            self._fail(
+                "not_found",
+                f"HTTP 404 for /{path.lstrip('/')} (is this the API's base URL?)",
+                "url",
+                status,
+            )
+        if not 200 <= status < 300:
+            said = self._error_reader(status, body) or "no message"
+            raise BackendRequestError(
+                redact(f"{self.title} answered HTTP {status}: {said}", self.settings.secrets()),
+                kind="server",
+                setting=self.settings.variable("url"),
+                status=status,
+            )
+        try:
+            return json.loads(body)
+        except ValueError:
+            self._fail("invalid", "the answer is not JSON (is this the right URL?)", "url", status)
+
+    def _read(self, answer: httpx.Response) -> bytes:
+        chunks: list[bytes] = []
+        size = 0
+        for chunk in answer.iter_bytes():
+            size += len(chunk)
+            if size > MAX_RESPONSE_BYTES:
+                self._fail(
+                    "invalid",
+                    f"the answer is larger than {MAX_RESPONSE_BYTES // (1024 * 1024)} MB; "
+                    "narrow the query",
+                    "url",
+                    answer.status_code,
+                )
+            chunks.append(chunk)
+        return b"".join(chunks)
