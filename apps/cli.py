@@ -20,6 +20,8 @@ from persistence.database import DatabaseError, migrate, open_database
 from persistence.store import Persistence, open_persistence
 from state.context import Context
 from state.records import DiagnosisRecord, Invocation
+from state.settings import BY_NAME as RULES_BY_NAME
+from state.settings import SettingsError, parse_value
 from tools.environment import EnvironmentFileError, default_environment, load_environment
 from tools.sample import SampleBackend
 from verification.text import error_line
@@ -58,7 +60,7 @@ def _parser() -> argparse.ArgumentParser:
         help="finish the thread's interrupted diagnosis from its last checkpoint (needs --thread)",
     )
     diagnose.add_argument(
-        "--lang", choices=("zh", "en"), default=None, help="answer language (default: zh)"
+        "--lang", metavar="{zh,en}", default=None, help="answer language (default: zh)"
     )
     diagnose.add_argument(
         "--offline",
@@ -74,12 +76,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     diagnose.add_argument(
         "--composer",
-        choices=("template", "model"),
+        metavar="{template,model}",
         default=None,
         help="how the answer is written: fixed template (default) or checked model text",
     )
     diagnose.add_argument(
-        "--max-tool-calls", type=int, metavar="N", help="tool calls allowed per round (default 8)"
+        "--max-tool-calls", metavar="N", help="tool calls allowed per round (default 8)"
     )
     diagnose.add_argument("--json", action="store_true", help="print one JSON object instead")
     diagnose.add_argument("--db", metavar="URL", help=DB_HELP)
@@ -150,22 +152,35 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _context(args: argparse.Namespace) -> Context:
-    overrides: dict[str, Any] = {}
-    if args.lang:
-        overrides["language"] = args.lang
-    if args.offline:
+_OPTIONS = (
+    ("lang", "--lang", "language"),
+    ("composer", "--composer", "composer_mode"),
+    ("max_tool_calls", "--max-tool-calls", "max_tool_calls_per_round"),
+)
+"""Options of ``diagnose`` that set a run setting: attribute, option, setting."""
+
+
+def _context(args: argparse.Namespace, **fixed: object) -> Context:
+    """The run settings of the command: its options, checked by the rules of every entry."""
+    overrides: dict[str, object] = dict(fixed)
+    problems: list[str] = []
+    if getattr(args, "offline", False):
         overrides["offline"] = True
-    if args.composer:
-        overrides["composer_mode"] = args.composer
-    if args.max_tool_calls is not None:
-        if args.max_tool_calls < 1:
-            raise UsageError("--max-tool-calls must be at least 1")
-        overrides["max_tool_calls_per_round"] = args.max_tool_calls
+    for attribute, option, name in _OPTIONS:
+        value = getattr(args, attribute, None)
+        if value is None:
+            continue
+        try:
+            overrides[name] = parse_value(RULES_BY_NAME[name], str(value), option)
+        except SettingsError as exc:
+            problems.extend(exc.problems)
     try:
-        return Context(**overrides)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from exc
+        context = Context(**overrides)
+    except SettingsError as exc:
+        problems.extend(exc.problems)
+    if problems:
+        raise UsageError("; ".join(problems))
+    return context
 
 
 def _progress(event: dict[str, Any], err: TextIO) -> None:
@@ -372,7 +387,7 @@ def render_session(record: DiagnosisRecord, invocations: list[Invocation]) -> st
 
 def reverify_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """``reverify DIAGNOSIS_ID``."""
-    ctx = Context(offline=True) if args.offline else Context()
+    ctx = _context(args)
     persistence = _open(args)
     try:
         report = reverify(

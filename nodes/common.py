@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -14,7 +13,7 @@ from langgraph.config import get_config, get_stream_writer
 from langgraph.constants import TAG_NOSTREAM
 from langgraph.runtime import Runtime
 
-from state.context import Context
+from state.context import Context, setting_names
 from state.graph_state import DiagnosisState
 from tools.unicode import clean_text
 
@@ -27,14 +26,31 @@ INTERNAL_CALL: RunnableConfig = {"tags": [TAG_NOSTREAM]}
 
 
 def context_of(runtime: Runtime[Context] | None) -> Context:
-    """The run's ``Context``: the one passed by the caller, or defaults from the environment."""
+    """The run's ``Context``: the one passed by the caller, or defaults from the environment.
+
+    A mapping (a LangGraph context or, without one, the settings among the run config's
+    ``configurable`` keys) is checked by the run-setting rules; unknown keys of a context are
+    reported. (The LangGraph server itself drops context keys its schema does not list before
+    a run starts.)
+
+    Raises:
+        SettingsError: for an unknown key or a value a setting does not allow.
+    """
     ctx: Any = getattr(runtime, "context", None)
     if isinstance(ctx, Context):
         return ctx
     if isinstance(ctx, dict):
-        names = {f.name for f in dataclasses.fields(Context)}
-        return Context(**{k: v for k, v in ctx.items() if k in names})
-    return Context()
+        return Context(**ctx)
+    names = set(setting_names())
+    configurable = _configurable()
+    return Context(**{k: v for k, v in configurable.items() if k in names})
+
+
+def _configurable() -> dict[str, Any]:
+    try:
+        return dict(get_config().get("configurable") or {})
+    except RuntimeError:
+        return {}
 
 
 def thread_id() -> str:
