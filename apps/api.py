@@ -48,7 +48,8 @@ from apps.auth import (
     retry_after_header,
 )
 from graph.builder import build_graph
-from graph.runner import run_diagnosis, summary_of
+from graph.model_calls import ModelCallFailed
+from graph.runner import DiagnosisFailed, run_diagnosis, summary_of
 from nodes.common import GetModel
 from persistence.database import DatabaseError
 from persistence.locks import ThreadBusy
@@ -92,9 +93,18 @@ def _one_line(exc: BaseException) -> str:
 
 
 def _failure(exc: BaseException, action: str) -> ApiError:
-    """The error response for an exception raised while serving a request."""
+    """The error response for an exception raised while serving a request.
+
+    A diagnosis ended by its model endpoint is 502 with the reason; a database that went away
+    is 503; anything else 500.
+    """
     if isinstance(exc, ApiError):
         return exc
+    if isinstance(exc, DiagnosisFailed):
+        if isinstance(exc.cause, ModelCallFailed):
+            logger.warning("diagnosis %s failed: %s", exc.diagnosis_id, exc.reason)
+            return ApiError(502, f"the diagnosis could not finish: {exc.reason}")
+        exc = exc.cause
     if isinstance(exc, ConfigError | SettingsError):
         logger.error("API configuration error: %s", exc)
         return ApiError(500, f"the API is misconfigured: {exc}")

@@ -308,15 +308,38 @@ def test_cli_diagnose_reports_an_unexpected_failure_in_one_line(
         cli, "build_graph", lambda **kwargs: build_graph(get_model=_failing_models, **kwargs)
     )
 
-    code, out, err = run(capsys, "diagnose", ORDER_QUESTION)
+    code, out, err = run(capsys, "diagnose", ORDER_QUESTION, "--thread", "t-failed")
 
     assert code == 1
-    assert out == ""
     assert "Traceback" not in err
-    assert err.splitlines()[-1] == (
-        "superbiz: error: diagnosis failed: ConnectionError: "
-        "model endpoint refused the connection (127.0.0.1:9)"
+    reason = "ConnectionError: model endpoint refused the connection (127.0.0.1:9)"
+    assert err.splitlines()[-1] == f"superbiz: error: diagnosis failed: {reason}"
+    # The user gets a degraded answer saying the diagnosis could not finish, and why.
+    assert out.startswith(f"抱歉，本次诊断未能完成：{reason}")
+    assert "status: failed" in out
+    # The failure is recorded with its reason.
+    code, listing, _ = run(capsys, "sessions", "list", "--thread", "t-failed", "--json")
+    (record,) = json.loads(listing)
+    assert record["status"] == "failed"
+    assert record["note"] == f"failed: {reason}"
+    assert record["final_answer"].startswith("抱歉，本次诊断未能完成")
+    assert record["self_evaluation"]["failure"]["reason"] == reason
+
+
+def test_cli_debug_variable_prints_the_traceback(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(
+        cli, "build_graph", lambda **kwargs: build_graph(get_model=_failing_models, **kwargs)
     )
+    monkeypatch.setenv("SUPERBIZ_DEBUG", "1")
+
+    code, _, err = run(capsys, "diagnose", ORDER_QUESTION)
+
+    assert code == 1
+    assert "Traceback (most recent call last)" in err
+    assert "ConnectionError: model endpoint refused the connection" in err
+    assert err.splitlines()[-1].startswith("superbiz: error: diagnosis failed: ConnectionError")
 
 
 def _rejecting_models() -> GetModel:
