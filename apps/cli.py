@@ -9,18 +9,26 @@ import os
 import shlex
 import socket
 import sys
+import threading
 import traceback
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib import metadata
-from typing import Any, NoReturn, TextIO
+from typing import Any, NoReturn, TextIO, TypeVar
 
 from apps.evaluation import eval_command
 from apps.reverify import NotReverifiable, reverify
 from graph.builder import build_graph
 from graph.model_calls import ModelCallFailed
 from graph.models import make_model_factory
-from graph.runner import DiagnosisFailed, Graph, NothingToResume, run_diagnosis, summary_of
+from graph.runner import (
+    DiagnosisFailed,
+    Graph,
+    NothingToResume,
+    note_interrupted,
+    run_diagnosis,
+    summary_of,
+)
 from persistence.audit import StoredRecordError, verifier_evaluation_of
 from persistence.database import (
     DatabaseError,
@@ -38,6 +46,8 @@ from state.settings import SettingsError, check_environment, parse_value
 from tools.environment import EnvironmentFileError, default_environment, load_environment
 from tools.sample import SampleBackend
 from verification.text import error_line, terminal_safe
+
+T = TypeVar("T")
 
 DB_HELP = (
     "database: postgresql://user@host/db, sqlite:///path or a file path "
@@ -352,15 +362,26 @@ def diagnose(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         thread = args.thread or f"thread-{uuid.uuid4().hex[:12]}"
         try:
             with persistence.thread_lock(thread):
-                values = run_diagnosis(
-                    app,
-                    thread_id=thread,
-                    context=ctx,
-                    audit=persistence.audit,
-                    question=question,
-                    resume=args.resume,
-                    on_event=lambda event: _progress(event, err),
+                values = _interruptible(
+                    lambda: run_diagnosis(
+                        app,
+                        thread_id=thread,
+                        context=ctx,
+                        audit=persistence.audit,
+                        question=question,
+                        resume=args.resume,
+                        on_event=lambda event: _progress(event, err),
+                    )
                 )
+        except _CtrlC:
+            # A node is still running (a tool or model call that does not return): the run
+            # would wait for it. Its last checkpoint is saved; leave at once. The database
+            # releases the thread's lock with the process.
+            note_interrupted(app, thread, persistence.audit)
+            _interrupted(app, thread, args, err)
+            print("superbiz: interrupted", file=err, flush=True)
+            out.flush()
+            os._exit(130)
         except KeyboardInterrupt:
             _interrupted(app, thread, args, err)
             raise
@@ -386,6 +407,33 @@ def diagnose(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             f"thread: {terminal_safe(thread)}\n"
         )
     return 0
+
+
+class _CtrlC(Exception):
+    """Ctrl-C arrived while the diagnosis was running in its worker thread."""
+
+
+def _interruptible(run: Callable[[], T]) -> T:
+    """``run()`` in a worker thread, so that Ctrl-C is noticed at once by this thread."""
+    result: list[T] = []
+    failure: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            result.append(run())
+        except BaseException as exc:  # handed to the caller's thread as it is
+            failure.append(exc)
+
+    worker = threading.Thread(target=work, name="superbiz-diagnosis", daemon=True)
+    worker.start()
+    try:
+        while worker.is_alive():
+            worker.join(0.1)
+    except KeyboardInterrupt:
+        raise _CtrlC from None
+    if failure:
+        raise failure[0]
+    return result[0]
 
 
 def _failure_code(cause: BaseException) -> int:

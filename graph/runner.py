@@ -84,7 +84,7 @@ def run_diagnosis(
             if on_event is not None and isinstance(chunk, dict):
                 on_event(chunk)
     except KeyboardInterrupt:
-        _note(app, config, audit, None, "interrupted; resume with --resume --thread " + thread_id)
+        note_interrupted(app, thread_id, audit)
         raise
     except Exception as exc:
         raise _failed(app, config, audit, context, exc) from exc
@@ -154,6 +154,12 @@ def _failed(
     except Exception:  # bookkeeping must never hide the original error
         pass
     return DiagnosisFailed(reason, answer, diagnosis_id, exc)
+
+
+def note_interrupted(app: Graph, thread_id: str, audit: AuditStore) -> None:
+    """Note on the thread's running diagnosis that it was interrupted and can be resumed."""
+    config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
+    _note(app, config, audit, None, "interrupted; resume with --resume --thread " + thread_id)
 
 
 def _note(

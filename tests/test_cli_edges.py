@@ -4,9 +4,14 @@ terminal-safe output, interrupted runs, busy ports, ignored options and ``db upg
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
 import sqlite3
 import stat
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -351,3 +356,40 @@ def test_cli_db_upgrade_reports_the_migrations_it_applied(
         conn.execute("UPDATE superbiz_schema SET version = 1")
     code, out, _ = run(capsys, "db", "upgrade", "--db", db)
     assert out.strip().endswith("(from 1); applied 0002_thread_owner.sql")
+
+
+def test_cli_sigint_leaves_a_resumable_checkpoint_and_prints_the_resume_command(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    marker = tmp_path / "stalled"
+    db = f"sqlite:///{tmp_path / 'x.sqlite'}"
+    child = Path(__file__).with_name("sigint_child.py")
+    argv = ["diagnose", QUESTION, "--db", db, "--thread", "t-sigint"]
+    env = {k: v for k, v in os.environ.items() if k not in RUN_VARIABLES}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
+    proc = subprocess.Popen(
+        [sys.executable, str(child), str(marker), *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not marker.exists():
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        _, raw_err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    err = raw_err.decode("utf-8")
+
+    assert proc.returncode == 130, err
+    command = f"superbiz diagnose --resume --thread t-sigint --db {db}"
+    assert f"superbiz: interrupted; resume with: {command}" in err
+    assert "Traceback" not in err
+    code, out, err = run(capsys, *command.split()[1:], "--json")
+    assert code == 0, err
+    assert json.loads(out)["verdict"] == "PASS"

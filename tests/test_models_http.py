@@ -777,3 +777,16 @@ def test_models_http_api_answers_502_and_the_stream_ends_with_an_error_event(
         assert events[-1] == "error"
         last = stream.text.strip().splitlines()[-1]
         assert '"status":502' in last and "refused the API key" in last
+
+
+def test_models_http_a_spent_deadline_ends_the_round_without_model_calls(
+    model_env: FakeOpenAI,
+) -> None:
+    values, audit = _diagnose(diagnosis_deadline_s=0.001)
+
+    assert model_env.requests == []
+    assert "SUPERBIZ_DIAGNOSIS_DEADLINE_S" in values["budget_note"]
+    assert values["verdict"] != "PASS"
+    assert values["route"][-1] == "audit"
+    (record,) = audit.list()
+    assert record["status"] == "done"
