@@ -22,7 +22,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from functools import partial
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import anyio
 import anyio.from_thread
@@ -48,7 +48,8 @@ from apps.auth import (
     retry_after_header,
 )
 from graph.builder import build_graph
-from graph.runner import run_diagnosis, summary_of
+from graph.model_calls import ModelCallFailed
+from graph.runner import DiagnosisFailed, run_diagnosis, summary_of
 from nodes.common import GetModel
 from persistence.database import DatabaseError
 from persistence.locks import ThreadBusy
@@ -56,6 +57,7 @@ from persistence.ownership import ThreadOwners
 from persistence.store import Persistence, open_persistence
 from state.context import Context, Language
 from state.records import DiagnosisSummary
+from state.settings import SettingsError, check_settings
 from tools.backend import EvidenceBackend
 from tools.composed import backend_health, configured_backend
 from tools.environment import json_type
@@ -92,10 +94,19 @@ def _one_line(exc: BaseException) -> str:
 
 
 def _failure(exc: BaseException, action: str) -> ApiError:
-    """The error response for an exception raised while serving a request."""
+    """The error response for an exception raised while serving a request.
+
+    A diagnosis ended by its model endpoint is 502 with the reason; a database that went away
+    is 503; anything else 500.
+    """
     if isinstance(exc, ApiError):
         return exc
-    if isinstance(exc, ConfigError):
+    if isinstance(exc, DiagnosisFailed):
+        if isinstance(exc.cause, ModelCallFailed):
+            logger.warning("diagnosis %s failed: %s", exc.diagnosis_id, exc.reason)
+            return ApiError(502, f"the diagnosis could not finish: {exc.reason}")
+        exc = exc.cause
+    if isinstance(exc, ConfigError | SettingsError):
         logger.error("API configuration error: %s", exc)
         return ApiError(500, f"the API is misconfigured: {exc}")
     if isinstance(exc, _DB_ERRORS):
@@ -115,6 +126,7 @@ class ChatRequest(NamedTuple):
     question: str
     thread_id: str
     language: Language | None
+    settings: dict[str, object] = {}
 
 
 def parse_chat(body: bytes, limits: Limits) -> ChatRequest:
@@ -154,17 +166,49 @@ def parse_chat(body: bytes, limits: Limits) -> ChatRequest:
             "thread_id must be 1 to 128 letters, digits or . _ : @ -, starting with a letter "
             "or digit"
         )
-    language = data.get("language")
-    if language is not None and language not in ("zh", "en"):
-        problems.append(f"language must be 'zh' or 'en', got {json.dumps(language)}")
+    settings = request_settings(data, problems)
     if problems:
         raise ApiError(422, "; ".join(problems))
     assert isinstance(question, str)
     return ChatRequest(
         question=question.strip(),
         thread_id=thread_id if isinstance(thread_id, str) else f"thread-{uuid.uuid4().hex}",
-        language="en" if language == "en" else "zh" if language == "zh" else None,
+        language=cast(Language | None, settings.get("language")),
+        settings=settings,
     )
+
+
+BODY_FIELDS = ("question", "thread_id", "language", "settings")
+IGNORED_FIELDS = ("user", "owner", "identity")
+"""Identity fields a client may send; the identity is always the API key's."""
+REQUEST_SETTINGS = ("language", "composer_mode", "offline", "max_tool_calls_per_round")
+"""Run settings a request may choose (``settings``); the others are the server's."""
+
+
+def request_settings(data: dict[str, Any], problems: list[str]) -> dict[str, object]:
+    """The run settings of a chat body (``language`` and ``settings``).
+
+    They are checked by the rules every entry uses; unknown fields and settings, and wrong
+    values, are added to ``problems``.
+    """
+    problems.extend(
+        f"unknown field {key!r}; the body takes {', '.join(BODY_FIELDS)}"
+        for key in data
+        if key not in BODY_FIELDS and key not in IGNORED_FIELDS
+    )
+    values: dict[str, object] = {}
+    extra = data.get("settings")
+    if extra is not None and not isinstance(extra, dict):
+        problems.append(f"settings must be an object, got {json_type(extra)}")
+    elif extra:
+        values.update(extra)
+    if data.get("language") is not None:
+        values["language"] = data["language"]
+    try:
+        return check_settings(values, allowed=REQUEST_SETTINGS)
+    except SettingsError as exc:
+        problems.extend(exc.problems)
+        return {}
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -305,7 +349,7 @@ class Service:
         persistence, graph = self.open()
         if not ThreadOwners(persistence.db).claim(chat.thread_id, identity):
             raise ApiError(404, f"no thread {chat.thread_id!r}")
-        context = Context(language=chat.language) if chat.language else Context()
+        context = Context(**chat.settings)
         try:
             with persistence.thread_lock(chat.thread_id):
                 if on_started is not None:

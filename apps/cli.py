@@ -3,28 +3,53 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
+import shlex
+import socket
 import sys
+import threading
+import traceback
 import uuid
-from collections.abc import Sequence
-from typing import Any, TextIO
+from collections.abc import Callable, Sequence
+from importlib import metadata
+from typing import Any, NoReturn, TextIO, TypeVar
 
 from apps.doctor import config_show_command, doctor_command
 from apps.evaluation import eval_command
 from apps.reverify import NotReverifiable, reverify
 from graph.builder import build_graph
+from graph.model_calls import ModelCallFailed
 from graph.models import make_model_factory
-from graph.runner import NothingToResume, run_diagnosis, summary_of
+from graph.runner import (
+    DiagnosisFailed,
+    Graph,
+    NothingToResume,
+    note_interrupted,
+    run_diagnosis,
+    summary_of,
+)
 from persistence.audit import StoredRecordError, verifier_evaluation_of
-from persistence.database import DatabaseError, migrate, open_database
-from persistence.store import Persistence, open_persistence
+from persistence.database import (
+    DatabaseError,
+    DatabaseUnavailable,
+    NoDatabase,
+    migrate,
+    migrations,
+    open_database,
+)
+from persistence.store import Persistence, Records, open_persistence, open_records
 from state.context import Context
 from state.records import DiagnosisRecord, Invocation
+from state.settings import BY_NAME as RULES_BY_NAME
+from state.settings import SettingsError, check_environment, parse_value
 from tools.composed import configured_backend
 from tools.config import ConfigError
 from tools.environment import EnvironmentFileError, load_environment
-from verification.text import error_line
+from verification.text import error_line, terminal_safe
+
+T = TypeVar("T")
 
 DB_HELP = (
     "database: postgresql://user@host/db, sqlite:///path or a file path "
@@ -32,23 +57,65 @@ DB_HELP = (
 )
 
 
+EXIT_FAILED = 1
+"""Exit status of a command that failed (a model endpoint refused the request, a bug...)."""
+EXIT_USAGE = 2
+"""Exit status for bad input: options, arguments, files, settings."""
+EXIT_UNAVAILABLE = 3
+"""Exit status when a dependency is down: the database, or the model endpoint after retries."""
+DEBUG_VAR = "SUPERBIZ_DEBUG"
+"""Set to 1 to print the traceback of a failure before its one-line reason."""
+
+
 class UsageError(Exception):
     """Bad input from the command line; the message is the one-line reason."""
 
 
+class Unavailable(Exception):
+    """A dependency (database, model endpoint) is down; the message is the one-line reason."""
+
+
+class CommandFailed(Exception):
+    """The command failed and has said so; ``code`` is its exit status."""
+
+    def __init__(self, message: str, code: int = EXIT_FAILED) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def version() -> str:
+    """The installed version of superbiz."""
+    try:
+        return metadata.version("superbiz-agent")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+class Parser(argparse.ArgumentParser):
+    """``ArgumentParser`` whose errors are one line with a hint (no usage block)."""
+
+    def error(self, message: str) -> NoReturn:
+        """Print ``superbiz: error: <message> (see <prog> --help)`` and exit 2."""
+        self.exit(EXIT_USAGE, f"superbiz: error: {message} (see: {self.prog} --help)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="superbiz",
         description="Incident diagnosis whose every stated fact is checked against the evidence "
-        "it gathered.",
+        "it gathered. Exit status: 0 done (any verdict), 1 failed, 2 bad input, 3 a database "
+        f"or model endpoint unavailable; {DEBUG_VAR}=1 prints the traceback of a failure.",
     )
+    parser.add_argument("--version", action="version", version=f"superbiz {version()}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     diagnose = commands.add_parser(
         "diagnose",
         help="diagnose one question and print the verified answer",
         description="Plan, query logs, metrics and runbooks, verify every claim against the "
         "evidence, and print the composed answer with its verdict and score. Progress goes to "
-        "stderr. Exit status is 0 for every verdict.",
+        "stderr. Exit status is 0 for every verdict; 1 when the diagnosis could not finish "
+        "(the reason on stderr, a degraded answer on stdout), 3 when the database or the model "
+        "endpoint is unavailable.",
     )
     diagnose.add_argument(
         "question", nargs="?", help='the question, e.g. "order-service 为什么报 500？"'
@@ -60,7 +127,7 @@ def _parser() -> argparse.ArgumentParser:
         help="finish the thread's interrupted diagnosis from its last checkpoint (needs --thread)",
     )
     diagnose.add_argument(
-        "--lang", choices=("zh", "en"), default=None, help="answer language (default: zh)"
+        "--lang", metavar="{zh,en}", default=None, help="answer language (default: zh)"
     )
     diagnose.add_argument(
         "--offline",
@@ -76,12 +143,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     diagnose.add_argument(
         "--composer",
-        choices=("template", "model"),
+        metavar="{template,model}",
         default=None,
         help="how the answer is written: fixed template (default) or checked model text",
     )
     diagnose.add_argument(
-        "--max-tool-calls", type=int, metavar="N", help="tool calls allowed per round (default 8)"
+        "--max-tool-calls", metavar="N", help="tool calls allowed per round (default 8)"
     )
     diagnose.add_argument("--json", action="store_true", help="print one JSON object instead")
     diagnose.add_argument("--db", metavar="URL", help=DB_HELP)
@@ -167,22 +234,35 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _context(args: argparse.Namespace) -> Context:
-    overrides: dict[str, Any] = {}
-    if args.lang:
-        overrides["language"] = args.lang
-    if args.offline:
+_OPTIONS = (
+    ("lang", "--lang", "language"),
+    ("composer", "--composer", "composer_mode"),
+    ("max_tool_calls", "--max-tool-calls", "max_tool_calls_per_round"),
+)
+"""Options of ``diagnose`` that set a run setting: attribute, option, setting."""
+
+
+def _context(args: argparse.Namespace, **fixed: object) -> Context:
+    """The run settings of the command: its options, checked by the rules of every entry."""
+    overrides: dict[str, object] = dict(fixed)
+    problems: list[str] = []
+    if getattr(args, "offline", False):
         overrides["offline"] = True
-    if args.composer:
-        overrides["composer_mode"] = args.composer
-    if args.max_tool_calls is not None:
-        if args.max_tool_calls < 1:
-            raise UsageError("--max-tool-calls must be at least 1")
-        overrides["max_tool_calls_per_round"] = args.max_tool_calls
+    for attribute, option, name in _OPTIONS:
+        value = getattr(args, attribute, None)
+        if value is None:
+            continue
+        try:
+            overrides[name] = parse_value(RULES_BY_NAME[name], str(value), option)
+        except SettingsError as exc:
+            problems.extend(exc.problems)
     try:
-        return Context(**overrides)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from exc
+        context = Context(**overrides)
+    except SettingsError as exc:
+        problems.extend(exc.problems)
+    if problems:
+        raise UsageError("; ".join(problems))
+    return context
 
 
 def _progress(event: dict[str, Any], err: TextIO) -> None:
@@ -209,11 +289,62 @@ def _progress(event: dict[str, Any], err: TextIO) -> None:
     err.flush()
 
 
+def _database_problem(exc: DatabaseError) -> Exception:
+    """A database error as the command's error: unavailable (exit 3) or bad setting (exit 2)."""
+    if isinstance(exc, DatabaseUnavailable):
+        return Unavailable(str(exc))
+    return UsageError(str(exc))
+
+
 def _open(args: argparse.Namespace) -> Persistence:
     try:
         return open_persistence(args.db)
     except DatabaseError as exc:
-        raise UsageError(str(exc)) from exc
+        raise _database_problem(exc) from exc
+
+
+def _open_records(args: argparse.Namespace) -> Records | None:
+    """The database for reading only (never created nor changed); None when there is none."""
+    try:
+        return open_records(args.db)
+    except NoDatabase:
+        return None
+    except DatabaseError as exc:
+        raise _database_problem(exc) from exc
+
+
+def _resume_command(args: argparse.Namespace, thread: str) -> str:
+    """The command that finishes an interrupted diagnosis with the same options."""
+    words = ["superbiz", "diagnose", "--resume", "--thread", thread]
+    for option, value in (
+        ("--db", args.db),
+        ("--env", args.env),
+        ("--lang", args.lang),
+        ("--composer", args.composer),
+        ("--max-tool-calls", args.max_tool_calls),
+    ):
+        if value is not None:
+            words += [option, str(value)]
+    if args.offline:
+        words.append("--offline")
+    return shlex.join(words)
+
+
+def _interrupted(app: Graph, thread: str, args: argparse.Namespace, err: TextIO) -> None:
+    """Say whether an interrupted run can be resumed, and how."""
+    try:
+        snapshot = app.get_state({"configurable": {"thread_id": thread}})
+        resumable = bool(snapshot.next)
+    except Exception:  # the database went away with the interrupt: say it plainly
+        resumable = False
+    if resumable:
+        err.write(f"superbiz: interrupted; resume with: {_resume_command(args, thread)}\n")
+    else:
+        err.write(
+            "superbiz: interrupted before the diagnosis saved its first checkpoint; it cannot "
+            "be resumed: ask the question again\n"
+        )
+    err.flush()
 
 
 def diagnose(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -234,7 +365,14 @@ def diagnose(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         backend = configured_backend(environment=environment)
     except (EnvironmentFileError, ConfigError) as exc:
         raise UsageError(str(exc)) from exc
+    if ctx.offline and ctx.composer_mode == "model":
+        source = "--composer model" if args.composer else "SUPERBIZ_COMPOSER_MODE=model"
+        err.write(
+            f"superbiz: note: {source} is ignored in offline mode: the answer is the fixed "
+            "template (set OPENAI_API_KEY, without --offline, for model-written text)\n"
+        )
     persistence = _open(args)
+    err.write(f"database: {persistence.db.target.display}\n")
     try:
         app = build_graph(
             backend=backend, ledger=persistence.ledger, audit=persistence.audit
@@ -242,29 +380,116 @@ def diagnose(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         thread = args.thread or f"thread-{uuid.uuid4().hex[:12]}"
         try:
             with persistence.thread_lock(thread):
-                values = run_diagnosis(
-                    app,
-                    thread_id=thread,
-                    context=ctx,
-                    audit=persistence.audit,
-                    question=question,
-                    resume=args.resume,
-                    on_event=lambda event: _progress(event, err),
+                values = _interruptible(
+                    lambda: run_diagnosis(
+                        app,
+                        thread_id=thread,
+                        context=ctx,
+                        audit=persistence.audit,
+                        question=question,
+                        resume=args.resume,
+                        on_event=lambda event: _progress(event, err),
+                    )
                 )
-        except (DatabaseError, NothingToResume) as exc:
+        except _CtrlC:
+            # A node is still running (a tool or model call that does not return): the run
+            # would wait for it. Its last checkpoint is saved; leave at once. The database
+            # releases the thread's lock with the process.
+            note_interrupted(app, thread, persistence.audit)
+            _interrupted(app, thread, args, err)
+            print("superbiz: interrupted", file=err, flush=True)
+            out.flush()
+            os._exit(130)
+        except KeyboardInterrupt:
+            _interrupted(app, thread, args, err)
+            raise
+        except DiagnosisFailed as exc:
+            _print_failed(exc, thread, args, out)
+            raise CommandFailed(
+                f"diagnosis failed: {exc.reason}", _failure_code(exc.cause)
+            ) from exc
+        except DatabaseError as exc:
+            raise _database_problem(exc) from exc
+        except NothingToResume as exc:
             raise UsageError(str(exc)) from exc
     finally:
         persistence.close()
     result = summary_of(values, thread)
     if args.json:
-        out.write(json.dumps(result, ensure_ascii=False, indent=2) + "\n")
+        out.write(_json(result) + "\n")
     else:
-        out.write(f"{result['answer']}\n\n")
+        out.write(f"{terminal_safe(str(result['answer']))}\n\n")
         out.write(
             f"verdict: {result['verdict']}  score: {float(result['groundedness_score'] or 0):.2f}  "
-            f"rounds: {result['rounds']}  diagnosis: {result['diagnosis_id']}  thread: {thread}\n"
+            f"rounds: {result['rounds']}  diagnosis: {result['diagnosis_id']}  "
+            f"thread: {terminal_safe(thread)}\n"
         )
     return 0
+
+
+class _CtrlC(Exception):
+    """Ctrl-C arrived while the diagnosis was running in its worker thread."""
+
+
+def _interruptible(run: Callable[[], T]) -> T:
+    """``run()`` in a worker thread, so that Ctrl-C is noticed at once by this thread."""
+    result: list[T] = []
+    failure: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            result.append(run())
+        except BaseException as exc:  # handed to the caller's thread as it is
+            failure.append(exc)
+
+    worker = threading.Thread(target=work, name="superbiz-diagnosis", daemon=True)
+    worker.start()
+    try:
+        while worker.is_alive():
+            worker.join(0.1)
+    except KeyboardInterrupt:
+        raise _CtrlC from None
+    if failure:
+        raise failure[0]
+    return result[0]
+
+
+def _failure_code(cause: BaseException) -> int:
+    """Exit status of a failed run: 3 when its dependency is down, else 1."""
+    if isinstance(cause, DatabaseUnavailable):
+        return EXIT_UNAVAILABLE
+    if isinstance(cause, ModelCallFailed) and cause.unavailable:
+        return EXIT_UNAVAILABLE
+    return EXIT_FAILED
+
+
+def _print_failed(exc: DiagnosisFailed, thread: str, args: argparse.Namespace, out: TextIO) -> None:
+    """The degraded answer of a diagnosis that could not finish."""
+    if args.json:
+        failed = {
+            "diagnosis_id": exc.diagnosis_id,
+            "thread_id": thread,
+            "status": "failed",
+            "error": exc.reason,
+            "verdict": None,
+            "answer": exc.answer,
+        }
+        out.write(_json(failed) + "\n")
+    else:
+        out.write(f"{terminal_safe(exc.answer)}\n\n")
+        out.write(
+            f"status: failed  diagnosis: {exc.diagnosis_id}  thread: {terminal_safe(thread)}\n"
+        )
+    out.flush()
+
+
+def _json(data: object) -> str:
+    """Indented JSON whose strings carry no raw control character (all of them escaped)."""
+    text = json.dumps(data, ensure_ascii=False, indent=2)
+    return "".join(
+        f"\\u{ord(ch):04x}" if 0x7F <= ord(ch) <= 0x9F or 0x202A <= ord(ch) <= 0x202E else ch
+        for ch in text
+    )
 
 
 def _table(rows: list[list[str]]) -> str:
@@ -276,15 +501,26 @@ def _table(rows: list[list[str]]) -> str:
 
 
 def sessions(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    """``sessions list`` and ``sessions show``."""
-    persistence = _open(args)
+    """``sessions list`` and ``sessions show`` (read only: they never create a database)."""
+    persistence = _open_records(args)
+    if persistence is None:
+        if args.sessions_command == "list":
+            if args.json:
+                out.write("[]\n")
+            else:
+                err.write("no diagnoses recorded (there is no database yet)\n")
+            return 0
+        raise UsageError(
+            f"no diagnosis {args.diagnosis_id!r}: there is no database yet; "
+            "see superbiz sessions list"
+        )
     try:
         if args.sessions_command == "list":
             records = persistence.audit.list(args.thread)
             if args.verdict:
                 records = [r for r in records if r["verdict"] == args.verdict]
             if args.json:
-                out.write(json.dumps(records, ensure_ascii=False, indent=2) + "\n")
+                out.write(_json(records) + "\n")
                 return 0
             if not records:
                 err.write(
@@ -320,7 +556,7 @@ def sessions(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                         question[:60],
                     ]
                 )
-            out.write(_table(rows) + "\n")
+            out.write(_table([[terminal_safe(cell) for cell in row] for row in rows]) + "\n")
             return 0
         record = persistence.audit.get(args.diagnosis_id)
         if record is None:
@@ -332,11 +568,9 @@ def sessions(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     finally:
         persistence.close()
     if args.json:
-        out.write(
-            json.dumps({**record, "invocations": invocations}, ensure_ascii=False, indent=2) + "\n"
-        )
+        out.write(_json({**record, "invocations": invocations}) + "\n")
     else:
-        out.write(render_session(record, invocations) + "\n")
+        out.write(terminal_safe(render_session(record, invocations)) + "\n")
     return 0
 
 
@@ -357,6 +591,20 @@ def render_session(record: DiagnosisRecord, invocations: list[Invocation]) -> st
         f"verdict    {record['verdict'] or '-'}  score {score}  rounds {record['rounds']}{model}",
         f"created    {record['created_at']}   updated {record['updated_at']}",
     ]
+    channels = record["self_evaluation"] or {}
+    failure = channels.get("failure")
+    if isinstance(failure, dict):
+        lines.append(f"failed     {failure.get('reason')}")
+    usage = channels.get("usage")
+    if isinstance(usage, dict):
+        budgets = usage.get("budgets")
+        limit = budgets.get("max_model_calls") if isinstance(budgets, dict) else None
+        lines.append(
+            f"model use  {usage.get('calls')} calls"
+            + (f" (budget {limit})" if limit is not None else "")
+            + f", tokens in {usage.get('input_tokens')} / out {usage.get('output_tokens')}"
+            + (f"; stopped early: {usage['stopped']}" if usage.get("stopped") else "")
+        )
     if unreadable:
         lines.append(f"evaluation {unreadable}")
     if evaluation is not None:
@@ -390,8 +638,13 @@ def render_session(record: DiagnosisRecord, invocations: list[Invocation]) -> st
 
 def reverify_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """``reverify DIAGNOSIS_ID``."""
-    ctx = Context(offline=True) if args.offline else Context()
-    persistence = _open(args)
+    ctx = _context(args)
+    persistence = _open_records(args)
+    if persistence is None:
+        raise UsageError(
+            f"no diagnosis {args.diagnosis_id!r}: there is no database yet; "
+            "see superbiz sessions list"
+        )
     try:
         report = reverify(
             args.diagnosis_id,
@@ -405,7 +658,7 @@ def reverify_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     finally:
         persistence.close()
     if args.json:
-        out.write(json.dumps(report, ensure_ascii=False, indent=2) + "\n")
+        out.write(_json(report) + "\n")
         return 0
     before, after = report["before"], report["after"]
     out.write(
@@ -422,20 +675,27 @@ def reverify_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def db_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    """``db upgrade``."""
+    """``db upgrade``: apply the missing migrations and say which."""
     try:
-        db = open_database(args.db)
+        db = open_database(args.db, migrate=False)
     except DatabaseError as exc:
-        raise UsageError(str(exc)) from exc
+        raise _database_problem(exc) from exc
     try:
         before, after = migrate(db)
+        target = db.target
+    except DatabaseError as exc:
+        raise _database_problem(exc) from exc
     finally:
         db.close()
-    out.write(
-        f"{db.target.display}: schema version {after}"
-        + (" (up to date)" if before == after else f" (from {before})")
-        + "\n"
-    )
+    applied = [name for number, name, _ in migrations(target.dialect) if before < number <= after]
+    if applied:
+        out.write(
+            f"{target.display}: schema version {after} (from {before}); applied "
+            + ", ".join(applied)
+            + "\n"
+        )
+    else:
+        out.write(f"{target.display}: schema version {after} (up to date, nothing applied)\n")
     return 0
 
 
@@ -467,6 +727,10 @@ def serve_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             f"--workers {args.workers} needs PostgreSQL: an SQLite database serves one worker "
             "process; use --workers 1 or --db postgresql://user@host/db"
         )
+    problems = check_environment()
+    if problems:
+        raise UsageError("; ".join(problems))
+    _check_port_free(args.host, args.port)
     # Migrate and set up checkpoints once, before the workers start.
     _open(args).close()
     if args.db:
@@ -494,6 +758,50 @@ def serve_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return 0
 
 
+def _check_port_free(host: str, port: int) -> None:
+    """Refuse a port another program already listens on (before saying we serve on it).
+
+    Raises:
+        UsageError: when the address is in use or cannot be bound.
+    """
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        raise UsageError(f"cannot bind to {host}: {exc}") from exc
+    family, _, _, _, address = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise UsageError(
+                    f"port {port} on {host} is already in use by another program; stop it or "
+                    "choose another with --port N"
+                ) from exc
+            raise UsageError(f"cannot bind to {host}:{port}: {exc.strerror or exc}") from exc
+
+
+ACTIONS = {
+    "diagnose": "diagnosis",
+    "sessions": "reading the audit log",
+    "reverify": "re-verification",
+    "eval": "evaluation",
+    "db": "database upgrade",
+    "serve": "serving the API",
+}
+"""What each command does, for the one-line message of an unexpected failure."""
+
+
+def _say(message: str) -> None:
+    print(f"superbiz: error: {terminal_safe(message)}", file=sys.stderr)
+
+
+def _debug(exc: BaseException) -> None:
+    if os.environ.get(DEBUG_VAR, "").strip().lower() in ("1", "true", "yes", "on"):
+        traceback.print_exception(exc, file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``superbiz`` command."""
     args = _parser().parse_args(argv)
@@ -515,15 +823,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "config":
             return config_show_command(sys.stdout, sys.stderr)
     except UsageError as exc:
-        print(f"superbiz: error: {exc}", file=sys.stderr)
-        return 2
+        _debug(exc)
+        _say(str(exc))
+        return EXIT_USAGE
+    except Unavailable as exc:
+        _debug(exc)
+        _say(str(exc))
+        return EXIT_UNAVAILABLE
+    except CommandFailed as exc:
+        _debug(exc)
+        _say(str(exc))
+        return exc.code
     except KeyboardInterrupt:
         print("superbiz: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:
-        # A failure during the run (model endpoint, backend, a bug): one line, no traceback.
-        print(f"superbiz: error: diagnosis failed: {error_line(exc)}", file=sys.stderr)
-        return 1
+        # An unexpected failure (a backend, a bug): one line, the traceback only when asked.
+        _debug(exc)
+        action = ACTIONS.get(str(args.command), "the command")
+        _say(f"{action} failed: {error_line(exc)}")
+        return EXIT_FAILED
     return 0
 
 

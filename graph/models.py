@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import os
 import threading
+from dataclasses import replace
 
 from langchain_core.language_models import BaseChatModel
 
+from graph.model_calls import ModelCallFailed, ResilientChatOpenAI, RetryPolicy
 from nodes.common import GetModel
 from nodes.offline import OfflineExecutor, OfflineModel, OfflinePlanner, OfflineVerifier
 from state.context import Context
@@ -27,27 +29,36 @@ class OfflineComposerUnavailable(LookupError):
     """Raised when a composer model is asked for in offline mode (the template is used)."""
 
 
+__all__ = ["ModelCallFailed", "ModelConfigError", "OfflineComposerUnavailable", "RetryPolicy"]
+
+
 class ModelConfigError(RuntimeError):
     """Raised when model mode is asked for but no model endpoint can be configured."""
 
 
-def make_model_factory() -> GetModel:
-    """Return ``get_model(role, context)`` that builds each distinct model once."""
-    cache: dict[tuple[str, str, float, bool], BaseChatModel] = {}
+def make_model_factory(policy: RetryPolicy | None = None) -> GetModel:
+    """Return ``get_model(role, context)`` that builds each distinct model once.
+
+    Args:
+        policy: how model requests are retried (``graph/model_calls.py``); its number of
+            retries is the run's ``model_retries``. Tests pass one that waits milliseconds.
+    """
+    cache: dict[tuple[str, str, float, bool, int], BaseChatModel] = {}
     lock = threading.Lock()
+    base = policy or RetryPolicy()
 
     def get_model(role: str, ctx: Context) -> BaseChatModel:
-        key = (role, ctx.model_for(role), ctx.model_timeout_s, ctx.offline)
+        key = (role, ctx.model_for(role), ctx.model_timeout_s, ctx.offline, ctx.model_retries)
         with lock:
             model = cache.get(key)
             if model is None:
-                model = cache[key] = _build(role, ctx)
+                model = cache[key] = _build(role, ctx, replace(base, retries=ctx.model_retries))
             return model
 
     return get_model
 
 
-def _build(role: str, ctx: Context) -> BaseChatModel:
+def _build(role: str, ctx: Context, policy: RetryPolicy) -> BaseChatModel:
     if ctx.offline:
         if role not in _OFFLINE:
             raise OfflineComposerUnavailable(f"no offline model for role {role!r}")
@@ -57,12 +68,13 @@ def _build(role: str, ctx: Context) -> BaseChatModel:
             f"the {role} model {ctx.model_for(role)!r} needs OPENAI_API_KEY (any value for a "
             "local endpoint); set it, or run offline"
         )
-    from langchain_openai import ChatOpenAI
-
-    return ChatOpenAI(
+    # The client retries nothing itself: graph/model_calls.py is the one retry layer. Replies
+    # are never streamed (every call inside the graph is internal).
+    return ResilientChatOpenAI(
         model=ctx.model_for(role),
         base_url=os.environ.get("OPENAI_BASE_URL") or None,
         timeout=ctx.model_timeout_s,
         temperature=0,
-        max_retries=2,
-    )
+        max_retries=0,
+        disable_streaming=True,
+    ).with_policy(policy)

@@ -23,9 +23,13 @@ def after_executor(state: DiagnosisState) -> Literal["tools", "evidence"]:
 
 
 def after_verifier(state: DiagnosisState) -> Literal["composer", "retry"]:
-    """PASS, REJECT, LOW_CONFID >= 0.5 or round 2 -> composer; thin round 1 -> one retry."""
+    """Thin round 1 -> one retry; PASS, REJECT, LOW_CONFID >= 0.5, round 2 -> composer.
+
+    A spent model budget (``budget_note``) also goes to the composer: no retry round follows.
+    """
     if (
-        state.get("verdict") == "LOW_CONFID"
+        not state.get("budget_note")  # a spent budget ends the diagnosis with what it has
+        and state.get("verdict") == "LOW_CONFID"
         and state.get("groundedness_score", 0.0) < RETRY_SCORE
         and state.get("round", 1) < MAX_ROUNDS
     ):

@@ -8,6 +8,7 @@ that died: it is marked ``abandoned``. A resumed run is noted as such; a run tha
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import cast
 
@@ -15,10 +16,20 @@ from langchain_core.messages import HumanMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
 
+from graph.model_calls import ModelCallFailed
+from nodes.audit import usage_record
+from nodes.common import RESUMED_AT_KEY
 from persistence.audit import AuditStore
 from state.context import Context
 from state.graph_state import DiagnosisState, InputState, OutputState
-from state.records import DiagnosisStatus, DiagnosisSummary, GatekeeperBrief
+from state.records import (
+    DiagnosisOutcome,
+    DiagnosisStatus,
+    DiagnosisSummary,
+    FailureRecord,
+    GatekeeperBrief,
+)
+from verification.answer import failed_answer
 from verification.text import error_line
 
 
@@ -49,6 +60,7 @@ def run_diagnosis(
 
     Raises:
         NothingToResume: when ``resume`` is set and the thread has nothing interrupted.
+        DiagnosisFailed: when the run fails; the diagnosis is then recorded ``failed``.
     """
     config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
     payload: InputState | None
@@ -62,6 +74,7 @@ def run_diagnosis(
         diagnosis_id = snapshot.values.get("diagnosis_id")
         if diagnosis_id:
             audit.mark(str(diagnosis_id), status="running", note="resumed after an interrupted run")
+        config["configurable"][RESUMED_AT_KEY] = time.time()  # the deadline counts anew
         payload = None
     else:
         audit.abandon_running(thread_id)
@@ -71,12 +84,82 @@ def run_diagnosis(
             if on_event is not None and isinstance(chunk, dict):
                 on_event(chunk)
     except KeyboardInterrupt:
-        _note(app, config, audit, None, "interrupted; resume with --resume --thread " + thread_id)
+        note_interrupted(app, thread_id, audit)
         raise
     except Exception as exc:
-        _note(app, config, audit, "failed", f"failed: {error_line(exc)}")
-        raise
+        raise _failed(app, config, audit, context, exc) from exc
     return state_of(app, config)
+
+
+class DiagnosisFailed(RuntimeError):
+    """A diagnosis could not finish; it is recorded ``failed`` with the reason.
+
+    Attributes:
+        reason: one line saying what went wrong and, where it can, what to fix.
+        answer: the degraded answer the user gets (it says the diagnosis could not finish).
+        diagnosis_id: the failed diagnosis, when it had started.
+        cause: the exception that ended it (``ModelCallFailed`` for a model endpoint).
+    """
+
+    def __init__(
+        self, reason: str, answer: str, diagnosis_id: str | None, cause: BaseException
+    ) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.answer = answer
+        self.diagnosis_id = diagnosis_id
+        self.cause = cause
+
+
+def failure_reason(exc: BaseException) -> str:
+    """The one-line reason of a failed run."""
+    return exc.reason if isinstance(exc, ModelCallFailed) else error_line(exc)
+
+
+def _failed(
+    app: Graph, config: RunnableConfig, audit: AuditStore, context: Context, exc: Exception
+) -> DiagnosisFailed:
+    """Record the failure (status, reason, partial audit, degraded answer) as far as possible."""
+    reason = failure_reason(exc)
+    diagnosis_id: str | None = None
+    answer = failed_answer(reason, context.language, None)
+    try:
+        values = state_of(app, config)
+        diagnosis_id = values.get("diagnosis_id")
+        answer = failed_answer(reason, context.language, diagnosis_id)
+        record = audit.get(str(diagnosis_id)) if diagnosis_id else None
+        if diagnosis_id and record is not None and record["status"] == "running":
+            audit.update_channel(
+                diagnosis_id,
+                "failure",
+                FailureRecord(
+                    reason=reason,
+                    error_type=type(exc).__name__,
+                    round=values.get("round", 1),
+                    route=list(values.get("route", [])),
+                ),
+            )
+            audit.update_channel(diagnosis_id, "usage", usage_record(values, context))
+            audit.finish_diagnosis(
+                diagnosis_id,
+                DiagnosisOutcome(
+                    status="failed",
+                    rounds=values.get("round", 1),
+                    verdict=None,
+                    score=None,
+                    answer=answer,
+                ),
+            )
+            audit.mark(diagnosis_id, note=f"failed: {reason}")
+    except Exception:  # bookkeeping must never hide the original error
+        pass
+    return DiagnosisFailed(reason, answer, diagnosis_id, exc)
+
+
+def note_interrupted(app: Graph, thread_id: str, audit: AuditStore) -> None:
+    """Note on the thread's running diagnosis that it was interrupted and can be resumed."""
+    config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
+    _note(app, config, audit, None, "interrupted; resume with --resume --thread " + thread_id)
 
 
 def _note(

@@ -4,13 +4,19 @@ from __future__ import annotations
 
 from langgraph.runtime import Runtime
 
-from nodes.common import Node, emit
+from nodes.common import Node, context_of, emit
 from nodes.evidence import executor_final_text
 from nodes.prompts import prompt_audit
 from persistence.audit import AuditStore
 from state.context import Context
 from state.graph_state import DiagnosisState
-from state.records import DiagnosisOutcome, Verdict, VerifierEvaluation
+from state.records import (
+    DiagnosisOutcome,
+    ModelUsage,
+    UsageRecord,
+    Verdict,
+    VerifierEvaluation,
+)
 from tools.trace_summary import TRACEABILITY_VERSION
 
 FINAL_ANSWER_CHARS = 8000
@@ -46,6 +52,24 @@ def verifier_evaluation(state: DiagnosisState) -> VerifierEvaluation:
     }
 
 
+def usage_record(state: DiagnosisState, ctx: Context) -> UsageRecord:
+    """The ``usage`` channel: model calls and tokens of the diagnosis, its budgets, any stop."""
+    usage = state.get("usage") or ModelUsage(calls=0, input_tokens=0, output_tokens=0)
+    return UsageRecord(
+        calls=usage["calls"],
+        input_tokens=usage["input_tokens"],
+        output_tokens=usage["output_tokens"],
+        budgets={
+            "max_model_calls": ctx.max_model_calls,
+            "max_input_tokens": ctx.max_input_tokens,
+            "max_output_tokens": ctx.max_output_tokens,
+            "diagnosis_deadline_s": ctx.diagnosis_deadline_s,
+            "max_tool_calls_per_round": ctx.max_tool_calls_per_round,
+        },
+        stopped=state.get("budget_note"),
+    )
+
+
 def make_audit(audit: AuditStore) -> Node:
     """Build the audit node."""
 
@@ -53,6 +77,7 @@ def make_audit(audit: AuditStore) -> Node:
         diagnosis_id = state["diagnosis_id"]
         verdict: Verdict = state["verifier_result"]["verdict"]
         audit.update_channel(diagnosis_id, "verifier_evaluation", verifier_evaluation(state))
+        audit.update_channel(diagnosis_id, "usage", usage_record(state, context_of(runtime)))
         audit.finish_diagnosis(
             diagnosis_id,
             DiagnosisOutcome(

@@ -12,7 +12,7 @@ import json
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from langgraph.runtime import Runtime
 
-from nodes.common import INTERNAL_CALL, GetModel, Node, context_of, emit, message_text
+from nodes.common import GetModel, Node, Spend, context_of, emit, message_text
 from nodes.prompts import load_prompt
 from state.context import Context
 from state.graph_state import DiagnosisState
@@ -64,12 +64,18 @@ def make_composer(get_model: GetModel) -> Node:
             language=ctx.language,
             composer_mode=section,
         )
-        if ctx.composer_mode == "model" and not offline and usable_confirmed(material, verdict):
+        spend = Spend(state, ctx)
+        if (
+            ctx.composer_mode == "model"
+            and not offline
+            and usable_confirmed(material, verdict)
+            and spend.stop() is None  # a spent model budget leaves the template alone
+        ):
             request: JSONObject = {"verdict": verdict, "language": ctx.language}
             request.update(model_material(material, verdict))
-            reply = get_model("composer", ctx).invoke(
+            reply = spend.invoke(
+                get_model("composer", ctx),
                 [SystemMessage(prompt.text), HumanMessage(json.dumps(request, ensure_ascii=False))],
-                config=INTERNAL_CALL,
             )
             status, parsed = parse_executor_output(message_text(reply))
             problems = check_composer_reply(parsed, material, verdict)
@@ -82,6 +88,7 @@ def make_composer(get_model: GetModel) -> Node:
                 answer = f"{_SUMMARY_HEADING[ctx.language]}\n{summary}\n\n{answer}"
                 output["mode"], output["parse_status"] = "model", "valid"
         return {
+            "usage": spend.added,
             "answer": answer,
             "composer_output": output,
             "messages": [AIMessage(content=answer)],

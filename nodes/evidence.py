@@ -9,6 +9,7 @@ from nodes.common import Node, emit, message_text
 from persistence.ledger import InvocationLedger
 from state.context import Context
 from state.graph_state import DiagnosisState
+from state.records import MissingInfo
 from tools.trace_summary import build_trace_summary
 from verification.catalog import SchemaSettings
 from verification.executor_output import parse_executor_output, read_answer
@@ -38,10 +39,15 @@ def make_evidence(ledger: InvocationLedger, schema: SchemaSettings) -> Node:
         parse_status, structured = parse_executor_output(
             message_text(final) if final is not None else None
         )
+        answer = read_answer(parse_status, structured, schema)
+        note = state.get("budget_note")
+        if note:  # the round ended early: what could not be gathered is a gap
+            gap = MissingInfo(text=f"the diagnosis stopped early: {note}", suggested_query=None)
+            answer = {**answer, "missing_info": [*answer["missing_info"], gap]}
         return {
             "parse_status": parse_status,
             "structured_output": structured,
-            "executor_answer": read_answer(parse_status, structured, schema),
+            "executor_answer": answer,
             "trace_summary": build_trace_summary(ledger.list(state["diagnosis_id"])),
             "route": ["evidence"],
         }

@@ -11,10 +11,18 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages import (
+    AIMessage,
+    AnyMessage,
+    BaseMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolCall,
+    ToolMessage,
+)
 from langgraph.runtime import Runtime
 
-from nodes.common import INTERNAL_CALL, GetModel, Node, context_of, emit
+from nodes.common import GetModel, Node, Spend, context_of, emit
 from nodes.prompts import load_prompt
 from persistence.ledger import InvocationLedger
 from state.context import Context
@@ -60,6 +68,36 @@ def expand_tool_messages(
     return out
 
 
+INVALID_ARGUMENTS = "__invalid_arguments__"
+"""Argument key of a tool call whose arguments were not a JSON object (the raw text is its
+value); the tools node records it as an ``error`` invocation the executor can read."""
+
+
+def readable_tool_calls(reply: BaseMessage) -> AIMessage:
+    """The executor's reply with each malformed tool call made into one the tools node answers.
+
+    langchain keeps a call whose arguments are not valid JSON apart (``invalid_tool_calls``);
+    dropped, it would end the round. Instead the tools node answers it with a readable error.
+    A call whose arguments are not valid JSON keeps its id and name; its arguments become
+    ``{INVALID_ARGUMENTS: <the raw text>}``.
+    """
+    if not isinstance(reply, AIMessage):
+        return AIMessage(content=reply.content, id=reply.id)
+    if not reply.invalid_tool_calls:
+        return reply
+    calls = list(reply.tool_calls)
+    for index, bad in enumerate(reply.invalid_tool_calls):
+        calls.append(
+            ToolCall(
+                name=str(bad.get("name") or "unnamed"),
+                args={INVALID_ARGUMENTS: str(bad.get("args") or "")[:2000]},
+                id=str(bad.get("id") or f"invalid-{index}"),
+                type="tool_call",
+            )
+        )
+    return AIMessage(content=reply.content, tool_calls=calls, id=reply.id)
+
+
 def make_executor(get_model: GetModel, ledger: InvocationLedger) -> Node:
     """Build the executor node: one model turn per visit; tools run in the ``tools`` node."""
     prompt = load_prompt("executor")
@@ -69,6 +107,15 @@ def make_executor(get_model: GetModel, ledger: InvocationLedger) -> Node:
         ctx = context_of(runtime)
         used = state.get("tool_calls_used", 0)
         emit("executor", round=state.get("round", 1), tool_calls_used=used)
+        spend = Spend(state, ctx)
+        stopped = spend.stop()
+        if stopped is not None:
+            # A spent model budget ends the round with what was gathered: no final answer.
+            return {
+                "executor_messages": [AIMessage(content="")],
+                "budget_note": stopped,
+                "route": ["executor"],
+            }
         model = get_model("executor", ctx)
         messages = state.get("executor_messages", [])
         if any(isinstance(m, ToolMessage) for m in messages):
@@ -76,12 +123,16 @@ def make_executor(get_model: GetModel, ledger: InvocationLedger) -> Node:
         history = [SystemMessage(prompt.text), *messages]
         if used >= ctx.max_tool_calls_per_round:
             nudge = HumanMessage(BUDGET_SPENT)
-            reply = model.invoke([*history, nudge], config=INTERNAL_CALL)
-            if isinstance(reply, AIMessage) and reply.tool_calls:
+            reply = readable_tool_calls(spend.invoke(model, [*history, nudge]))
+            if reply.tool_calls:
                 # The budget is a hard bound: calls asked for after it are dropped, not run.
                 reply = AIMessage(content=reply.content, id=reply.id)
-            return {"executor_messages": [nudge, reply], "route": ["executor"]}
-        reply = model.bind_tools(specs).invoke(history, config=INTERNAL_CALL)
-        return {"executor_messages": [reply], "route": ["executor"]}
+            return {
+                "executor_messages": [nudge, reply],
+                "usage": spend.added,
+                "route": ["executor"],
+            }
+        reply = readable_tool_calls(spend.invoke(model.bind_tools(specs), history))
+        return {"executor_messages": [reply], "usage": spend.added, "route": ["executor"]}
 
     return executor

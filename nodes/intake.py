@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 
 from langchain_core.messages import HumanMessage
@@ -12,7 +13,7 @@ from nodes.common import GetModel, Node, context_of, emit, message_text, model_l
 from persistence.audit import AuditStore
 from state.context import ROLES, Context
 from state.graph_state import DiagnosisState
-from state.records import RunInfo
+from state.records import ModelUsage, RunInfo
 
 _NAMESPACE = uuid.UUID("6f1c7e0a-52c4-4f0e-9a55-3f4f3c1b9d21")
 
@@ -54,6 +55,9 @@ def make_intake(get_model: GetModel, audit: AuditStore) -> Node:
             "question": question,
             "run_info": RunInfo(offline=ctx.offline, language=ctx.language, models=models),
             "round": 1,
+            "started_at": time.time(),
+            "usage": Overwrite(ModelUsage(calls=0, input_tokens=0, output_tokens=0)),
+            "budget_note": None,
             "plan": "",
             "tool_calls_used": 0,
             "verdict": "",

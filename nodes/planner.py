@@ -8,7 +8,7 @@ from langchain_core.messages import HumanMessage, RemoveMessage, SystemMessage
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from langgraph.runtime import Runtime
 
-from nodes.common import INTERNAL_CALL, GetModel, Node, context_of, dumps, emit, message_text
+from nodes.common import GetModel, Node, Spend, context_of, dumps, emit, message_text
 from nodes.prompts import load_prompt
 from state.context import Context
 from state.graph_state import DiagnosisState
@@ -37,11 +37,17 @@ def make_planner(get_model: GetModel, services: Callable[[], list[str]]) -> Node
         ctx = context_of(runtime)
         emit("planner", round=state.get("round", 1))
         task = planner_task(state, services(), ctx.language)
-        reply = get_model("planner", ctx).invoke(
-            [SystemMessage(prompt.text), HumanMessage(dumps(task))], config=INTERNAL_CALL
-        )
-        plan = message_text(reply).strip()
+        spend = Spend(state, ctx)
+        stopped = spend.stop()
+        plan = ""
+        if stopped is None:
+            reply = spend.invoke(
+                get_model("planner", ctx), [SystemMessage(prompt.text), HumanMessage(dumps(task))]
+            )
+            plan = message_text(reply).strip()
         return {
+            "usage": spend.added,
+            **({"budget_note": stopped} if stopped else {}),
             "plan": plan,
             "tool_calls_used": 0,
             "executor_messages": [

@@ -6,7 +6,7 @@ from langchain_core.messages import AIMessage, AnyMessage, ToolMessage
 from langgraph.runtime import Runtime
 
 from nodes.common import Node, context_of, dumps, emit, thread_id
-from nodes.executor import tool_reference
+from nodes.executor import INVALID_ARGUMENTS, tool_reference
 from state.context import Context
 from state.graph_state import DiagnosisState
 from tools.runner import ToolRunner
@@ -33,8 +33,11 @@ def make_tools(
                 out.append(ToolMessage(content=dumps({"error": SKIPPED}), tool_call_id=call_id))
                 continue
             used += 1
+            args: object = call.get("args") or {}
+            if isinstance(args, dict) and INVALID_ARGUMENTS in args:
+                args = str(args[INVALID_ARGUMENTS])  # recorded as an error the model can read
             invocation = runner.run(
-                {"name": call["name"], "args": call.get("args") or {}, "id": call_id},
+                {"name": call["name"], "args": args, "id": call_id},
                 diagnosis_id=state["diagnosis_id"],
                 thread_id=thread_id(),
                 round=round_no,

@@ -14,7 +14,16 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langgraph.runtime import Runtime
 
-from nodes.common import INTERNAL_CALL, GetModel, Node, context_of, emit, message_text, model_label
+from nodes.common import (
+    INTERNAL_CALL,
+    GetModel,
+    Node,
+    Spend,
+    context_of,
+    emit,
+    message_text,
+    model_label,
+)
 from nodes.evidence import executor_final_text
 from nodes.prompts import load_prompt
 from state.context import Context
@@ -36,8 +45,14 @@ from verification.verifier_reply import parse_verifier_reply, read_verifier_repl
 MAX_REPAIRS = 2
 
 
-def _ask(model: BaseChatModel, payload: JSONObject) -> tuple[VerifierReply | None, ReplyParse]:
-    """The model's reply read into records (None when unreadable after the repairs)."""
+def _ask(
+    model: BaseChatModel, payload: JSONObject, spend: Spend | None
+) -> tuple[VerifierReply | None, ReplyParse]:
+    """The model's reply read into records.
+
+    None when it is unreadable after the repairs, or when the diagnosis's model budget is
+    spent before a readable reply came.
+    """
     repair = load_prompt("verifier_repair")
     messages: list[BaseMessage] = [
         SystemMessage(load_prompt("verifier").text),
@@ -46,7 +61,17 @@ def _ask(model: BaseChatModel, payload: JSONObject) -> tuple[VerifierReply | Non
     errors: list[str] = []
     fence_stripped = False
     for attempt in range(MAX_REPAIRS + 1):
-        text = message_text(model.invoke(messages, config=INTERNAL_CALL))
+        stopped = spend.stop() if spend is not None else None
+        if stopped is not None:
+            errors.append(f"not asked: {stopped}")
+            return None, ReplyParse(
+                fence_stripped=fence_stripped, repair_attempts=attempt, errors=errors
+            )
+        if spend is not None:
+            reply = spend.invoke(model, messages)
+        else:
+            reply = model.invoke(messages, config=INTERNAL_CALL)
+        text = message_text(reply)
         data, fenced, error = parse_verifier_reply(text)
         fence_stripped = fence_stripped or fenced
         if data is not None:
@@ -66,15 +91,20 @@ def _ask(model: BaseChatModel, payload: JSONObject) -> tuple[VerifierReply | Non
 
 
 def verify(
-    model: BaseChatModel, inputs: VerifierInput, known_services: Sequence[str]
+    model: BaseChatModel,
+    inputs: VerifierInput,
+    known_services: Sequence[str],
+    spend: Spend | None = None,
 ) -> VerifierResult:
     """Ask ``model`` to check the claims and decide the round.
 
-    Used by the graph node and by ``superbiz reverify`` (on stored evidence).
+    Used by the graph node (with the diagnosis's ``spend``) and by ``superbiz reverify`` (on
+    stored evidence). A reply still unreadable after the repairs, or a model budget spent before
+    one came, hands the claims to the deterministic claim checker (``fallback``).
     """
     offline = bool(getattr(model, "offline", False))
     payload = build_payload(inputs)
-    reply, parse = _ask(model, payload)
+    reply, parse = _ask(model, payload, spend)
     mode: VerifierMode = "offline" if offline else "model"
     answer, gatekeeper = inputs["answer"], inputs["gatekeeper_result"]
     trace = inputs["trace_summary"]
@@ -116,7 +146,9 @@ def make_verifier(get_model: GetModel, services: Callable[[], list[str]]) -> Nod
             retry_context=state.get("retry_context"),
             round=round_no,
         )
-        result = verify(get_model("verifier", ctx), inputs, services())
+        spend = Spend(state, ctx)
+        result = verify(get_model("verifier", ctx), inputs, services(), spend)
+        stopped = spend.stop()
         summary = RoundSummary(
             round=round_no,
             verdict=result["verdict"],
@@ -133,6 +165,8 @@ def make_verifier(get_model: GetModel, services: Callable[[], list[str]]) -> Nod
         score = result["groundedness_score"]
         emit("verdict", round=round_no, verdict=result["verdict"], score=score)
         return {
+            "usage": spend.added,
+            **({"budget_note": stopped} if stopped and not state.get("budget_note") else {}),
             "verifier_result": result,
             "verdict": result["verdict"],
             "groundedness_score": result["groundedness_score"],

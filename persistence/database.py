@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool, PoolTimeout
@@ -45,6 +46,14 @@ class SchemaTooNew(DatabaseError):
     """The database was migrated by a newer version of superbiz."""
 
 
+class DatabaseUnavailable(DatabaseError):
+    """The database does not answer or cannot be opened (a dependency that is down)."""
+
+
+class NoDatabase(DatabaseError):
+    """A read-only command found no database: nothing has been recorded there yet."""
+
+
 @dataclass(frozen=True)
 class DatabaseTarget:
     """Where the data lives."""
@@ -55,10 +64,10 @@ class DatabaseTarget:
 
     @property
     def display(self) -> str:
-        """The target for messages, with any password hidden."""
+        """The target for messages, with any password hidden (an SQLite file by its path)."""
         if self.dialect == "postgres":
             return _PASSWORD.sub(r"\1***@", self.conninfo)
-        return f"sqlite:///{self.path}"
+        return f"SQLite file {self.path}"
 
 
 def default_sqlite_path() -> Path:
@@ -77,16 +86,67 @@ def resolve_target(value: str | None = None) -> DatabaseTarget:
     if not raw:
         return DatabaseTarget("sqlite", path=default_sqlite_path())
     if raw.startswith(("postgresql://", "postgres://")):
+        _require_database_name(raw)
         return DatabaseTarget("postgres", conninfo=raw)
-    if raw.startswith("sqlite:///"):
-        return DatabaseTarget("sqlite", path=Path(raw[len("sqlite:///") :]).expanduser())
+    if raw.startswith("sqlite:"):
+        return DatabaseTarget("sqlite", path=_sqlite_url_path(raw))
     if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", raw):
         scheme = raw.split("://", 1)[0]
         raise DatabaseError(
             f"unsupported database URL scheme {scheme!r}: use postgresql://user@host/db, "
             "sqlite:///path/to/file.sqlite or a file path"
         )
-    return DatabaseTarget("sqlite", path=Path(raw).expanduser())
+    return DatabaseTarget("sqlite", path=Path(os.path.abspath(Path(raw).expanduser())))
+
+
+SQLITE_URL_FORMS = (
+    "sqlite:///relative/file.sqlite (relative to the current folder) or "
+    "sqlite:////absolute/file.sqlite"
+)
+
+
+def _sqlite_url_path(raw: str) -> Path:
+    """The file of an SQLite URL, made absolute.
+
+    SQLAlchemy's forms: three slashes and a relative path, or four slashes (three and an
+    absolute path); ``~`` is expanded.
+
+    Raises:
+        DatabaseError: for an in-memory URL, no path, or query parameters.
+    """
+    if not raw.startswith("sqlite:///"):
+        raise DatabaseError(
+            f"{raw!r} names no SQLite file (an in-memory database would lose every record); "
+            f"use {SQLITE_URL_FORMS}"
+        )
+    rest = raw[len("sqlite:///") :]
+    if "?" in rest:
+        raise DatabaseError(
+            f"SQLite URL options are not supported ({raw!r}); use {SQLITE_URL_FORMS}"
+        )
+    if not rest or rest == ":memory:":
+        raise DatabaseError(f"{raw!r} names no SQLite file; use {SQLITE_URL_FORMS}")
+    return Path(os.path.abspath(Path(rest).expanduser()))
+
+
+def _require_database_name(url: str) -> None:
+    """Refuse a PostgreSQL URL without a database name (it would write into ``postgres``).
+
+    Raises:
+        DatabaseError: with the URL to use instead.
+    """
+    try:
+        params = conninfo_to_dict(url)
+    except psycopg.Error as exc:
+        raise DatabaseError(f"invalid PostgreSQL URL: {exc}") from exc
+    if params.get("dbname"):
+        return
+    shown = _PASSWORD.sub(r"\1***@", url).rstrip("/")
+    raise DatabaseError(
+        f"the PostgreSQL URL {shown} names no database, so the server's default database "
+        f"(usually the 'postgres' system database) would be written to; add the name, e.g. "
+        f"{shown}/superbiz (create it first: createdb superbiz)"
+    )
 
 
 class Transaction:
@@ -141,8 +201,12 @@ class Database:
             time the database is opened.
     """
 
-    def __init__(self, value: str | None = None) -> None:
+    def __init__(
+        self, value: str | None = None, *, read_only: bool = False, migrate: bool = True
+    ) -> None:
         self._value = value
+        self._read_only = read_only
+        self._migrate = migrate and not read_only
         self._lock = threading.Lock()
         self._opened: _Opened | None = None
 
@@ -180,7 +244,9 @@ class Database:
             return opened
         with self._lock:
             if self._opened is None:
-                self._opened = _Opened.connect(resolve_target(self._value))
+                self._opened = _Opened.connect(
+                    resolve_target(self._value), read_only=self._read_only, migrate=self._migrate
+                )
             return self._opened
 
     @contextmanager
@@ -213,22 +279,32 @@ class _Opened:
         target: DatabaseTarget,
         pool: ConnectionPool[Any] | None = None,
         sqlite: sqlite3.Connection | None = None,
+        read_only: bool = False,
     ) -> None:
         self.target = target
         self.pool = pool
         self._sqlite = sqlite
+        self._read_only = read_only
         self._lock = threading.RLock()
 
     @classmethod
-    def connect(cls, target: DatabaseTarget) -> _Opened:
-        """Connect to the target, check that it answers and migrate it (closed on failure)."""
+    def connect(cls, target: DatabaseTarget, *, read_only: bool, migrate: bool) -> _Opened:
+        """Connect to the target, check that it answers and migrate it (closed on failure).
+
+        A read-only target is never created nor migrated; its schema must be current.
+        """
         if target.dialect == "postgres":
             opened = cls(target, pool=_open_pool(target))
+        elif read_only:
+            opened = cls(target, sqlite=connect_sqlite_read_only(target), read_only=True)
         else:
             opened = cls(target, sqlite=connect_sqlite(target, autocommit=True))
         try:
             opened.ping()
-            _migrate(target, opened.transaction)
+            if read_only:
+                _check_readable(target, opened.transaction)
+            elif migrate:
+                _migrate(target, opened.transaction)
         except BaseException:
             opened.close()
             raise
@@ -243,7 +319,7 @@ class _Opened:
         assert self._sqlite is not None
         with self._lock:
             cur = self._sqlite.cursor()
-            cur.execute("BEGIN IMMEDIATE")
+            cur.execute("BEGIN" if self._read_only else "BEGIN IMMEDIATE")
             try:
                 yield Transaction("sqlite", cur)
             except BaseException:
@@ -256,7 +332,9 @@ class _Opened:
             with self.transaction() as tx:
                 tx.execute("SELECT 1")
         except (psycopg.Error, PoolTimeout, sqlite3.Error) as exc:
-            raise DatabaseError(f"database {self.target.display} is not reachable: {exc}") from exc
+            raise DatabaseUnavailable(
+                f"database {self.target.display} is not reachable: {exc}"
+            ) from exc
 
     def close(self) -> None:
         if self.pool is not None:
@@ -300,17 +378,17 @@ def pool_options(name: str) -> dict[str, Any]:
 
 def pool_error(target: DatabaseTarget) -> DatabaseError:
     """The error for a pool whose first connection did not open in time."""
-    return DatabaseError(f"cannot open a connection pool to {target.display}")
+    return DatabaseUnavailable(f"cannot open a connection pool to {target.display}")
 
 
 def connect_error(target: DatabaseTarget, exc: BaseException) -> DatabaseError:
     """The readable error for a database that cannot be reached (PostgreSQL) or opened (SQLite)."""
     if target.dialect == "sqlite":
-        return DatabaseError(
+        return DatabaseUnavailable(
             f"cannot open the SQLite database {target.path}: {exc} (check --db or {ENV_VAR})"
         )
     reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return DatabaseError(
+    return DatabaseUnavailable(
         f"cannot connect to PostgreSQL at {target.display}: {reason} (check --db or {ENV_VAR})"
     )
 
@@ -376,6 +454,73 @@ def connect_sqlite(target: DatabaseTarget, *, autocommit: bool) -> sqlite3.Conne
     return conn
 
 
+def connect_sqlite_read_only(target: DatabaseTarget) -> sqlite3.Connection:
+    """A read-only connection to an existing SQLite file (never created).
+
+    It works on a read-only file, and in a read-only folder.
+
+    Raises:
+        NoDatabase: when the file does not exist.
+        DatabaseUnavailable: when it cannot be opened.
+    """
+    assert target.path is not None
+    if not target.path.is_file():
+        raise NoDatabase(
+            f"no database at {target.path}: nothing has been recorded there yet "
+            f"(check --db or {ENV_VAR})"
+        )
+    uri = target.path.as_uri()
+    try:
+        conn = sqlite3.connect(
+            f"{uri}?mode=ro", uri=True, check_same_thread=False, timeout=SQLITE_BUSY_TIMEOUT_S
+        )
+        conn.isolation_level = None
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.Error:
+        # A WAL file whose folder cannot be written: read the file as it is, unshared.
+        try:
+            conn = sqlite3.connect(f"{uri}?immutable=1", uri=True, check_same_thread=False)
+            conn.isolation_level = None
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        except sqlite3.Error as exc:
+            raise connect_error(target, exc) from exc
+    return conn
+
+
+def _check_readable(
+    target: DatabaseTarget, transaction: Callable[[], AbstractContextManager[Transaction]]
+) -> None:
+    """Refuse to read a database whose schema is not this code's (nothing is changed).
+
+    Raises:
+        NoDatabase: when it has no superbiz tables yet.
+        DatabaseError: when its schema is older (run ``superbiz db upgrade``) or newer.
+    """
+    latest = latest_version(target.dialect)
+    with transaction() as tx:
+        if target.dialect == "sqlite":
+            found = tx.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'superbiz_schema'"
+            )
+        else:
+            found = tx.execute("SELECT to_regclass('superbiz_schema') AS name")
+            found = [row for row in found if row["name"]]
+        if not found:
+            raise NoDatabase(f"{target.display} holds no superbiz records yet")
+        rows = tx.execute("SELECT version FROM superbiz_schema")
+    current = int(rows[0]["version"]) if rows else 0
+    if current > latest:
+        raise SchemaTooNew(
+            f"database {target.display} has schema version {current}, newer than this "
+            f"superbiz (version {latest}); upgrade superbiz before using this database"
+        )
+    if current < latest:
+        raise DatabaseError(
+            f"database {target.display} has schema version {current}, older than this "
+            f"superbiz (version {latest}); run superbiz db upgrade first"
+        )
+
+
 def migrations(dialect: Dialect) -> list[tuple[int, str, str]]:
     """The bundled migrations of a dialect: ``(version, name, sql)`` in order."""
     folder = resources.files("persistence").joinpath("migrations", dialect)
@@ -434,12 +579,20 @@ def _migrate(
     return current, latest
 
 
-def open_database(value: str | None = None) -> Database:
+def open_database(
+    value: str | None = None, *, read_only: bool = False, migrate: bool = True
+) -> Database:
     """Connect to the configured database now and bring its schema up to date.
+
+    Args:
+        value: ``--db``; None reads ``SUPERBIZ_DATABASE_URL`` (else the embedded default).
+        read_only: open an existing database for reading only: nothing is created or
+            migrated (``NoDatabase`` when there is none).
+        migrate: False leaves the schema as it is (``superbiz db upgrade`` migrates itself).
 
     Raises:
         DatabaseError: when the database is unreachable, misconfigured or too new.
     """
-    db = Database(value)
+    db = Database(value, read_only=read_only, migrate=migrate)
     db.open()
     return db

@@ -63,3 +63,27 @@ def open_persistence(value: str | None = None) -> Persistence:
             f"cannot set up checkpoints in {db.target.display}: {type(exc).__name__}: {exc}"
         ) from exc
     return Persistence(db, checkpointer, SqlAuditStore(db), SqlLedger(db), resources)
+
+
+@dataclass
+class Records:
+    """The audit records of a database, opened for reading only (``sessions``, ``reverify``)."""
+
+    db: Database
+    audit: SqlAuditStore
+    ledger: SqlLedger
+
+    def close(self) -> None:
+        """Release the database connection."""
+        self.db.close()
+
+
+def open_records(value: str | None = None) -> Records:
+    """Open an existing database for reading: nothing is created, migrated or written.
+
+    Raises:
+        NoDatabase: when there is no database (or no superbiz table) there yet.
+        DatabaseError: when the database is unreachable, misconfigured or of another version.
+    """
+    db = open_database(value, read_only=True)
+    return Records(db, SqlAuditStore(db), SqlLedger(db))

@@ -1,108 +1,119 @@
 """Run settings for one diagnosis (the graph's ``context_schema``).
 
 Environment variables fill the defaults; a value passed by the caller for a run always wins.
+Every value, from a variable or from a caller, is checked by the rules of ``state.settings``:
+an invalid one is a ``SettingsError`` naming what set it, the value and what is allowed, and an
+unknown key is reported, never dropped.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from state.settings import SettingsError, as_any, check_settings, describe, env_value
 
 ROLES = ("planner", "executor", "verifier", "composer")
 
 Language = Literal["zh", "en"]
 ComposerMode = Literal["template", "model"]
 
-
-def _env(name: str, default: str | None = None) -> str | None:
-    value = os.environ.get(name)
-    return value if value not in (None, "") else default
-
-
-def _env_bool(name: str) -> bool:
-    return (_env(name) or "").strip().lower() in {"1", "true", "yes", "on"}
-
-
-def _env_int(name: str, default: int) -> int:
-    raw = _env(name)
-    try:
-        return int(raw) if raw is not None else default
-    except ValueError:
-        return default
+DEFAULTS: dict[str, object] = {
+    "model": "gpt-4o-mini",
+    "language": "zh",
+    "composer_mode": "template",
+    "max_tool_calls_per_round": 8,
+    "tool_timeout_s": 30.0,
+    "model_timeout_s": 120.0,
+    "model_retries": 4,
+    "diagnosis_deadline_s": 300.0,
+    "max_model_calls": 40,
+    "max_input_tokens": 500_000,
+    "max_output_tokens": 50_000,
+}
+"""Defaults when neither the caller nor an environment variable sets a value."""
 
 
-def _env_float(name: str, default: float) -> float:
-    raw = _env(name)
-    try:
-        return float(raw) if raw is not None else default
-    except ValueError:
-        return default
+def default_of(name: str) -> Any:
+    """The default of a setting: its environment variable (checked), else the built-in one.
+
+    Raises:
+        SettingsError: when the variable is set to a value the setting does not allow.
+    """
+    value = env_value(name)
+    if value is not None:
+        return value
+    if name == "offline":
+        return not os.environ.get("OPENAI_API_KEY")
+    return DEFAULTS.get(name)
 
 
-def _model_override(role: str) -> Any:
-    """The field of a per-role model override, read from ``SUPERBIZ_<ROLE>_MODEL``."""
-    variable = f"SUPERBIZ_{role.upper()}_MODEL"
-    return field(
-        default_factory=lambda: _env(variable),
-        metadata={"description": f"{role.capitalize()} model override ({variable})."},
-    )
+def _setting(name: str) -> Any:
+    return field(default_factory=lambda: default_of(name), metadata={"description": describe(name)})
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, init=False)
 class Context:
-    """Settings of one run; shown as a form in LangGraph Studio."""
+    """Settings of one run; shown as a form in LangGraph Studio.
 
-    model: str = field(
-        default_factory=lambda: _env("SUPERBIZ_MODEL", "gpt-4o-mini") or "gpt-4o-mini",
-        metadata={"description": "Default chat model name for every role (SUPERBIZ_MODEL)."},
-    )
-    planner_model: str | None = _model_override("planner")
-    executor_model: str | None = _model_override("executor")
-    verifier_model: str | None = _model_override("verifier")
-    composer_model: str | None = _model_override("composer")
-    offline: bool = field(
-        default_factory=lambda: _env_bool("SUPERBIZ_OFFLINE") or not _env("OPENAI_API_KEY"),
-        metadata={
-            "description": "Deterministic rule-based planner, executor and verifier; no model "
-            "is called. On by default when OPENAI_API_KEY is not set."
-        },
-    )
-    language: Language = field(
-        default_factory=lambda: "en" if _env("SUPERBIZ_LANGUAGE") == "en" else "zh",
-        metadata={"description": "Answer language: zh (default) or en."},
-    )
-    composer_mode: ComposerMode = field(
-        default_factory=lambda: (
-            "model" if _env("SUPERBIZ_COMPOSER_MODE") == "model" else "template"
-        ),
-        metadata={"description": "template (fixed safe template) or model (checked model text)."},
-    )
-    max_tool_calls_per_round: int = field(
-        default_factory=lambda: _env_int("SUPERBIZ_MAX_TOOL_CALLS", 8),
-        metadata={"description": "Tool calls the executor may make in one round."},
-    )
-    tool_timeout_s: float = field(
-        default_factory=lambda: _env_float("SUPERBIZ_TOOL_TIMEOUT_S", 30.0),
-        metadata={"description": "Seconds one tool call may take before it is an error."},
-    )
-    model_timeout_s: float = field(
-        default_factory=lambda: _env_float("SUPERBIZ_MODEL_TIMEOUT_S", 120.0),
-        metadata={"description": "Seconds one model request may take."},
-    )
+    ``Context(**values)`` checks every value and reports unknown keys (``SettingsError``, a
+    ``ValueError``); settings not given take their defaults from the environment.
+    """
 
-    def __post_init__(self) -> None:
-        """Reject settings that cannot work, with the reason."""
-        if self.language not in ("zh", "en"):
-            raise ValueError(f"language must be 'zh' or 'en', got {self.language!r}")
-        if self.composer_mode not in ("template", "model"):
-            raise ValueError(
-                f"composer_mode must be 'template' or 'model', got {self.composer_mode!r}"
-            )
-        if self.max_tool_calls_per_round < 1:
-            raise ValueError("max_tool_calls_per_round must be at least 1")
+    model: str = _setting("model")
+    planner_model: str | None = _setting("planner_model")
+    executor_model: str | None = _setting("executor_model")
+    verifier_model: str | None = _setting("verifier_model")
+    composer_model: str | None = _setting("composer_model")
+    offline: bool = _setting("offline")
+    language: Language = _setting("language")
+    composer_mode: ComposerMode = _setting("composer_mode")
+    max_tool_calls_per_round: int = _setting("max_tool_calls_per_round")
+    tool_timeout_s: float = _setting("tool_timeout_s")
+    model_timeout_s: float = _setting("model_timeout_s")
+    model_retries: int = _setting("model_retries")
+    diagnosis_deadline_s: float = _setting("diagnosis_deadline_s")
+    max_model_calls: int = _setting("max_model_calls")
+    max_input_tokens: int = _setting("max_input_tokens")
+    max_output_tokens: int = _setting("max_output_tokens")
+
+    def __init__(self, **values: Any) -> None:
+        """Check ``values`` and fill the other settings from the environment.
+
+        Raises:
+            SettingsError: listing every unknown key, wrong value and wrong variable.
+        """
+        problems: list[str] = []
+        try:
+            checked = check_settings(values)
+        except SettingsError as exc:
+            problems.extend(exc.problems)
+            checked = {}
+        for spec in dataclasses.fields(self):
+            if spec.name in values:
+                value = checked.get(spec.name)
+            else:
+                try:
+                    value = default_of(spec.name)
+                except SettingsError as exc:
+                    problems.extend(exc.problems)
+                    continue
+            object.__setattr__(self, spec.name, as_any(value))
+        if problems:
+            raise SettingsError(problems)
 
     def model_for(self, role: str) -> str:
         """Model name for ``role``: its override, else the default model."""
         override = getattr(self, f"{role}_model", None)
         return override or self.model
+
+    def settings(self) -> dict[str, object]:
+        """Every setting as plain data (what a run was asked to do)."""
+        return dataclasses.asdict(self)
+
+
+def setting_names() -> tuple[str, ...]:
+    """The names of the run settings, in form order."""
+    return tuple(spec.name for spec in dataclasses.fields(Context))

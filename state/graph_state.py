@@ -21,6 +21,7 @@ from state.records import (
     ExecutorAnswer,
     GatekeeperResult,
     JSONObject,
+    ModelUsage,
     ParseStatus,
     RetryContext,
     RoundSummary,
@@ -28,6 +29,7 @@ from state.records import (
     RunInfo,
     TraceItem,
     VerifierResult,
+    add_usage,
 )
 
 
@@ -63,6 +65,17 @@ class DiagnosisState(TypedDict, total=False):
 
     round: int
     """Written by ``intake`` (1) and ``retry`` (2)."""
+
+    started_at: float
+    """Written by ``intake``: when the diagnosis started (epoch seconds; its deadline counts
+    from here, or from the resume of an interrupted run)."""
+
+    usage: Annotated[ModelUsage, add_usage]
+    """Added to by every node that calls a model (``add_usage``); ``intake`` resets it."""
+
+    budget_note: str | None
+    """Written by the node that found a budget of the diagnosis spent (``intake`` resets it):
+    which budget; the round then ends with what was gathered, and no retry round follows."""
 
     plan: str
     """Written by ``planner``: the plan text for the current round."""

@@ -617,6 +617,42 @@ class RunInfo(TypedDict):
     models: dict[str, str]
 
 
+class ModelUsage(TypedDict):
+    """Model calls of one diagnosis and the tokens the endpoint reported for them."""
+
+    calls: int
+    input_tokens: int
+    output_tokens: int
+
+
+def add_usage(left: ModelUsage | None, right: ModelUsage | None) -> ModelUsage:
+    """Reducer: the sum of two usages."""
+    a = left or ModelUsage(calls=0, input_tokens=0, output_tokens=0)
+    b = right or ModelUsage(calls=0, input_tokens=0, output_tokens=0)
+    return ModelUsage(
+        calls=a["calls"] + b["calls"],
+        input_tokens=a["input_tokens"] + b["input_tokens"],
+        output_tokens=a["output_tokens"] + b["output_tokens"],
+    )
+
+
+class UsageRecord(ModelUsage):
+    """The ``self_evaluation.usage`` channel: totals, the budgets, and why a round stopped early."""
+
+    budgets: dict[str, float]
+    stopped: str | None
+
+
+class FailureRecord(TypedDict):
+    """The ``self_evaluation.failure`` channel of a diagnosis that could not finish."""
+
+    reason: str
+    error_type: str
+    round: int
+    route: list[str]
+    """The nodes that finished before the failure, in order."""
+
+
 class PromptRef(TypedDict):
     """A prompt's name and version (never its text)."""
 

@@ -267,19 +267,22 @@ def test_cli_diagnose_rejects_a_bad_env_file(
 
 
 def test_cli_diagnose_rejects_an_invalid_lang(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as exit_info:
-        cli.main(["diagnose", ORDER_QUESTION, "--lang", "fr"])
-    _, err = capsys.readouterr()
-
-    assert exit_info.value.code == 2
-    assert_one_line_error(err, "--lang", "'fr'")
-
-
-def test_cli_diagnose_rejects_a_zero_tool_budget(capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err = run(capsys, "diagnose", ORDER_QUESTION, "--max-tool-calls", "0")
+    code, _, err = run(capsys, "diagnose", ORDER_QUESTION, "--lang", "fr")
 
     assert code == 2
-    assert_one_line_error(err, "--max-tool-calls must be at least 1")
+    assert_one_line_error(err, "--lang is 'fr': it must be 'zh' or 'en'")
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "abc"])
+def test_cli_diagnose_rejects_a_bad_tool_budget(
+    capsys: pytest.CaptureFixture[str], value: str
+) -> None:
+    code, _, err = run(capsys, "diagnose", ORDER_QUESTION, "--max-tool-calls", value)
+
+    assert code == 2
+    assert_one_line_error(
+        err, f"--max-tool-calls is '{value}': it must be a whole number of at least 1"
+    )
 
 
 def test_cli_without_a_command_exits_with_usage(capsys: pytest.CaptureFixture[str]) -> None:
@@ -305,15 +308,38 @@ def test_cli_diagnose_reports_an_unexpected_failure_in_one_line(
         cli, "build_graph", lambda **kwargs: build_graph(get_model=_failing_models, **kwargs)
     )
 
-    code, out, err = run(capsys, "diagnose", ORDER_QUESTION)
+    code, out, err = run(capsys, "diagnose", ORDER_QUESTION, "--thread", "t-failed")
 
     assert code == 1
-    assert out == ""
     assert "Traceback" not in err
-    assert err.splitlines()[-1] == (
-        "superbiz: error: diagnosis failed: ConnectionError: "
-        "model endpoint refused the connection (127.0.0.1:9)"
+    reason = "ConnectionError: model endpoint refused the connection (127.0.0.1:9)"
+    assert err.splitlines()[-1] == f"superbiz: error: diagnosis failed: {reason}"
+    # The user gets a degraded answer saying the diagnosis could not finish, and why.
+    assert out.startswith(f"抱歉，本次诊断未能完成：{reason}")
+    assert "status: failed" in out
+    # The failure is recorded with its reason.
+    code, listing, _ = run(capsys, "sessions", "list", "--thread", "t-failed", "--json")
+    (record,) = json.loads(listing)
+    assert record["status"] == "failed"
+    assert record["note"] == f"failed: {reason}"
+    assert record["final_answer"].startswith("抱歉，本次诊断未能完成")
+    assert record["self_evaluation"]["failure"]["reason"] == reason
+
+
+def test_cli_debug_variable_prints_the_traceback(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(
+        cli, "build_graph", lambda **kwargs: build_graph(get_model=_failing_models, **kwargs)
     )
+    monkeypatch.setenv("SUPERBIZ_DEBUG", "1")
+
+    code, _, err = run(capsys, "diagnose", ORDER_QUESTION)
+
+    assert code == 1
+    assert "Traceback (most recent call last)" in err
+    assert "ConnectionError: model endpoint refused the connection" in err
+    assert err.splitlines()[-1].startswith("superbiz: error: diagnosis failed: ConnectionError")
 
 
 def _rejecting_models() -> GetModel:

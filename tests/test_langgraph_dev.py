@@ -297,6 +297,32 @@ def test_langgraph_dev_run_context_selects_the_answer_language(server: Server) -
     assert "【结论" not in answer
 
 
+@pytest.mark.parametrize(
+    ("context", "fragment"),
+    [
+        pytest.param(
+            {"max_tool_calls_per_round": "lots"},
+            "max_tool_calls_per_round is 'lots': it must be a whole number of at least 1",
+            id="lots",
+        ),
+        pytest.param({"tool_timeout_s": 0}, "tool_timeout_s is 0: it must be a number", id="zero"),
+    ],
+)
+def test_langgraph_dev_run_context_is_checked_with_the_reason(
+    server: Server, context: dict[str, Any], fragment: str
+) -> None:
+    client = get_sync_client(url=server.url)
+    thread = client.threads.create()
+
+    result = client.runs.wait(
+        thread["thread_id"], "superbiz", input=CHAT_INPUT, context=context, raise_error=False
+    )
+
+    assert isinstance(result, dict)
+    assert fragment in json.dumps(result.get("__error__"), ensure_ascii=False)
+    assert "TypeError" not in json.dumps(result, ensure_ascii=False)
+
+
 def test_langgraph_dev_graph_endpoint_draws_every_role_node_and_router(server: Server) -> None:
     assistant = _superbiz_assistant(server.url)
 

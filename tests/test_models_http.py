@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import json
+import socket
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from pathlib import Path
+from typing import Any, cast
 
 import pytest
 from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
 from graph.builder import build_graph
+from graph.model_calls import ModelCallFailed, RetryPolicy
 from graph.models import ModelConfigError, OfflineComposerUnavailable, make_model_factory
+from graph.runner import DiagnosisFailed, run_diagnosis
 from nodes.common import model_label
 from nodes.offline import (
     OFFLINE_LABEL,
@@ -22,6 +27,7 @@ from nodes.offline import (
     OfflinePlanner,
     OfflineVerifier,
 )
+from persistence.audit import InMemoryAuditStore
 from state.context import Context
 from verification.verifier_payload import CLOSE, OPEN
 
@@ -31,16 +37,48 @@ TOOL_NAMES = ["query_logs", "query_metrics", "lookup_knowledge", "get_current_ti
 
 
 @dataclass
+class Fault:
+    """How the fake endpoint answers one request instead of its scripted reply.
+
+    kind: ``status`` (HTTP ``status`` with an OpenAI error body and ``headers``), ``sleep``
+    (wait ``seconds``, then reply), ``truncated_json`` (a 200 whose body is cut, Content-Length
+    matching), ``cut`` (the connection closes mid-body), ``content`` (the reply's text is
+    ``text``), ``malformed_args`` (a tool call whose arguments are not valid JSON),
+    ``unknown_tool`` (a call of a tool that does not exist).
+    """
+
+    kind: str
+    status: int = 200
+    message: str = "scripted failure"
+    code: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    seconds: float = 0.0
+    text: str = ""
+
+
+@dataclass
 class FakeOpenAI:
     """What the fake endpoint received, one entry per chat-completion request."""
 
     url: str
     requests: list[dict[str, Any]] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
+    times: list[float] = field(default_factory=list)
+    faults: dict[str, list[Fault]] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def by_role(self, role: str) -> list[dict[str, Any]]:
         return [body for body in self.requests if role_of(body) == role]
+
+    def fail(self, role: str, *faults: Fault) -> None:
+        """Answer the next requests of ``role`` with ``faults``, in order, then normally."""
+        with self.lock:
+            self.faults.setdefault(role, []).extend(faults)
+
+    def next_fault(self, role: str) -> Fault | None:
+        with self.lock:
+            queue = self.faults.get(role) or []
+            return queue.pop(0) if queue else None
 
 
 def role_of(body: dict[str, Any]) -> str:
@@ -68,20 +106,24 @@ def _completion(model: str, message: dict[str, Any], finish: str) -> dict[str, A
     }
 
 
+def _tool_call(index: int, name: str, arguments: str) -> dict[str, Any]:
+    return {
+        "id": f"call_fake_{index}",
+        "type": "function",
+        "function": {"name": name, "arguments": arguments},
+    }
+
+
 def _executor_reply(body: dict[str, Any]) -> tuple[dict[str, Any], str]:
     tool_results = [m for m in body["messages"] if m.get("role") == "tool"]
-    if not tool_results:
-        call = {
-            "id": "call_fake_1",
-            "type": "function",
-            "function": {
-                "name": "query_logs",
-                "arguments": json.dumps({"service": "order-service", "level": "ERROR"}),
-            },
-        }
+    readable = [json.loads(m["content"]) for m in tool_results if m["content"].startswith("{")]
+    with_logs = [r for r in readable if r.get("status") == "ok" and r.get("evidence_refs")]
+    if not with_logs:  # first turn, or only tool errors so far: ask for the logs
+        arguments = json.dumps({"service": "order-service", "level": "ERROR"})
+        call = _tool_call(len(tool_results) + 1, "query_logs", arguments)
         return {"role": "assistant", "content": None, "tool_calls": [call]}, "tool_calls"
     # Cite what the tool result really says, so the binding is exact.
-    result = json.loads(tool_results[0]["content"])
+    result = with_logs[0]
     ref = next(r for r in result["evidence_refs"] if r["raw_path"] == "logs[0]")
     message = ref["text"].split(": ", 1)[1]
     answer = {
@@ -149,6 +191,22 @@ def _reply(body: dict[str, Any]) -> dict[str, Any]:
     raise ValueError(f"unexpected request for role {role}")
 
 
+def _faulty_reply(body: dict[str, Any], fault: Fault) -> dict[str, Any]:
+    """A 200 reply that is wrong in the way ``fault`` says."""
+    model = str(body.get("model"))
+    if fault.kind == "content":
+        return _completion(model, {"role": "assistant", "content": fault.text}, "stop")
+    index = len([m for m in body["messages"] if m.get("role") == "tool"]) + 1
+    if fault.kind == "malformed_args":
+        call = _tool_call(index, "query_logs", '{"service": "order-serv')
+    elif fault.kind == "unknown_tool":
+        call = _tool_call(index, "query_everything", "{}")
+    else:
+        raise ValueError(f"unknown fault {fault.kind}")
+    message = {"role": "assistant", "content": None, "tool_calls": [call]}
+    return _completion(model, message, "tool_calls")
+
+
 @pytest.fixture
 def fake_openai() -> Iterator[FakeOpenAI]:
     """A chat-completions endpoint on 127.0.0.1 answering each role with a scripted reply."""
@@ -161,21 +219,51 @@ def fake_openai() -> Iterator[FakeOpenAI]:
             with state.lock:
                 state.requests.append(body)
                 state.headers.append({k.lower(): v for k, v in self.headers.items()})
+                state.times.append(time.monotonic())
             if self.path != "/v1/chat/completions":
                 self._send(404, {"error": {"message": f"no route {self.path}"}})
                 return
+            fault = state.next_fault(role_of(body))
             try:
-                self._send(200, _reply(body))
+                if fault is None or fault.kind == "sleep":
+                    time.sleep(fault.seconds if fault else 0)
+                    self._send(200, _reply(body))
+                elif fault.kind == "status":
+                    error = {"message": fault.message, "type": "error", "code": fault.code}
+                    self._send(fault.status, {"error": error}, fault.headers)
+                elif fault.kind == "truncated_json":
+                    self._send_raw(200, json.dumps(_reply(body)).encode()[:40])
+                elif fault.kind == "cut":
+                    raw = json.dumps(_reply(body)).encode()
+                    self._send_raw(200, raw[:40], length=len(raw))
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    self.close_connection = True
+                else:
+                    self._send(200, _faulty_reply(body, fault))
             except Exception as exc:  # report script errors to the client, do not hang
                 self._send(500, {"error": {"message": f"{type(exc).__name__}: {exc}"}})
 
-        def _send(self, status: int, data: dict[str, Any]) -> None:
-            raw = json.dumps(data).encode()
+        def _send(
+            self, status: int, data: dict[str, Any], headers: dict[str, str] | None = None
+        ) -> None:
+            self._send_raw(status, json.dumps(data).encode(), headers=headers)
+
+        def _send_raw(
+            self,
+            status: int,
+            raw: bytes,
+            *,
+            length: int | None = None,
+            headers: dict[str, str] | None = None,
+        ) -> None:
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(raw)))
+            self.send_header("Content-Length", str(len(raw) if length is None else length))
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
             self.end_headers()
             self.wfile.write(raw)
+            self.wfile.flush()
 
         def log_message(self, format: str, *args: Any) -> None:
             return
@@ -338,3 +426,367 @@ def test_make_model_factory_model_mode_without_key_says_what_to_set(
 
     with pytest.raises(ModelConfigError, match="OPENAI_API_KEY"):
         make_model_factory()("planner", Context(offline=False))
+
+
+# --- model failures: one retry layer, budgets, failed diagnoses -------------------------------
+
+
+@dataclass
+class Waits:
+    """The waits of the retry layer, recorded (and really slept when ``real``)."""
+
+    real: bool = False
+    seconds: list[float] = field(default_factory=list)
+
+    def __call__(self, delay: float) -> None:
+        self.seconds.append(delay)
+        if self.real:
+            time.sleep(delay)
+
+
+def _fast_policy(waits: Waits) -> RetryPolicy:
+    return RetryPolicy(base_delay_s=0.001, max_delay_s=0.01, sleep=waits, jitter=lambda: 0.5)
+
+
+def _diagnose(
+    waits: Waits | None = None, thread: str = "thread-fault", **settings: Any
+) -> tuple[dict[str, Any], InMemoryAuditStore]:
+    """Run one diagnosis through ``run_diagnosis`` (as the CLI and the API do)."""
+    audit = InMemoryAuditStore()
+    get_model = make_model_factory(_fast_policy(waits or Waits()))
+    graph = build_graph(get_model=get_model, audit=audit).compile(checkpointer=InMemorySaver())
+    values = run_diagnosis(
+        graph,
+        thread_id=thread,
+        context=Context(offline=False, **settings),
+        audit=audit,
+        question=QUESTION,
+    )
+    return dict(values), audit
+
+
+def _failure(**settings: Any) -> tuple[DiagnosisFailed, InMemoryAuditStore]:
+    audit = InMemoryAuditStore()
+    graph = build_graph(get_model=make_model_factory(_fast_policy(Waits())), audit=audit).compile(
+        checkpointer=InMemorySaver()
+    )
+    with pytest.raises(DiagnosisFailed) as info:
+        run_diagnosis(
+            graph,
+            thread_id="thread-failed",
+            context=Context(offline=False, **settings),
+            audit=audit,
+            question=QUESTION,
+        )
+    return info.value, audit
+
+
+def test_models_http_429_is_retried_after_the_retry_after_it_asks(model_env: FakeOpenAI) -> None:
+    model_env.fail("planner", Fault("status", status=429, headers={"Retry-After": "1"}))
+    waits = Waits(real=True)
+
+    values, _ = _diagnose(waits)
+
+    assert values["verdict"] == "PASS"
+    assert waits.seconds == [1.0]
+    pairs = zip(model_env.times, model_env.requests, strict=True)
+    first, second = [t for t, body in pairs if role_of(body) == "planner"]
+    assert second - first >= 0.95
+
+
+def test_models_http_5xx_twice_then_success_backs_off(model_env: FakeOpenAI) -> None:
+    model_env.fail("verifier", Fault("status", status=500), Fault("status", status=503))
+    waits = Waits()
+
+    values, _ = _diagnose(waits)
+
+    assert values["verdict"] == "PASS"
+    assert len(model_env.by_role("verifier")) == 3
+    assert len(waits.seconds) == 2 and waits.seconds[1] > waits.seconds[0]  # exponential
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [
+        pytest.param(Fault("sleep", seconds=1.5), id="timeout"),
+        pytest.param(Fault("truncated_json"), id="truncated-json-body"),
+        pytest.param(Fault("cut"), id="stream-cut-mid-reply"),
+    ],
+)
+def test_models_http_transient_failures_are_retried(model_env: FakeOpenAI, fault: Fault) -> None:
+    model_env.fail("executor", fault)
+    waits = Waits()
+
+    values, _ = _diagnose(waits, model_timeout_s=0.5)
+
+    assert values["verdict"] == "PASS"
+    assert len(waits.seconds) == 1
+    assert len(model_env.by_role("executor")) == 3  # the failed turn, its retry, the answer
+
+
+def test_models_http_client_library_retries_nothing_itself(model_env: FakeOpenAI) -> None:
+    model = make_model_factory()("planner", Context(offline=False))
+
+    assert getattr(model, "max_retries", None) == 0
+
+
+def test_models_http_400_context_length_is_not_retried_and_says_what_to_fix(
+    model_env: FakeOpenAI,
+) -> None:
+    model_env.fail(
+        "executor",
+        Fault(
+            "status",
+            status=400,
+            code="context_length_exceeded",
+            message="This model's maximum context length is 8192 tokens",
+        ),
+    )
+
+    failed, audit = _failure()
+
+    assert len(model_env.by_role("executor")) == 1  # never retried
+    assert "context length" in failed.reason and "larger context window" in failed.reason
+    assert "\n" not in failed.reason
+    assert isinstance(failed.cause, ModelCallFailed) and not failed.cause.unavailable
+    (record,) = audit.list()
+    assert record["status"] == "failed"
+    assert record["note"] == f"failed: {failed.reason}"
+    assert record["final_answer"] == failed.answer
+    assert failed.answer.startswith("抱歉，本次诊断未能完成")
+    channels: Any = record["self_evaluation"]
+    assert channels["failure"]["route"] == ["intake", "planner"]
+    assert channels["usage"]["calls"] == 1  # the planner's; the partial audit is kept
+
+
+@pytest.mark.parametrize(
+    ("status", "fragment"),
+    [
+        pytest.param(401, "refused the API key (401", id="401"),
+        pytest.param(403, "denied access to model 'fake-model' (403", id="403"),
+        pytest.param(404, "does not know model 'fake-model' (404", id="404"),
+        pytest.param(422, "rejected the request for model 'fake-model' (422", id="422"),
+    ],
+)
+def test_models_http_client_errors_end_the_diagnosis_without_retry(
+    model_env: FakeOpenAI, status: int, fragment: str
+) -> None:
+    model_env.fail("planner", Fault("status", status=status))
+
+    failed, _ = _failure()
+
+    assert fragment in failed.reason
+    assert len(model_env.requests) == 1
+
+
+def test_models_http_retries_stop_at_the_bound_and_say_the_endpoint_is_unavailable(
+    model_env: FakeOpenAI,
+) -> None:
+    model_env.fail("planner", *[Fault("status", status=503)] * 5)
+
+    failed, _ = _failure(model_retries=2)
+
+    assert len(model_env.requests) == 3
+    assert "still after 3 attempts" in failed.reason
+    assert isinstance(failed.cause, ModelCallFailed) and failed.cause.unavailable
+
+
+def test_models_http_no_retry_waits_past_the_diagnosis_deadline(model_env: FakeOpenAI) -> None:
+    model_env.fail("planner", Fault("status", status=429, headers={"Retry-After": "120"}))
+
+    failed, _ = _failure(diagnosis_deadline_s=30)
+
+    assert len(model_env.requests) == 1
+    assert "SUPERBIZ_DIAGNOSIS_DEADLINE_S" in failed.reason
+
+
+def test_models_http_usage_fields_are_summed_and_recorded(model_env: FakeOpenAI) -> None:
+    values, audit = _diagnose()
+
+    # planner, executor twice, verifier: 10 prompt and 10 completion tokens each.
+    assert values["usage"] == {"calls": 4, "input_tokens": 40, "output_tokens": 40}
+    (record,) = audit.list()
+    usage: Any = cast(Any, record["self_evaluation"])["usage"]
+    assert (usage["calls"], usage["input_tokens"], usage["output_tokens"]) == (4, 40, 40)
+    assert usage["budgets"]["max_model_calls"] == 40
+    assert usage["stopped"] is None
+
+
+def test_models_http_malformed_tool_arguments_become_a_readable_tool_error(
+    model_env: FakeOpenAI,
+) -> None:
+    model_env.fail("executor", Fault("malformed_args"))
+
+    values, _ = _diagnose()
+
+    assert values["verdict"] == "PASS"
+    second = model_env.by_role("executor")[1]
+    (tool_message,) = [m for m in second["messages"] if m.get("role") == "tool"]
+    error = json.loads(tool_message["content"])
+    assert error["status"] == "error"
+    assert "not valid JSON" in error["error"]
+    assert tool_message["tool_call_id"] == "call_fake_1"
+
+
+def test_models_http_unknown_tool_is_an_error_the_executor_reads(model_env: FakeOpenAI) -> None:
+    model_env.fail("executor", Fault("unknown_tool"))
+
+    values, _ = _diagnose()
+
+    assert values["verdict"] == "PASS"
+    second = model_env.by_role("executor")[1]
+    (tool_message,) = [m for m in second["messages"] if m.get("role") == "tool"]
+    assert "unknown tool 'query_everything'" in json.loads(tool_message["content"])["error"]
+
+
+def test_models_http_truncated_executor_json_is_read_as_malformed(model_env: FakeOpenAI) -> None:
+    answer = '{"answer_version": "executor_evidence_v2", "claims": [{"claim_id": "c1", "cl'
+    model_env.fail("executor", Fault("sleep"), Fault("content", text=answer))
+
+    values, _ = _diagnose()
+
+    # Round 1 reads the cut answer as malformed (never a crash) and earns the retry round.
+    assert values["rounds"][0]["executor_output_parse_status"] == "malformed"
+    assert values["rounds"][0]["verdict"] == "LOW_CONFID"
+    assert values["round"] == 2
+    assert values["route"][-1] == "audit"
+
+
+@pytest.mark.parametrize("text", ["", "not json at all"], ids=["empty", "garbage"])
+def test_models_http_unreadable_verifier_replies_fall_back_to_the_claim_checker(
+    model_env: FakeOpenAI, text: str
+) -> None:
+    model_env.fail("verifier", *[Fault("content", text=text)] * 3)
+
+    values, _ = _diagnose()
+
+    result = values["verifier_result"]
+    assert result["verifier_mode"] == "fallback"
+    assert result["reply_parse"]["repair_attempts"] == 2
+    assert values["verdict"] == "LOW_CONFID"
+
+
+def test_models_http_empty_composer_reply_keeps_the_template(model_env: FakeOpenAI) -> None:
+    model_env.fail("composer", Fault("content", text=""))
+    model_env.fail("composer", Fault("content", text=""))
+
+    values, _ = _diagnose(composer_mode="model")
+
+    assert values["composer_output"]["mode"] == "fallback"
+    assert values["verdict"] == "PASS"
+    assert "HikariPool-1" in values["answer"]
+
+
+def test_models_http_model_call_budget_ends_the_round_as_an_evidence_gap(
+    model_env: FakeOpenAI,
+) -> None:
+    values, audit = _diagnose(max_model_calls=2)
+
+    # planner and one executor turn; then no more model calls, no retry round.
+    assert [role_of(b) for b in model_env.requests] == ["planner", "executor"]
+    assert values["round"] == 1
+    assert "model calls" in values["budget_note"]
+    gaps = [g["text"] for g in values["executor_answer"]["missing_info"]]
+    assert any("stopped early" in gap and "SUPERBIZ_MAX_MODEL_CALLS" in gap for gap in gaps)
+    assert values["verifier_result"]["verifier_mode"] == "fallback"
+    assert values["verdict"] != "PASS"
+    assert "stopped early" in values["answer"]
+    (record,) = audit.list()
+    assert record["status"] == "done"
+    assert "model calls" in cast(Any, record["self_evaluation"])["usage"]["stopped"]
+
+
+def test_models_http_token_budget_stops_before_the_next_call(model_env: FakeOpenAI) -> None:
+    values, _ = _diagnose(max_output_tokens=15)
+
+    # 10 completion tokens after the planner, 20 after the first executor turn.
+    assert [role_of(b) for b in model_env.requests] == ["planner", "executor"]
+    assert "output tokens" in values["budget_note"]
+    assert values["usage"]["output_tokens"] == 20
+
+
+def test_models_http_cli_exits_1_with_the_reason_and_3_when_unavailable(
+    model_env: FakeOpenAI,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
+    import apps.cli as cli
+
+    fast = _fast_policy(Waits())
+    monkeypatch.setattr(cli, "make_model_factory", lambda: make_model_factory(fast))
+    monkeypatch.setattr(
+        cli, "build_graph", lambda **kw: build_graph(get_model=make_model_factory(fast), **kw)
+    )
+    db = f"sqlite:///{tmp_path / 'cli.sqlite'}"
+
+    model_env.fail("planner", Fault("status", status=401, message="Incorrect API key"))
+    code = cli.main(["diagnose", QUESTION, "--db", db])
+    out, err = capsys.readouterr()
+    assert code == 1
+    last = err.splitlines()[-1]
+    assert last.startswith("superbiz: error: diagnosis failed: the model endpoint")
+    assert "refused the API key (401: Incorrect API key); check OPENAI_API_KEY" in last
+    assert "Traceback" not in err
+    assert out.startswith("抱歉，本次诊断未能完成")
+
+    model_env.fail("planner", *[Fault("status", status=502)] * 10)
+    monkeypatch.setenv("SUPERBIZ_MODEL_RETRIES", "1")
+    code = cli.main(["diagnose", QUESTION, "--db", db, "--json"])
+    out, err = capsys.readouterr()
+    assert code == 3
+    result = json.loads(out)
+    assert result["status"] == "failed" and "still after 2 attempts" in result["error"]
+
+    code = cli.main(["sessions", "show", result["diagnosis_id"], "--db", db])
+    shown = capsys.readouterr().out
+    assert code == 0
+    assert "status     failed" in shown
+    assert "failed     the model endpoint failed (502" in shown
+    assert "model use  0 calls (budget 40), tokens in 0 / out 0" in shown
+
+
+def test_models_http_api_answers_502_and_the_stream_ends_with_an_error_event(
+    model_env: FakeOpenAI, tmp_path: Path
+) -> None:
+    from starlette.testclient import TestClient
+
+    from apps.api import create_app
+
+    app = create_app(
+        f"sqlite:///{tmp_path / 'api.sqlite'}",
+        api_keys={"k": "alice"},
+        get_model=make_model_factory(_fast_policy(Waits())),
+    )
+    headers = {"Authorization": "Bearer k"}
+    with TestClient(app) as client:
+        model_env.fail("planner", Fault("status", status=404, message="no such model"))
+        response = client.post("/api/chat", json={"question": QUESTION}, headers=headers)
+        assert response.status_code == 502
+        error = response.json()["error"]
+        assert error.startswith("the diagnosis could not finish: the model endpoint")
+        assert "does not know model 'fake-model' (404: no such model)" in error
+
+        model_env.fail("planner", Fault("status", status=401))
+        stream = client.post("/api/chat_stream", json={"question": QUESTION}, headers=headers)
+        events = [
+            line[len("event: ") :]
+            for line in stream.text.splitlines()
+            if line.startswith("event: ")
+        ]
+        assert events[-1] == "error"
+        last = stream.text.strip().splitlines()[-1]
+        assert '"status":502' in last and "refused the API key" in last
+
+
+def test_models_http_a_spent_deadline_ends_the_round_without_model_calls(
+    model_env: FakeOpenAI,
+) -> None:
+    values, audit = _diagnose(diagnosis_deadline_s=0.001)
+
+    assert model_env.requests == []
+    assert "SUPERBIZ_DIAGNOSIS_DEADLINE_S" in values["budget_note"]
+    assert values["verdict"] != "PASS"
+    assert values["route"][-1] == "audit"
+    (record,) = audit.list()
+    assert record["status"] == "done"

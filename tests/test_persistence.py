@@ -374,24 +374,69 @@ def test_persistence_refuses_a_database_newer_than_the_code(database_url: str) -
 
 
 @pytest.mark.parametrize(
-    ("url", "message"),
+    ("url", "message", "exit_code"),
     [
-        ("postgresql://postgres@127.0.0.1:1/nowhere", "cannot connect to PostgreSQL"),
-        ("postgresql://postgres@127.0.0.1:5432/superbiz_no_such_db", "does not exist"),
-        ("mysql://root@127.0.0.1/x", "unsupported database URL scheme 'mysql'"),
+        ("postgresql://postgres@127.0.0.1:1/nowhere", "cannot connect to PostgreSQL", 3),
+        ("postgresql://postgres@127.0.0.1:5432/superbiz_no_such_db", "does not exist", 3),
+        ("mysql://root@127.0.0.1/x", "unsupported database URL scheme 'mysql'", 2),
+        ("postgresql://postgres@127.0.0.1:5432", "names no database", 2),
+        ("postgresql://postgres@127.0.0.1:5432/", "names no database", 2),
+        ("sqlite://", "names no SQLite file", 2),
+        ("sqlite:///:memory:", "names no SQLite file", 2),
     ],
-    ids=["refused", "unknown-database", "bad-scheme"],
+    ids=[
+        "refused",
+        "unknown-database",
+        "bad-scheme",
+        "postgres-no-name",
+        "postgres-slash",
+        "sqlite-memory",
+        "sqlite-memory-path",
+    ],
 )
 def test_persistence_bad_url_fails_with_a_readable_message(
-    url: str, message: str, capsys: pytest.CaptureFixture[str]
+    url: str, message: str, exit_code: int, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with pytest.raises(DatabaseError, match=message):
         open_persistence(url)
     code = cli.main(["diagnose", QUESTION, "--db", url])
     err = capsys.readouterr().err.strip()
-    assert code == 2
+    assert code == exit_code  # 3: the database is unavailable; 2: the setting is wrong
     assert message in err
     assert len(err.splitlines()) == 1
+
+
+def test_persistence_postgres_url_without_a_name_says_how_to_fix_it() -> None:
+    with pytest.raises(DatabaseError) as info:
+        resolve_target("postgresql://app:secret@db.example:5432")
+
+    message = str(info.value)
+    assert "'postgres' system database" in message
+    assert "postgresql://app:***@db.example:5432/superbiz" in message
+    assert "secret" not in message
+    # A name given as a parameter counts.
+    assert resolve_target("postgresql://app@db.example/?dbname=audit").dialect == "postgres"
+
+
+def test_persistence_sqlite_urls_follow_sqlalchemy_and_say_which_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+
+    relative = resolve_target("sqlite:///tmp/x.sqlite")
+    absolute = resolve_target(f"sqlite:///{tmp_path / 'abs.sqlite'}")  # four slashes in all
+    plain = resolve_target("plain.sqlite")
+
+    assert relative.path == tmp_path / "tmp" / "x.sqlite"
+    assert absolute.path == tmp_path / "abs.sqlite"
+    assert plain.path == tmp_path / "plain.sqlite"
+    assert relative.display == f"SQLite file {tmp_path / 'tmp' / 'x.sqlite'}"
+    # diagnose says which file it uses.
+    code = cli.main(["diagnose", QUESTION, "--db", "sqlite:///tmp/x.sqlite"])
+    err = capsys.readouterr().err
+    assert code == 0
+    assert f"database: SQLite file {tmp_path / 'tmp' / 'x.sqlite'}" in err.splitlines()
+    assert (tmp_path / "tmp" / "x.sqlite").is_file()
 
 
 def test_persistence_default_is_an_sqlite_file_in_the_data_dir(

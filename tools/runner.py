@@ -175,6 +175,11 @@ class ToolRunner:
         model = ARGUMENT_MODELS.get(name)
         if model is None:
             error = f"unknown tool {name!r}; available tools: {', '.join(sorted(ARGUMENT_MODELS))}"
+        elif isinstance(raw_args, str):
+            error = (
+                f"the arguments of this {name} call are not valid JSON ({raw_args[:200]!r}); "
+                "call the tool again with one JSON object of arguments"
+            )
         elif raw_args is not None and not isinstance(raw_args, dict):
             error = f"arguments for {name} must be a JSON object, got {type(raw_args).__name__}"
         else:

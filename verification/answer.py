@@ -338,3 +338,23 @@ def render_template(
         footer.append(t["offline"])
     blocks.append("\n".join(footer))
     return "\n\n".join(blocks)
+
+
+_FAILED: dict[str, str] = {
+    "zh": (
+        "抱歉，本次诊断未能完成：{reason}\n\n"
+        "没有得出任何经过核实的结论；请根据上面的原因处理后重新提问。"
+        "已收集到的证据记录在诊断 {diagnosis} 中。"
+    ),
+    "en": (
+        "Sorry, the diagnosis could not finish: {reason}\n\n"
+        "No verified conclusion was reached; fix the cause above and ask again. The evidence "
+        "gathered so far is recorded in diagnosis {diagnosis}."
+    ),
+}
+
+
+def failed_answer(reason: str, language: str, diagnosis_id: str | None) -> str:
+    """The degraded answer of a diagnosis that could not finish: the reason, nothing else."""
+    text = _FAILED["en" if language == "en" else "zh"]
+    return text.format(reason=safe_text(reason), diagnosis=diagnosis_id or "-")

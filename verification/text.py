@@ -89,6 +89,24 @@ def one_line(text: str) -> str:
     return _WHITESPACE.sub(" ", text).strip()
 
 
+_TERMINAL_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def terminal_safe(text: str) -> str:
+    r"""Text that cannot drive a terminal, for output meant to be read there.
+
+    Every control character (escape, BEL, backspace, carriage return, C1 controls,
+    bidirectional overrides) is shown as a visible escape such as ``\x1b``; line breaks and
+    tabs stay.
+    """
+    return _TERMINAL_UNSAFE.sub(
+        lambda m: (
+            f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}"
+        ),
+        text,
+    )
+
+
 @lru_cache(maxsize=8192)
 def normalize(
     text: str,
