@@ -19,7 +19,7 @@ from persistence.audit import StoredRecordError, verifier_evaluation_of
 from persistence.database import DatabaseError, migrate, open_database
 from persistence.store import Persistence, open_persistence
 from state.context import Context
-from state.records import DiagnosisRecord, Invocation
+from state.records import DiagnosisRecord, Invocation, QuestionCoverage
 from tools.environment import EnvironmentFileError, default_environment, load_environment
 from tools.sample import SampleBackend
 from verification.text import error_line
@@ -352,6 +352,9 @@ def render_session(record: DiagnosisRecord, invocations: list[Invocation]) -> st
             f"  - {issue['rule_id']} {issue['target']}: {issue['message']}"
             for issue in gate["errors"] + gate["warnings"]
         ]
+        coverage = evaluation.get("question_coverage")
+        if coverage is not None:
+            lines += coverage_lines(coverage)
         if evaluation["claim_checks"]:
             lines.append("claim checks")
             lines += [
@@ -368,6 +371,17 @@ def render_session(record: DiagnosisRecord, invocations: list[Invocation]) -> st
     if record["final_answer"]:
         lines += ["answer", record["final_answer"]]
     return "\n".join(lines)
+
+
+def coverage_lines(coverage: QuestionCoverage) -> list[str]:
+    """How ``sessions show`` states the question coverage of a diagnosis."""
+    source = "floor and verifier" if coverage["model"] is not None else "floor"
+    lines = [
+        f"coverage   {coverage['status']} ({source})  asked: {', '.join(coverage['asked']) or '-'}"
+        f"  unanswered: {', '.join(coverage['unanswered']) or 'none'}"
+    ]
+    lines += [f"  - not run (tool budget): {call}" for call in coverage["not_run"]]
+    return lines
 
 
 def reverify_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

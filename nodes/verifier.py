@@ -16,6 +16,7 @@ from langgraph.runtime import Runtime
 
 from nodes.common import INTERNAL_CALL, GetModel, Node, context_of, emit, message_text, model_label
 from nodes.evidence import executor_final_text
+from nodes.executor import calls_not_run
 from nodes.prompts import load_prompt
 from state.context import Context
 from state.graph_state import DiagnosisState
@@ -90,6 +91,9 @@ def verify(
         mode=mode,
         # The claim checker stands in with the whole answer; a model saw only the payload.
         unseen=() if mode == "fallback" else unseen_claims(payload, answer),
+        question=inputs["question"],
+        known_services=known_services,
+        not_run=inputs.get("not_run", []),
     )
     return VerifierResult(
         **decision, reply_parse=parse, model="offline-rules" if offline else model_label(model)
@@ -115,6 +119,7 @@ def make_verifier(get_model: GetModel, services: Callable[[], list[str]]) -> Nod
             gatekeeper_result=gatekeeper,
             retry_context=state.get("retry_context"),
             round=round_no,
+            not_run=calls_not_run(state.get("executor_messages", [])),
         )
         result = verify(get_model("verifier", ctx), inputs, services())
         summary = RoundSummary(
