@@ -41,10 +41,13 @@ class Ranked(NamedTuple):
 
 
 def document_terms(title: str, headings: Sequence[str] = ()) -> list[str]:
-    """The terms a document is ranked on: its title's tokens (weighted) and its headings'."""
-    terms = concept_tokens(title) * TITLE_WEIGHT
+    """The terms a document is ranked on: its title's (weighted) and each heading's.
+
+    A term counts once per title or heading: "502/504" names 5xx once, not twice.
+    """
+    terms = list(dict.fromkeys(concept_tokens(title))) * TITLE_WEIGHT
     for heading in headings:
-        terms += concept_tokens(heading)
+        terms += list(dict.fromkeys(concept_tokens(heading)))
     return terms
 
 

@@ -1,319 +1,583 @@
-"""Offline executor: runs the plan's tool calls, then states only what the refs show.
+"""Offline executor: runs the plan, follows the evidence, then answers what was asked.
 
-Claims are observations and negative observations bound to exact refs (invocation id, raw_path,
-an excerpt copied from the ref text). Runbooks only shape recommended actions.
+Turns: first the plan's tool calls; then, for a why question, the services the ERROR and WARN
+messages name (``upstream X``, ``call to Y``, ``connection to Z``) are queried next, up to two
+hops; then runbooks are looked up for the symptoms of the question and of the messages seen;
+then the answer. The tool budget bounds all of it: when the executor is told the budget is
+spent, it answers and asks once more for what it still wanted, which the executor node records
+as not run (the answer lists those calls as a gap).
+
+The answer is built from the structured tool results (``nodes.offline.evidence``), per kind of
+question (``verification.question``):
+
+- value: the named metric's series of the named service, last value and max with its unit;
+- confirm: one or two claims about exactly the thing asked, saying yes or no (no alert of that
+  name, no ERROR logs for that service);
+- why: observations per service along the trail, the link between services quoted from the log
+  line that states it, the causal chain only as a hypothesis;
+- overview: firing alerts and the services with ERROR or WARN logs.
+
+A service the backend does not know is never answered from an empty result: the answer says no
+data was found and asks to check the name. Nothing about another service is given as the answer
+about the one asked.
 """
 
 from __future__ import annotations
 
-import json
+import difflib
 import re
-from typing import Any
+from typing import Any, Final
 
-from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.messages.tool import ToolCall
 
 from nodes.offline.base import OfflineModel, first_json_human
-from nodes.offline.rules import parse_steps, plan_steps
+from nodes.offline.evidence import LEVELS, Result, budget_spent, read_results, tool_turns
+from nodes.offline.rules import SLOW_SYMPTOMS, Step, analysis, parse_steps, plan_steps, scopes
+from nodes.offline.writer import Writer, summary_binding
+from state.records import QuestionFacets
+from tools.knowledge_rank import procedure_sentence
+from tools.vocabulary import concepts_in
+from verification.question import facet_label
+from verification.text import asserts_cause
 
-_ALERT = re.compile(
-    r"^(?P<name>\S+) service=(?P<service>\S+)(?: severity=\S+)? state=(?P<state>\S+)"
-    r"(?: value=(?P<value>\S+))?(?: threshold=(?P<threshold>\S+))?"
+MAX_HOPS: Final = 2
+"""How many times a why question follows the services its messages name."""
+HOP_SERVICES: Final = 2
+"""At most this many new services per hop."""
+KNOWLEDGE_TERMS: Final = 8
+"""At most this many concepts in a runbook query."""
+_QUIET_CONCEPTS: Final = frozenset({"alert"})
+"""Concepts too general to choose a runbook by."""
+SYMPTOM_METRICS: Final[tuple[tuple[str, str], ...]] = (
+    ("slow", "latency"),
+    ("latency", "latency"),
+    ("timeout", "latency"),
+    ("5xx", "error_rate"),
+    ("error", "error_rate"),
+    ("error_rate", "error_rate"),
+    ("exhaustion", "pool"),
+    ("pool", "pool"),
+    ("connection", "pool"),
+    ("disk", "disk"),
+    ("full", "disk"),
+    ("lag", "lag"),
+    ("certificate", "certificate"),
+    ("expire", "certificate"),
+    ("cpu", "cpu"),
+    ("memory", "memory"),
 )
-_MATCHED = re.compile(r"matched (?P<n>\d+) of (?P<total>\d+)")
-_LOG = re.compile(r"^\S+ (?P<level>\S+) (?P<service>\S+) \S+: (?P<message>.*)$", re.DOTALL)
-_DOC = re.compile(r"^(?P<title>.*?) \((?P<source>[^()]*)\): (?P<chunk>.*)$", re.DOTALL)
-MESSAGE_CHARS = 160
-
-_TEXT = {
-    "zh": {
-        "alert": (
-            "{service} 的告警 {name} 处于 {state} 状态（value={value}，threshold={threshold}）。"
-        ),
-        "logs": "{service} 在查询范围内有 {total} 条{level}日志，例如：“{message}”",
-        "logs_any": "{service} 有{level}日志，例如：“{message}”",
-        "log_more": "{service} 还出现了另一类{level}日志：“{message}”",
-        "no_logs": "在查询范围内未发现 {service} 的{level}日志。",
-        "series": "{service} 的指标：{text}",
-        "no_data": "未找到 {service} 的任何日志、告警或指标数据，无法判断其状态。",
-        "all": "所有服务",
-        "hypothesis": "{service} 的异常可能与《{title}》描述的情形相符，需要进一步证据确认。",
-        "basis": "运行手册与已观察到的告警或日志相关，但手册不是本次事故的证据。",
-        "action": "参考《{title}》：{advice}",
-    },
-    "en": {
-        "alert": "Alert {name} on {service} is {state} (value={value}, threshold={threshold}).",
-        "logs": '{service} has {total} {level}log entries in the queried range, e.g. "{message}"',
-        "logs_any": '{service} has {level}log entries, e.g. "{message}"',
-        "log_more": '{service} also shows another {level}log message: "{message}"',
-        "no_logs": "No {level}logs for {service} in the queried range.",
-        "series": "Metric for {service}: {text}",
-        "no_data": "No logs, alerts or metrics were found for {service}; its state is unknown.",
-        "all": "all services",
-        "hypothesis": 'The {service} symptoms may match the situation described in "{title}"; '
-        "this needs confirming evidence.",
-        "basis": (
-            "A runbook matches the observed alerts or logs; runbooks are not incident evidence."
-        ),
-        "action": 'Follow "{title}": {advice}',
-    },
-}
-
-
-def _level_word(level: str | None, lang: str) -> str:
-    if not level:
-        return ""
-    return f" {level.upper()} " if lang == "zh" else f"{level.upper()} "
-
-
-def _clip(text: str) -> str:
-    return text if len(text) <= MESSAGE_CHARS else text[:MESSAGE_CHARS]
-
-
-_ADVICE = re.compile(
-    r"\b(check|confirm|restart|increase|reduce|scale|roll ?back|kill|limit|raise|drain|"
-    r"pause|disable|throttle|compare|look)\b",
+"""Which metric tells most about a symptom (first match wins)."""
+_DEPENDENCY = re.compile(
+    r"\b(?:upstream|call(?:ing|s|ed)? to|connect(?:ion|ing)? to|request(?:s)? to|dial(?:ing)?|"
+    r"from)\s+(?P<name>[a-z][a-z0-9._-]*[a-z0-9])",
     re.IGNORECASE,
 )
+_DIGITS = re.compile(r"\d+")
+SAME_KIND: Final = 0.75
+"""How alike two messages (numbers blanked) must be to count as one kind."""
 
 
-def _advice(text: str) -> str:
-    """The first sentence of a runbook chunk that tells what to do (else its first sentence)."""
-    sentences = [s.strip() for s in re.split(r"(?<=[.。!?！？])\s+", text.strip()) if s.strip()]
-    if not sentences:
-        return ""
-    chosen = next((s for s in sentences if _ADVICE.search(s)), sentences[0])
-    return chosen[:240]
+# --------------------------------------------------------------------------- reading results
 
 
-class _Answer:
-    def __init__(self, lang: str) -> None:
-        self.lang = lang if lang in _TEXT else "zh"
-        self.t = _TEXT[self.lang]
-        self.claims: list[dict[str, Any]] = []
-        self.hypotheses: list[dict[str, Any]] = []
-        self.actions: list[dict[str, Any]] = []
-        self.missing: list[dict[str, Any]] = []
+def _logs(results: list[Result], service: str | None, level: str) -> Result | None:
+    """The last log query of a service (or of all services) at a level."""
+    found = [
+        r
+        for r in results
+        if r.tool == "query_logs"
+        and r.service == service
+        and r.level == level
+        and not r.args.get("query")
+    ]
+    return found[-1] if found else None
 
-    def claim(self, claim_type: str, text: str, bindings: list[dict[str, Any]]) -> None:
-        self.claims.append(
-            {
-                "claim_id": f"c{len(self.claims) + 1}",
-                "claim_type": claim_type,
-                "claim_text": text,
-                "support_level": "direct",
-                "evidence_bindings": bindings,
-            }
+
+def _metrics(results: list[Result], service: str | None) -> Result | None:
+    """The last unfiltered metrics query of a service (or of everything)."""
+    found = [
+        r
+        for r in results
+        if r.tool == "query_metrics"
+        and r.service == service
+        and not r.args.get("alert")
+        and not r.args.get("promql")
+    ]
+    return found[-1] if found else None
+
+
+def _has_data(results: list[Result], service: str) -> bool:
+    return any(r.service == service and r.status == "ok" for r in results)
+
+
+def _names_in(message: str, known: list[str], exclude: str | None) -> list[str]:
+    """The known services a message names as whole names (in order), other than ``exclude``."""
+    text = message.casefold()
+    found: list[tuple[int, str]] = []
+    for name in known:
+        if name == exclude:
+            continue
+        match = re.search(
+            r"(?<![a-z0-9_.-])" + re.escape(name.casefold()) + r"(?![a-z0-9_-])", text
         )
-
-    def as_json(self) -> str:
-        return json.dumps(
-            {
-                "answer_version": "executor_evidence_v2",
-                "claims": self.claims,
-                "hypotheses": self.hypotheses,
-                "recommended_actions": self.actions,
-                "missing_info": self.missing,
-            },
-            ensure_ascii=False,
-        )
+        if match:
+            found.append((match.start(), name))
+    return [name for _, name in sorted(found)]
 
 
-def _binding(source_type: str, tool: str, inv: str, raw_path: str, excerpt: str) -> dict[str, Any]:
-    return {
-        "source_type": source_type,
-        "tool_name": tool,
-        "source_invocation_id": inv,
-        "raw_path": raw_path,
-        "evidence_excerpt": excerpt,
-    }
+def _kind_of(message: str) -> str:
+    """A message with its numbers and ids blanked out."""
+    return _DIGITS.sub("#", message)[:120]
 
 
-def _results(messages: list[BaseMessage]) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
-    """(tool name, arguments, parsed tool message) for every answered tool call."""
-    calls: dict[str, tuple[str, dict[str, Any]]] = {}
-    out: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
-    for message in messages:
-        if isinstance(message, AIMessage):
-            for call in message.tool_calls:
-                calls[str(call.get("id"))] = (call["name"], dict(call.get("args") or {}))
-        elif isinstance(message, ToolMessage) and message.tool_call_id in calls:
-            try:
-                data = json.loads(str(message.content))
-            except json.JSONDecodeError:
-                continue
-            if isinstance(data, dict) and data.get("invocation_id"):
-                name, args = calls[message.tool_call_id]
-                out.append((name, args, data))
-    return out
+def _same_kind(kind: str, seen: list[str]) -> bool:
+    """Messages that differ only in numbers, ids or a path are one kind."""
+    return any(difflib.SequenceMatcher(None, kind, other).ratio() >= SAME_KIND for other in seen)
+
+
+def _examples(result: Result, found: QuestionFacets) -> list[int]:
+    """Indexes of distinct kinds of log messages, the most telling for the question first."""
+    wanted = set(found["symptoms"] + found["metrics"])
+    scored: list[tuple[int, int]] = []
+    seen: list[str] = []
+    for index, entry in enumerate(result.entries("logs")):
+        message = str(entry.get("message", ""))
+        kind = _kind_of(message)
+        if _same_kind(kind, seen):
+            continue
+        seen.append(kind)
+        score = len(wanted & set(concepts_in(message)))
+        score += sum(2 for code in found["status_codes"] if code in message)
+        scored.append((-score, index))
+    return [index for _, index in sorted(scored)]
+
+
+def _series_for(result: Result, concept: str, question: str) -> list[int]:
+    """Indexes of the series that measure a concept, the most direct first."""
+    asked = set(re.findall(r"p\d{2,3}", question.casefold()))
+    picks: list[tuple[int, int, int]] = []
+    for index, entry in enumerate(result.entries("series")):
+        metric = str(entry.get("metric", ""))
+        names = concepts_in(metric)
+        if concept not in names:
+            continue
+        parts = set(metric.casefold().split("_"))
+        miss = 0 if not asked or asked & parts else 1
+        indirect = 1 if {"database", "query"} & set(names) and concept == "latency" else 0
+        picks.append((miss, indirect, index))
+    return [index for *_, index in sorted(picks)]
+
+
+# --------------------------------------------------------------------------- the executor
+
+
+def _calls(steps: list[Step], round_no: int, turn: int) -> list[ToolCall]:
+    return [
+        ToolCall(name=tool, args=args, id=f"offline-r{round_no}-t{turn}-{i}", type="tool_call")
+        for i, (tool, args) in enumerate(steps)
+    ]
 
 
 class OfflineExecutor(OfflineModel):
-    """Deterministic executor for the offline mode."""
+    """Deterministic executor for the offline mode (see the module docstring)."""
 
     def respond(self, messages: list[BaseMessage]) -> AIMessage:
-        """First turn: the plan's tool calls. Later turns: the executor_evidence_v2 answer."""
+        """The plan's calls first; then the follow-ups; then the executor_evidence_v2 answer."""
         task = first_json_human(messages)
         round_no = int(task.get("round", 1))
-        if not any(isinstance(m, ToolMessage) for m in messages):
+        turns = tool_turns(messages)
+        if turns == 0:
             steps = parse_steps(str(task.get("plan", ""))) or plan_steps(task)
-            return AIMessage(
-                content="",
-                tool_calls=[
-                    {
-                        "name": tool,
-                        "args": args,
-                        "id": f"offline-r{round_no}-{i}",
-                        "type": "tool_call",
-                    }
-                    for i, (tool, args) in enumerate(steps)
-                ],
-            )
-        return AIMessage(content=self._answer(task, _results(messages)))
+            return AIMessage(content="", tool_calls=_calls(steps, round_no, turns))
+        found = analysis(task)
+        results = read_results(messages)
+        spent = budget_spent(messages)
+        wanted = self.follow_ups(task, found, results, turns, everything=spent)
+        if wanted and not spent:
+            return AIMessage(content="", tool_calls=_calls(wanted, round_no, turns))
+        answer = self.answer(task, found, results)
+        # Asked after the budget: the executor node drops these and records them as not run.
+        return AIMessage(content=answer, tool_calls=_calls(wanted, round_no, turns))
 
-    def _answer(
-        self, task: dict[str, Any], results: list[tuple[str, dict[str, Any], dict[str, Any]]]
-    ) -> str:
-        ans = _Answer(str(task.get("language", "zh")))
-        t = ans.t
-        has_data = {
-            str(args.get("service"))
-            for _, args, res in results
-            if res.get("status") == "ok" and args.get("service")
-        }
-        troubled: list[str] = []
-        seen_titles: set[str] = set()
-        for tool, args, res in results:
-            inv, status = str(res["invocation_id"]), res.get("status")
-            refs = {r["raw_path"]: r["text"] for r in res.get("evidence_refs", [])}
-            service = str(args.get("service") or t["all"])
-            if tool == "query_metrics" and status == "ok":
-                firing = False
-                for path, text in refs.items():
-                    match = _ALERT.match(text) if path.startswith("alerts[") else None
-                    if not match or match.group("state") != "firing":
-                        continue
-                    firing = True
-                    troubled.append(match.group("service"))
-                    excerpt = text.split(" active_at=")[0].split(": ")[0]
-                    ans.claim(
-                        "observation",
-                        t["alert"].format(
-                            service=match.group("service"),
-                            name=match.group("name"),
-                            state=match.group("state"),
-                            value=match.group("value") or "-",
-                            threshold=match.group("threshold") or "-",
-                        ),
-                        [_binding("alert", tool, inv, path, excerpt)],
-                    )
-                if not firing and args.get("service"):
-                    for path in [p for p in refs if p.startswith("series[")][:2]:
-                        ans.claim(
-                            "observation",
-                            t["series"].format(service=service, text=refs[path]),
-                            [_binding("metric", tool, inv, path, refs[path])],
-                        )
-            elif tool == "query_logs" and status == "ok":
-                self._log_claims(ans, tool, inv, args, refs, troubled)
-            elif tool == "query_logs" and status == "no_hit":
-                if args.get("service") and str(args["service"]) in has_data:
-                    matched = _MATCHED.search(refs.get("summary", ""))
-                    excerpt = matched.group(0) if matched else "matched 0"
-                    ans.claim(
-                        "negative_observation",
-                        t["no_logs"]
-                        .format(service=service, level=_level_word(args.get("level"), ans.lang))
-                        .replace("  ", " "),
-                        [_binding("summary", tool, inv, "summary", excerpt)],
-                    )
-            elif tool == "lookup_knowledge" and status == "ok":
-                for path, text in refs.items():
-                    doc = _DOC.match(text) if path.startswith("documents[") else None
-                    if doc is None or doc.group("title") in seen_titles:
-                        continue
-                    seen_titles.add(doc.group("title"))
-                    ans.actions.append(
-                        {
-                            "text": t["action"].format(
-                                title=doc.group("title"), advice=_advice(doc.group("chunk"))
-                            ),
-                            "source": doc.group("source"),
-                        }
-                    )
-                    if troubled and len(ans.hypotheses) < 1:
-                        ans.hypotheses.append(
-                            {
-                                "text": t["hypothesis"].format(
-                                    service=troubled[0], title=doc.group("title")
-                                ),
-                                "basis": t["basis"],
-                            }
-                        )
-        for _, args, _res in results:
-            if args.get("service") and str(args["service"]) not in has_data:
-                service = str(args["service"])
-                text = t["no_data"].format(service=service)
-                if all(m["text"] != text for m in ans.missing):
-                    ans.missing.append(
-                        {
-                            "text": text,
-                            "suggested_query": {
-                                "tool": "query_logs",
-                                "arguments": {"service": service},
-                            },
-                        }
-                    )
-        return ans.as_json()
+    # ----------------------------------------------------------------------- follow-ups
 
     @staticmethod
-    def _log_claims(
-        ans: _Answer,
-        tool: str,
-        inv: str,
-        args: dict[str, Any],
-        refs: dict[str, str],
-        troubled: list[str],
+    def hops(found: QuestionFacets, results: list[Result], known: list[str]) -> list[str]:
+        """Known services named by the ERROR and WARN messages seen, not investigated yet."""
+        investigated = [r.service for r in results if r.tool == "query_logs" and r.service]
+        new: list[str] = []
+        for result in results:
+            if result.tool != "query_logs" or result.level not in LEVELS:
+                continue
+            for entry in result.entries("logs"):
+                for name in _names_in(str(entry.get("message", "")), known, result.service):
+                    if name not in investigated and name not in new:
+                        new.append(name)
+        return new[:HOP_SERVICES]
+
+    def follow_ups(
+        self,
+        task: dict[str, Any],
+        found: QuestionFacets,
+        results: list[Result],
+        turns: int,
+        *,
+        everything: bool = False,
+    ) -> list[Step]:
+        """What to query next: hop services (why questions), then runbooks; [] when done.
+
+        With ``everything`` (the budget is spent) both at once: what was still wanted.
+        """
+        known = [str(s) for s in task.get("known_services", [])]
+        steps: list[Step] = []
+        if found["kind"] == "why" and found["services"] and turns <= MAX_HOPS:
+            for service in self.hops(found, results, known):
+                steps.append(("query_logs", {"service": service, "level": "ERROR"}))
+                steps.append(("query_logs", {"service": service, "level": "WARN"}))
+            if steps and not everything:
+                return steps
+        query = self.knowledge_query(found, results)
+        if query and not any(r.tool == "lookup_knowledge" for r in results):
+            steps.append(("lookup_knowledge", {"query": query, "top_k": 3}))
+        return steps
+
+    @staticmethod
+    def knowledge_query(found: QuestionFacets, results: list[Result]) -> str:
+        """Runbook query terms: the question's symptoms, then those of the evidence seen.
+
+        Concept ids only (``tools.vocabulary``), so the query is the same whatever the language
+        of the question; confirmation questions stay narrow and look nothing up.
+        """
+        if found["kind"] == "confirm":
+            return ""
+        terms = [c for c in found["metrics"] + found["symptoms"] if c not in _QUIET_CONCEPTS]
+        if found["kind"] in ("why", "overview"):
+            for result in results:
+                if result.tool == "query_logs" and result.level in LEVELS:
+                    for index in _examples(result, found)[:2]:
+                        entry = result.entries("logs")[index]
+                        terms += concepts_in(str(entry.get("message", "")))
+                elif result.tool == "query_metrics":
+                    for entry in result.entries("alerts"):
+                        if entry.get("state") == "firing":
+                            terms += concepts_in(str(entry.get("alert_name", "")))
+        unique = [t for t in dict.fromkeys(terms) if t not in _QUIET_CONCEPTS]
+        return " ".join(unique[:KNOWLEDGE_TERMS])
+
+    # ----------------------------------------------------------------------- the answer
+
+    def answer(self, task: dict[str, Any], found: QuestionFacets, results: list[Result]) -> str:
+        """The executor_evidence_v2 answer for the question and the results."""
+        writer = Writer(str(task.get("language", "zh")))
+        known = [str(s) for s in task.get("known_services", [])]
+        unknown = [s for s in found["unknown_services"] if not _has_data(results, s)]
+        services = found["services"] + [s for s in found["unknown_services"] if s not in unknown]
+        kind = found["kind"]
+        if kind == "value":
+            self._value(writer, found, results, services, str(task.get("question", "")))
+        elif kind == "confirm":
+            self._confirm(writer, found, results, services)
+        elif services:
+            self._why(writer, found, results, services, known)
+        elif not found["unknown_services"]:
+            self._overview(writer, found, results)
+        for service in unknown:
+            self._no_data(writer, service, known)
+        self._actions(writer, results)
+        return writer.json()
+
+    @staticmethod
+    def _no_data(writer: Writer, service: str, known: list[str]) -> None:
+        t = writer.t
+        text = t["no_data"].format(service=service, known=writer.join(known[:8]) or "-")
+        close = difflib.get_close_matches(service, known, n=2, cutoff=0.6)
+        if close:
+            text += t["did_you_mean"].format(names=writer.join(close))
+        writer.gap(text, "query_logs", {"service": service})
+
+    def _value(
+        self,
+        writer: Writer,
+        found: QuestionFacets,
+        results: list[Result],
+        services: list[str],
+        question: str,
     ) -> None:
-        t = ans.t
-        level = _level_word(args.get("level"), ans.lang)
-        logs = [(p, _LOG.match(refs[p])) for p in refs if p.startswith("logs[")]
-        parsed = [(p, m) for p, m in logs if m is not None]
-        if not parsed:
-            return
-        if args.get("service"):
-            service = str(args["service"])
-            troubled.append(service)
-            first_path, first = parsed[0]
-            message = _clip(first.group("message"))
-            matched = _MATCHED.search(refs.get("summary", ""))
-            bindings = [_binding("log", tool, inv, first_path, message)]
-            if matched:
-                bindings.insert(0, _binding("summary", tool, inv, "summary", matched.group(0)))
-                text = t["logs"].format(
-                    service=service, total=matched.group("total"), level=level, message=message
+        for service in scopes(services, found["unknown_services"]):
+            result = _metrics(results, service)
+            if result is None:
+                continue
+            names = sorted({str(e.get("metric")) for e in result.entries("series")})
+            for concept in found["metrics"]:
+                picks = _series_for(result, concept, question)[: 2 if service else 4]
+                for index in picks:
+                    writer.series(result, index, concept)
+                if picks or service is None:
+                    continue
+                label = writer.t["no_series" if names else "no_series_at_all"]
+                writer.gap(
+                    label.format(
+                        service=service,
+                        label=facet_label(concept, writer.lang),
+                        metrics=writer.join(names),
+                    ),
+                    "query_metrics",
+                    {"service": service},
                 )
+
+    def _confirm(
+        self, writer: Writer, found: QuestionFacets, results: list[Result], services: list[str]
+    ) -> None:
+        t = writer.t
+        if found["alerts"]:
+            for name in found["alerts"]:
+                self._confirm_alert(writer, name, results, services)
+            return
+        if found["about_alerts"] and not found["about_errors"]:
+            for service in scopes(services, found["unknown_services"]):
+                scoped = [
+                    r
+                    for r in results
+                    if r.tool == "query_metrics" and r.service == service and r.args.get("promql")
+                ]
+                if not scoped:
+                    continue
+                result = scoped[-1]
+                alerts = result.entries("alerts")
+                firing = [i for i, e in enumerate(alerts) if e.get("state") == "firing"]
+                if firing:
+                    for index in firing[:2]:
+                        writer.alert(result, index, answer=t["yes"] if index == firing[0] else "")
+                elif alerts:
+                    for index in range(min(2, len(alerts))):
+                        writer.alert(result, index, answer=t["no"] if index == 0 else "")
+                elif result.status == "no_hit" and service:
+                    text = t["no"] + t["no_alerts"].format(service=service)
+                    writer.claim("negative_observation", text, [summary_binding(result)])
+            return
+        for service in scopes(services, found["unknown_services"]):
+            logs = _logs(results, service, "ERROR")
+            if logs is not None and logs.status == "ok":
+                index = _examples(logs, found)[0]
+                writer.log_lines(logs, index, answer=t["yes"], counted=bool(service))
+                messages = [str(e.get("message", "")) for e in logs.entries("logs")]
+                for code in found["status_codes"]:
+                    if service and not any(code in m for m in messages):
+                        writer.gap(
+                            t["code_missing"].format(service=service, level="ERROR", code=code)
+                        )
+            elif logs is not None and logs.status == "no_hit" and service:
+                writer.no_logs(logs, answer=t["no"])
+            metrics = _metrics(results, service)
+            if metrics is not None and service:
+                for index in _series_for(metrics, "error_rate", "")[:1]:
+                    writer.series(metrics, index, "error_rate")
+
+    @staticmethod
+    def _confirm_alert(
+        writer: Writer, name: str, results: list[Result], services: list[str]
+    ) -> None:
+        t = writer.t
+        named = [
+            r for r in results if r.tool == "query_metrics" and str(r.args.get("alert", "")) == name
+        ]
+        everywhere = next((r for r in named if not r.service), None)
+        if everywhere is None:
+            return
+
+        def exact(result: Result) -> list[int]:
+            alerts = result.entries("alerts")
+            same = [
+                i
+                for i, e in enumerate(alerts)
+                if str(e.get("alert_name")).casefold() == name.casefold()
+            ]
+            return same or list(range(len(alerts)))
+
+        anywhere = exact(everywhere)
+        if not services:
+            for index in anywhere[:2]:
+                state = everywhere.entries("alerts")[index].get("state")
+                writer.alert(everywhere, index, answer=t["yes"] if state == "firing" else t["no"])
+            if not anywhere:
+                writer.no_alert(name, everywhere, None)
+            return
+        for service in services:
+            scoped = next((r for r in named if r.service == service), None)
+            mine = exact(scoped) if scoped is not None else []
+            if scoped is not None and mine:
+                for index in mine[:2]:
+                    state = scoped.entries("alerts")[index].get("state")
+                    writer.alert(scoped, index, answer=t["yes"] if state == "firing" else t["no"])
+            elif anywhere or scoped is None:
+                if scoped is not None:
+                    text = t["no"] + t["no_alert_for"].format(service=service, name=name)
+                    writer.claim("negative_observation", text, [summary_binding(scoped)])
             else:
-                text = t["logs_any"].format(service=service, level=level, message=message)
-            ans.claim("observation", text, bindings)
-            other = next(
-                ((p, m) for p, m in parsed if m.group("message") != first.group("message")), None
-            )
-            if other is not None:
-                message = _clip(other[1].group("message"))
-                ans.claim(
-                    "observation",
-                    t["log_more"].format(service=service, level=level, message=message),
-                    [_binding("log", tool, inv, other[0], message)],
-                )
+                writer.no_alert(name, everywhere, scoped)
+
+    def _why(
+        self,
+        writer: Writer,
+        found: QuestionFacets,
+        results: list[Result],
+        services: list[str],
+        known: list[str],
+    ) -> None:
+        slow = bool(SLOW_SYMPTOMS & set(found["symptoms"] + found["metrics"]))
+        levels = ("WARN", "ERROR") if slow else LEVELS
+        order = list(services)
+        for result in results:
+            if result.tool == "query_logs" and result.service and result.service not in order:
+                order.append(result.service)
+        links: list[tuple[str, str]] = []
+        for service in order:
+            primary = service in services
+            for level in levels:
+                logs = _logs(results, service, level)
+                if logs is None:
+                    continue
+                if logs.status == "no_hit":
+                    writer.no_logs(logs)
+                    continue
+                if logs.status != "ok":
+                    continue
+                examples = _examples(logs, found)
+                writer.log_lines(logs, examples[0])
+                naming = [
+                    (index, names[0])
+                    for index, entry in enumerate(logs.entries("logs"))
+                    if (names := _names_in(str(entry.get("message", "")), order, service))
+                    and names[0] in order
+                    and order.index(names[0]) > order.index(service)
+                ]
+                if naming:
+                    index, other = naming[0]
+                    writer.log_example(logs, index, names=other)
+                    links.append((service, other))
+                elif primary and len(examples) > 1:
+                    writer.log_example(logs, examples[1])
+                self._dependencies(writer, logs, service, known)
+            if primary:
+                self._why_metrics(writer, found, results, service)
+        self._why_hypotheses(writer, found, results, services, links, levels)
+
+    @staticmethod
+    def _dependencies(writer: Writer, logs: Result, service: str, known: list[str]) -> None:
+        """Dependencies the messages name that no backend knows: a gap, never a query."""
+        lowered = {name.casefold() for name in known}
+        for entry in logs.entries("logs")[:20]:
+            for match in _DEPENDENCY.finditer(str(entry.get("message", ""))):
+                name = match.group("name").split(":")[0].rstrip(".")
+                if (
+                    "-" in name
+                    and name.casefold() not in lowered
+                    and name.casefold() != service.casefold()
+                ):
+                    text = (
+                        f"{service} 的日志提到了 {name}，但没有任何后端知道这个服务。"
+                        if writer.lang == "zh"
+                        else f"The logs of {service} name {name}, which no backend knows."
+                    )
+                    writer.gap(text)
+
+    @staticmethod
+    def _why_metrics(
+        writer: Writer, found: QuestionFacets, results: list[Result], service: str
+    ) -> None:
+        metrics = _metrics(results, service)
+        if metrics is None or metrics.status != "ok":
             return
-        by_service: dict[str, tuple[str, str]] = {}
-        for path, match in parsed:
-            by_service.setdefault(match.group("service"), (path, match.group("message")))
-        for service, (path, message) in by_service.items():
-            troubled.append(service)
-            message = _clip(message)
-            ans.claim(
-                "observation",
-                t["logs_any"].format(service=service, level=level, message=message),
-                [_binding("log", tool, inv, path, message)],
-            )
+        asked = found["metrics"] + found["symptoms"]
+        concepts = [c for symptom in asked for s, c in SYMPTOM_METRICS if s == symptom]
+        for concept in dict.fromkeys([*concepts, "error_rate", "latency"]):
+            picks = _series_for(metrics, concept, "")
+            if picks:
+                writer.series(metrics, picks[0], concept)
+                break
+        firing = [i for i, e in enumerate(metrics.entries("alerts")) if e.get("state") == "firing"]
+        for index in firing[:1]:
+            writer.alert(metrics, index)
+
+    @staticmethod
+    def _why_hypotheses(
+        writer: Writer,
+        found: QuestionFacets,
+        results: list[Result],
+        services: list[str],
+        links: list[tuple[str, str]],
+        levels: tuple[str, ...],
+    ) -> None:
+        t = writer.t
+        linked = False
+        for service, other in links:
+            for level in levels:
+                logs = _logs(results, other, level)
+                if logs is None or logs.status != "ok":
+                    continue
+                entry = logs.entries("logs")[_examples(logs, found)[0]]
+                writer.hypothesis(
+                    t["hypothesis_link"].format(
+                        service=service, other=other, message=str(entry.get("message", ""))[:160]
+                    ),
+                    t["basis_link"],
+                )
+                linked = True
+                break
+        if linked:
+            return
+        for service in services:
+            for level in levels:
+                logs = _logs(results, service, level)
+                if logs is None or logs.status != "ok":
+                    continue
+                entry = logs.entries("logs")[_examples(logs, found)[0]]
+                writer.hypothesis(
+                    t["hypothesis_self"].format(
+                        service=service, level=level, message=str(entry.get("message", ""))[:160]
+                    ),
+                    t["basis_self"],
+                )
+                return
+
+    @staticmethod
+    def _overview(writer: Writer, found: QuestionFacets, results: list[Result]) -> None:
+        t = writer.t
+        metrics = _metrics(results, None)
+        if metrics is not None:
+            firing = [
+                i for i, e in enumerate(metrics.entries("alerts")) if e.get("state") == "firing"
+            ]
+            for index in firing[:3]:
+                writer.alert(metrics, index)
+        covered: set[str] = set()
+        for level, limit in (("ERROR", 3), ("WARN", 2)):
+            logs = _logs(results, None, level)
+            if logs is None:
+                continue
+            if logs.status == "no_hit":
+                text = t["no_logs_all"].format(level=level)
+                writer.claim("negative_observation", text, [summary_binding(logs)])
+                continue
+            shown = 0
+            for index in _examples(logs, found):
+                service = str(logs.entries("logs")[index].get("service", ""))
+                if service in covered or shown >= limit:
+                    continue
+                covered.add(service)
+                shown += 1
+                writer.log_lines(logs, index, counted=False)
+
+    @staticmethod
+    def _actions(writer: Writer, results: list[Result]) -> None:
+        """Next steps: each runbook found, by its action sentence, with its title and source."""
+        for result in results:
+            if result.tool != "lookup_knowledge":
+                continue
+            for entry in result.entries("documents"):
+                sentence = procedure_sentence(str(entry.get("chunk", "")))
+                if sentence is None or asserts_cause(sentence):
+                    continue
+                source = str(entry.get("source") or entry.get("doc_id") or "")
+                writer.action(str(entry.get("title", "")), sentence, source)
