@@ -34,7 +34,8 @@ CONCEPTS: Final[dict[str, tuple[str, ...]]] = {
     "pool": ("pool", "pools", "hikaripool", "connection pool", "连接池"),
     "disk": (
         "disk", "disks", "filesystem", "filesystems", "file system", "volume", "volumes",
-        "storage", "inode", "inodes", "persistentvolume", "磁盘", "硬盘", "存储", "卷",
+        "storage", "inode", "inodes", "persistentvolume", "space left", "磁盘", "硬盘", "存储",
+        "卷",
     ),
     "lag": (
         "lag", "lagging", "backlog", "consumer lag", "消费延迟", "消费积压", "积压", "堆积",
@@ -48,7 +49,6 @@ CONCEPTS: Final[dict[str, tuple[str, ...]]] = {
     ),
     "5xx": (
         "5xx", "5xxs", "500", "500s", "502", "502s", "503", "503s", "504", "504s",
-        "server error", "server errors",
     ),
     "timeout": ("timeout", "timeouts", "timed out", "time out", "times out", "超时"),
     "slow": ("slow", "slowly", "slowness", "sluggish", "慢", "缓慢", "变慢", "卡顿"),

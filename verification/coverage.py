@@ -15,7 +15,8 @@ A PASS means the question was answered, not only that every confirmed claim is g
 
 A facet appears in a claim when the claim text names the service or alert as a whole name, or
 names the metric's concept (``p99``, ``延迟`` and ``http_request_duration_p99_ms`` all name
-latency; ``tools.vocabulary``).
+latency; ``tools.vocabulary``); a percentile the question names (``p99``) must be in the claim
+itself, so a p95 value does not answer a p99 question.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from state.records import (
     Verdict,
 )
 from tools.vocabulary import concepts_in
-from verification.question import analyze_question
+from verification.question import analyze_question, is_percentile
 from verification.text import normalize
 
 _RANK: Final[dict[CoverageStatus, int]] = {"unanswered": 0, "partial": 1, "answered": 2}
@@ -49,6 +50,9 @@ def strictest_status(*statuses: CoverageStatus | None) -> CoverageStatus:
 
 def _names(facet: Facet, text: str) -> bool:
     """Whether a claim text names the facet (see the module docstring)."""
+    if facet["kind"] == "metric" and is_percentile(facet["name"]):
+        pattern = r"(?<![a-z0-9])" + re.escape(facet["name"]) + r"(?![0-9])"
+        return re.search(pattern, normalize(text)) is not None
     if facet["kind"] == "metric":
         return facet["name"] in concepts_in(text)
     pattern = r"(?<![a-z0-9_.-])" + re.escape(normalize(facet["name"])) + r"(?![a-z0-9_-])"

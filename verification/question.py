@@ -4,7 +4,8 @@
 services it does not know), alert names and metrics a question names, its symptoms, and its kind:
 
 - ``value``: "what is the CPU / p99 / error rate / pool usage of X", "X 的 p99 延迟是多少";
-- ``confirm``: a yes/no question, "is alert A firing", "does X have errors", "X 有错误吗";
+- ``confirm``: a yes/no question, "is alert A firing", "does X have errors", "X 有错误吗", and
+  any question about a named alert ("A 告警现在是什么状态");
 - ``why``: "why is X slow / failing / returning 5xx", "X 为什么报 500", and "what is wrong with X";
 - ``overview``: "what is wrong?", "出了什么问题？" (no service named).
 
@@ -75,7 +76,8 @@ SERVICE_SUFFIXES: Final[tuple[str, ...]] = (
 """Endings that make a hyphenated name (``billing-api``) read as a service name."""
 
 _KEBAB = re.compile(r"(?<![a-z0-9_.-])[a-z][a-z0-9]*(?:[-_][a-z0-9]+)+(?![a-z0-9_-])")
-_CAMEL = re.compile(r"(?<![A-Za-z0-9_])[A-Z][a-z0-9]+(?:[A-Z][A-Za-z0-9]*)+(?![A-Za-z0-9_])")
+_CAPITALISED = re.compile(r"(?<![A-Za-z0-9_])[A-Z][A-Za-z0-9]+(?![A-Za-z0-9_-])")
+_PERCENTILE = re.compile(r"(?<![a-z0-9])p(?:50|75|90|95|99|999)(?![0-9])")
 _STATUS_CODE = re.compile(r"(?<![A-Za-z0-9.])([1-5]\d\d)(?![0-9.]|ms|s\b|m\b)")
 _ALERT_CONTEXT = re.compile(r"\b(?:alert\w*|alarm\w*|fir(?:e|es|ed|ing))\b|告警|报警|触发")
 _WHY = re.compile(
@@ -110,6 +112,34 @@ def _whole(name: str, text: str) -> int:
     return found.start() if found else -1
 
 
+def stem_of(service: str) -> str:
+    """A service name without its generic ending: ``checkout-service`` -> ``checkout``."""
+    parts = re.split(r"[-_]", service.casefold())
+    while len(parts) > 1 and parts[-1] in SERVICE_SUFFIXES:
+        parts.pop()
+    return "-".join(parts)
+
+
+def stem_services(question: str, known_services: Sequence[str]) -> list[str]:
+    """Known services a question names by their stem only ("checkout" for checkout-service).
+
+    A stem counts when it is at least four characters, a whole word of the question and the
+    stem of exactly one known service.
+    """
+    text = _fold(question).casefold()
+    by_stem: dict[str, list[str]] = {}
+    for name in known_services:
+        stem = stem_of(name)
+        if stem != name.casefold() and len(stem) >= 4:
+            by_stem.setdefault(stem, []).append(name)
+    found = [
+        (pos, names[0])
+        for stem, names in by_stem.items()
+        if len(names) == 1 and (pos := _whole(stem, text)) >= 0
+    ]
+    return [name for _, name in sorted(found)]
+
+
 def named_services(question: str, known_services: Sequence[str]) -> tuple[list[str], list[str]]:
     """The services a question names: ``(known, unknown)``, each in order of appearance.
 
@@ -136,26 +166,35 @@ def named_services(question: str, known_services: Sequence[str]) -> tuple[list[s
 
 
 def named_alerts(question: str) -> list[str]:
-    """Alert names in a question: CamelCase names (``HighErrorRate``) in a question about alerts.
+    """Alert names in a question about alerts: CamelCase names such as ``HighErrorRate``.
 
-    Exception and error class names are never alert names.
+    ``TLSCertificateExpired`` counts too; exception and error class names never do.
     """
     text = _fold(question)
     if not _ALERT_CONTEXT.search(text.casefold()):
         return []
     return list(
         dict.fromkeys(
-            match.group(0)
-            for match in _CAMEL.finditer(text)
-            if not match.group(0).endswith(_IDENTIFIER_SUFFIXES)
+            name
+            for match in _CAPITALISED.finditer(text)
+            if _camel_case(name := match.group(0)) and not name.endswith(_IDENTIFIER_SUFFIXES)
         )
     )
 
 
-def _kind(text: str, services: list[str], metrics: list[str], about: bool) -> QuestionKind:
+def _camel_case(name: str) -> bool:
+    """``HighErrorRate``, ``TLSCertificateExpired``: two or more capitals and a lower-case one."""
+    return sum(c.isupper() for c in name) >= 2 and any(c.islower() for c in name)
+
+
+def _kind(
+    text: str, services: list[str], metrics: list[str], about: bool, alerts: list[str]
+) -> QuestionKind:
     lowered = text.casefold()
     if _WHY.search(lowered):
         return "why"
+    if alerts:
+        return "confirm"
     if _WRONG.search(lowered):
         return "why" if services else "overview"
     yes_no = bool(_YES_NO.search(lowered))
@@ -170,21 +209,29 @@ def _kind(text: str, services: list[str], metrics: list[str], about: bool) -> Qu
     return "why" if services else "overview"
 
 
-def analyze_question(question: str, known_services: Sequence[str] = ()) -> QuestionFacets:
+def analyze_question(
+    question: str, known_services: Sequence[str] = (), *, stems: bool = False
+) -> QuestionFacets:
     """Read what a question asks (see the module docstring).
 
     Args:
         question: The user's question, in Chinese or English.
         known_services: Every service the evidence backend knows.
+        stems: Whether a question that names no service by its full name may name one by its
+            stem ("checkout" for checkout-service). The coverage floor does not; the offline
+            planner does, to know whom to ask about.
 
     Returns:
         Its kind and facets: each service, alert and metric it names, in that order.
     """
     text = _fold(question)
     services, unknown = named_services(text, known_services)
+    stemmed: list[str] = []
+    if stems and not services and not unknown:
+        services = stemmed = stem_services(text, known_services)
     alerts = named_alerts(text)
     rest = text
-    for name in [*services, *unknown, *alerts]:
+    for name in [*services, *unknown, *alerts, *(stem_of(name) for name in stemmed)]:
         rest = re.sub(re.escape(name), " ", rest, flags=re.IGNORECASE)
     concepts = concepts_in(rest)
     metrics = [concept for concept in concepts if concept in METRIC_CONCEPTS]
@@ -192,11 +239,14 @@ def analyze_question(question: str, known_services: Sequence[str] = ()) -> Quest
     codes = list(dict.fromkeys(_STATUS_CODE.findall(rest)))
     about_alerts = bool(alerts) or "alert" in symptoms or bool(_ALERT_CONTEXT.search(rest))
     about_errors = bool(codes) or any(concept in ERROR_CONCEPTS for concept in symptoms)
-    kind = _kind(text, services + unknown, metrics, about_alerts or about_errors)
+    kind = _kind(text, services + unknown, metrics, about_alerts or about_errors, alerts)
     facets = [Facet(kind="service", name=name, known=True) for name in services]
     facets += [Facet(kind="service", name=name, known=False) for name in unknown]
     facets += [Facet(kind="alert", name=name, known=True) for name in alerts]
     facets += [Facet(kind="metric", name=name, known=True) for name in metrics]
+    # A percentile the question names ("p99") must be the one answered, not another.
+    percentiles = dict.fromkeys(_PERCENTILE.findall(rest.casefold()))
+    facets += [Facet(kind="metric", name=name, known=True) for name in percentiles]
     return QuestionFacets(
         kind=kind,
         facets=facets,
@@ -209,6 +259,11 @@ def analyze_question(question: str, known_services: Sequence[str] = ()) -> Quest
         about_alerts=about_alerts,
         about_errors=about_errors,
     )
+
+
+def is_percentile(name: str) -> bool:
+    """Whether a metric facet is a percentile (``p99``), matched as a whole token."""
+    return _PERCENTILE.fullmatch(name) is not None
 
 
 def facet_label(name: str, language: str) -> str:

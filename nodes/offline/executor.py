@@ -136,8 +136,14 @@ def _same_kind(kind: str, seen: list[str]) -> bool:
     return any(difflib.SequenceMatcher(None, kind, other).ratio() >= SAME_KIND for other in seen)
 
 
-def _examples(result: Result, found: QuestionFacets) -> list[int]:
-    """Indexes of distinct kinds of log messages, the most telling for the question first."""
+def _examples(
+    result: Result, found: QuestionFacets, seen_concepts: frozenset[str] = frozenset()
+) -> list[int]:
+    """Indexes of distinct kinds of log messages, the most telling first.
+
+    A message naming the question's symptoms or status codes comes first, then one naming what
+    the errors seen so far name (``seen_concepts``), then the rest in order.
+    """
     wanted = set(found["symptoms"] + found["metrics"])
     scored: list[tuple[int, int]] = []
     seen: list[str] = []
@@ -147,8 +153,9 @@ def _examples(result: Result, found: QuestionFacets) -> list[int]:
         if _same_kind(kind, seen):
             continue
         seen.append(kind)
-        score = len(wanted & set(concepts_in(message)))
-        score += sum(2 for code in found["status_codes"] if code in message)
+        named = set(concepts_in(message))
+        score = 2 * len(wanted & named) + len(seen_concepts & named)
+        score += sum(4 for code in found["status_codes"] if code in message)
         scored.append((-score, index))
     return [index for _, index in sorted(scored)]
 
@@ -432,6 +439,13 @@ class OfflineExecutor(OfflineModel):
             if result.tool == "query_logs" and result.service and result.service not in order:
                 order.append(result.service)
         links: list[tuple[str, str]] = []
+        seen = frozenset(
+            concept
+            for result in results
+            if result.tool == "query_logs" and result.level == "ERROR"
+            for entry in result.entries("logs")
+            for concept in concepts_in(str(entry.get("message", "")))
+        )
         for service in order:
             primary = service in services
             for level in levels:
@@ -443,7 +457,7 @@ class OfflineExecutor(OfflineModel):
                     continue
                 if logs.status != "ok":
                     continue
-                examples = _examples(logs, found)
+                examples = _examples(logs, found, seen)
                 writer.log_lines(logs, examples[0])
                 naming = [
                     (index, names[0])

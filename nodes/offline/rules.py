@@ -62,7 +62,7 @@ def scopes(services: list[str], unknown: list[str] | None = None) -> list[str | 
 def analysis(facts: dict[str, Any]) -> QuestionFacets:
     """The question of the task facts, read against the services the backend knows."""
     known = [str(s) for s in facts.get("known_services", [])]
-    return analyze_question(str(facts.get("question", "")), known)
+    return analyze_question(str(facts.get("question", "")), known, stems=True)
 
 
 def _log_steps(service: str | None, slow: bool) -> list[Step]:

@@ -29,8 +29,8 @@ TEXT: Final[dict[str, dict[str, str]]] = {
         "log_names": "{service} 的 {level} 日志提到了 {other}：“{message}”",
         "no_logs": "{service} 在查询范围内没有 {level} 日志。",
         "no_logs_all": "查询范围内所有服务都没有 {level} 日志。",
-        "series": "{service} 的 {label}（{metric}）最新值为 {last}，窗口内最大值为 {max}。",
-        "series_flat": "{service} 的 {label}（{metric}）最新值为 {last}。",
+        "series": "{service} 的{label}（{metric}）最新值为 {last}，窗口内最大值为 {max}。",
+        "series_flat": "{service} 的{label}（{metric}）最新值为 {last}。",
         "alert_firing": "{service} 的告警 {name} 正在触发{values}。",
         "alert_state": "{service} 的告警 {name} 当前状态为 {state}{values}。",
         "values": "（value={value}，threshold={threshold}）",
@@ -44,7 +44,7 @@ TEXT: Final[dict[str, dict[str, str]]] = {
             "请检查服务名称（后端已知的服务：{known}）。"
         ),
         "did_you_mean": "是否指 {names}？",
-        "no_series": "{service} 没有与 {label} 相关的指标（已有指标：{metrics}）。",
+        "no_series": "{service} 没有与{label}相关的指标（已有指标：{metrics}）。",
         "no_series_at_all": "{service} 没有任何指标数据。",
         "code_missing": "{service} 返回的 {level} 日志中没有提到 {code}。",
         "hypothesis_link": (
@@ -63,10 +63,12 @@ TEXT: Final[dict[str, dict[str, str]]] = {
     "en": {
         "yes": "Yes: ",
         "no": "No: ",
-        "logs": '{service} has {total} {level} log entries in the queried range, e.g. "{message}"',
+        "logs": (
+            '{service} has {total} {level} log {entries} in the queried range, e.g. "{message}"'
+        ),
         "logs_any": '{service} has {level} log entries, e.g. "{message}"',
         "log_more": '{service} also logs another kind of {level} message: "{message}"',
-        "log_names": 'A {level} log entry of {service} names {other}: "{message}"',
+        "log_names": 'One {level} log entry of {service} names {other}: "{message}"',
         "no_logs": "{service} has no {level} log entries in the queried range.",
         "no_logs_all": "No service has {level} log entries in the queried range.",
         "series": (
@@ -85,7 +87,7 @@ TEXT: Final[dict[str, dict[str, str]]] = {
             "No logs, alerts or metrics were found for {service}, so its state is unknown; "
             "check the service name (the backends know: {known})."
         ),
-        "did_you_mean": "Did you mean {names}?",
+        "did_you_mean": " Did you mean {names}?",
         "no_series": "{service} has no series for its {label} (its series: {metrics}).",
         "no_series_at_all": "{service} has no metric series.",
         "code_missing": "None of the {level} log entries returned for {service} mentions {code}.",
@@ -214,8 +216,13 @@ class Writer:
         bindings = [binding(result, path, excerpt)]
         if counted and result.service:
             bindings.insert(0, summary_binding(result))
+            total = result.total()
             text = self.t["logs"].format(
-                service=service, total=result.total(), level=level, message=message
+                service=service,
+                total=total,
+                level=level,
+                message=message,
+                entries="entry" if total == 1 else "entries",
             )
         else:
             text = self.t["logs_any"].format(service=service, level=level, message=message)
@@ -267,6 +274,11 @@ class Writer:
         unit = entry.get("unit")
         last, top = entry.get("last"), entry.get("max")
         key = "series" if top is not None and last is not None and top != last else "series_flat"
+        if self.lang == "zh":
+            # Chinese text meets a Latin word with a space on that side only.
+            label = (
+                (" " if label[:1].isascii() else "") + label + (" " if label[-1:].isascii() else "")
+            )
         text = self.t[key].format(
             service=service,
             label=label,
