@@ -322,9 +322,7 @@ class _ScenarioEnvironment(BaseModel):
 # --------------------------------------------------------------------------- loading
 
 
-def environment_reference(
-    data: dict[str, object], *, base: Path, origin: str
-) -> dict[str, object]:
+def environment_reference(data: dict[str, object], *, base: Path, origin: str) -> dict[str, object]:
     """A scenario whose ``environment`` names a file, with that file's environment in its place.
 
     The name is a path relative to ``base`` (the scenario's folder) of a bare environment file;
