@@ -34,7 +34,9 @@ INFERENTIAL_TYPES: Final[tuple[str, ...]] = ("correlation", "causal", "state")
 
 _SERVICE = re.compile(r"(?<![a-z0-9-])[a-z0-9]+(?:-[a-z0-9]+)*-service(?![a-z0-9])")
 _WORD = re.compile(r"[a-z0-9]+")
-_ZERO_MATCH = re.compile(r"\bmatched 0 of 0\b")
+# A summary of a query that matched nothing; metrics summaries that count alerts and series
+# separately say so as "alerts 0 of 0, series 0 of 0".
+_ZERO_MATCH = re.compile(r"\bmatched 0 of 0\b|\balerts 0 of 0, series 0 of 0\b")
 _STOPWORDS = frozenset(
     "the and for with from was were are has have had this that these those been being into its "
     "there their than then also which while when where who what all any per".split()
