@@ -40,6 +40,26 @@ def test_vocabulary_gives_chinese_and_english_the_same_tokens() -> None:
     assert concepts_in("Kafka 消费延迟") == ["kafka", "lag"]
 
 
+@pytest.mark.parametrize(
+    ("chinese", "english", "concept"),
+    [
+        ("延迟", "latency", "latency"),
+        ("错误", "errors", "error"),
+        ("报错", "error", "error"),
+        ("告警", "alert", "alert"),
+        ("磁盘", "disk", "disk"),
+        ("连接池", "connection pool", "pool"),
+        ("CPU", "cpu", "cpu"),
+        ("内存", "memory", "memory"),
+        ("超时", "timeout", "timeout"),
+        ("消费积压", "consumer lag", "lag"),
+        ("证书", "certificate", "certificate"),
+    ],
+)
+def test_vocabulary_synonyms_name_one_concept(chinese: str, english: str, concept: str) -> None:
+    assert concepts_in(chinese) == concepts_in(english) == [concept]
+
+
 def test_vocabulary_splits_identifiers() -> None:
     assert concept_tokens("NodeFilesystemSpaceFillingUp") == ["node", "disk", "space", "full"]
     assert concept_tokens("http_request_duration_p99_ms")[:3] == ["http", "request", "latency"]

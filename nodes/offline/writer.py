@@ -44,6 +44,7 @@ TEXT: Final[dict[str, dict[str, str]]] = {
             "请检查服务名称（后端已知的服务：{known}）。"
         ),
         "did_you_mean": "是否指 {names}？",
+        "unknown_dependency": "{service} 的日志提到了 {name}，但没有任何后端知道这个服务。",
         "no_series": "{service} 没有与{label}相关的指标（已有指标：{metrics}）。",
         "no_series_at_all": "{service} 没有任何指标数据。",
         "code_missing": "{service} 返回的 {level} 日志中没有提到 {code}。",
@@ -88,6 +89,7 @@ TEXT: Final[dict[str, dict[str, str]]] = {
             "check the service name (the backends know: {known})."
         ),
         "did_you_mean": " Did you mean {names}?",
+        "unknown_dependency": "The logs of {service} name {name}, which no backend knows.",
         "no_series": "{service} has no series for its {label} (its series: {metrics}).",
         "no_series_at_all": "{service} has no metric series.",
         "code_missing": "None of the {level} log entries returned for {service} mentions {code}.",
