@@ -41,7 +41,7 @@ from persistence.database import (
 )
 from persistence.store import Persistence, Records, open_persistence, open_records
 from state.context import Context
-from state.records import DiagnosisRecord, Invocation
+from state.records import DiagnosisRecord, Invocation, QuestionCoverage
 from state.settings import BY_NAME as RULES_BY_NAME
 from state.settings import SettingsError, check_environment, parse_value
 from tools.composed import configured_backend
@@ -618,6 +618,9 @@ def render_session(record: DiagnosisRecord, invocations: list[Invocation]) -> st
             f"  - {issue['rule_id']} {issue['target']}: {issue['message']}"
             for issue in gate["errors"] + gate["warnings"]
         ]
+        coverage = evaluation.get("question_coverage")
+        if coverage is not None:
+            lines += coverage_lines(coverage)
         if evaluation["claim_checks"]:
             lines.append("claim checks")
             lines += [
@@ -634,6 +637,17 @@ def render_session(record: DiagnosisRecord, invocations: list[Invocation]) -> st
     if record["final_answer"]:
         lines += ["answer", record["final_answer"]]
     return "\n".join(lines)
+
+
+def coverage_lines(coverage: QuestionCoverage) -> list[str]:
+    """How ``sessions show`` states the question coverage of a diagnosis."""
+    source = "floor and verifier" if coverage["model"] is not None else "floor"
+    lines = [
+        f"coverage   {coverage['status']} ({source})  asked: {', '.join(coverage['asked']) or '-'}"
+        f"  unanswered: {', '.join(coverage['unanswered']) or 'none'}"
+    ]
+    lines += [f"  - not run (tool budget): {call}" for call in coverage["not_run"]]
+    return lines
 
 
 def reverify_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

@@ -1,14 +1,16 @@
 """Scenario evaluation (docs/contracts.md §9): drive the real graph with scripted model replies.
 
 ``run_scenario`` builds the real graph around a scenario (``apps.scenario``: its question, its
-environment served by the sample backend and the scripted replies of every model role), runs one
-diagnosis and compares the final state with the scenario's ``expect``; ``eval_command`` is what
+environment served by the sample backend and the scripted replies of every model role, or the
+offline rules for an offline scenario), runs one diagnosis and compares the final state with the
+scenario's ``expect``; ``eval_command`` is what
 ``superbiz eval PATH... [--json FILE]`` runs. The graph is checkpointed in memory unless a run is
 given another checkpointer.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Iterable, Sequence
@@ -32,6 +34,7 @@ from apps.scenario import (
     validate_scenario,
 )
 from graph.builder import build_graph
+from graph.models import make_model_factory
 from graph.runner import Graph, state_of, summary_of
 from graph.scripted import ScriptedChatModel, ScriptExhausted, scripted_models
 from nodes.common import GetModel
@@ -39,7 +42,7 @@ from persistence.audit import InMemoryAuditStore
 from persistence.ledger import InMemoryLedger
 from state.context import Context
 from state.graph_state import DiagnosisState
-from state.records import CONFIRMED_LABELS, GatekeeperBrief, Verdict
+from state.records import CONFIRMED_LABELS, CoverageStatus, GatekeeperBrief, Verdict
 from tools.sample import SampleBackend
 from verification.answer import select_material
 
@@ -55,6 +58,15 @@ ScriptedReply: TypeAlias = Reply | ExecutorStep
 
 Checkpointer: TypeAlias = BaseCheckpointSaver[str]
 """What the graph of a run is compiled with."""
+
+
+class CoverageBrief(TypedDict):
+    """The question coverage of a run's final round, in a scenario result."""
+
+    status: CoverageStatus
+    asked: list[str]
+    unanswered: list[str]
+    not_run: list[str]
 
 
 class ScenarioResult(TypedDict):
@@ -73,6 +85,7 @@ class ScenarioResult(TypedDict):
     gatekeeper: GatekeeperBrief
     groundedness_score: float | None
     confirmed_claims: list[str]
+    question_coverage: CoverageBrief | None
     answer: str
     mismatches: list[str]
     error: str | None
@@ -89,6 +102,9 @@ class Metrics(TypedDict):
     leak_count: int
     false_reject_count: int
     unbound_specifics_false_positives: int
+    coverage_accuracy: float | None
+    partial_count: int
+    unanswered_count: int
 
 
 _Loaded: TypeAlias = tuple[Path, Scenario | None, str | None]
@@ -100,6 +116,8 @@ _Loaded: TypeAlias = tuple[Path, Scenario | None, str | None]
 
 def script_replies(scenario: Scenario) -> dict[str, list[ScriptedReply]]:
     """The scripted replies of each role, in the order the graph asks for them."""
+    if "script" not in scenario:
+        return {}
     script = scenario["script"]
     replies: dict[str, list[ScriptedReply]] = {"planner": [], "executor": [], "verifier": []}
     for item in script["rounds"]:
@@ -126,6 +144,7 @@ def _empty_result(scenario_id: str) -> ScenarioResult:
         gatekeeper=_no_gatekeeper(),
         groundedness_score=None,
         confirmed_claims=[],
+        question_coverage=None,
         answer="",
         mismatches=[],
         error=None,
@@ -164,6 +183,19 @@ def _fill(result: ScenarioResult, state: DiagnosisState) -> None:
         state["verifier_result"]["groundedness_score"] if "verifier_result" in state else None
     )
     result["confirmed_claims"] = confirmed_claims(state)
+    coverage = (
+        state["verifier_result"].get("question_coverage") if "verifier_result" in state else None
+    )
+    result["question_coverage"] = (
+        None
+        if coverage is None
+        else CoverageBrief(
+            status=coverage["status"],
+            asked=list(coverage["asked"]),
+            unanswered=list(coverage["unanswered"]),
+            not_run=list(coverage["not_run"]),
+        )
+    )
     result["answer"] = state.get("answer", "")
 
 
@@ -213,6 +245,7 @@ def compare(expect: Expect, result: ScenarioResult) -> list[str]:
             problems.append(
                 f"groundedness_score: expected {expect['groundedness_score']} got {score}"
             )
+    problems += _coverage_mismatches(expect, result)
     answer = result["answer"]
     for text in expect.get("answer_contains", []):
         if text not in answer:
@@ -220,6 +253,30 @@ def compare(expect: Expect, result: ScenarioResult) -> list[str]:
     for text in expect.get("answer_not_contains", []):
         if text in answer:
             problems.append(f"answer contains {text!r}, which must never be presented")
+    return problems
+
+
+def _coverage_mismatches(expect: Expect, result: ScenarioResult) -> list[str]:
+    """How a run's question coverage differs from the expected one."""
+    if "question_coverage" not in expect:
+        return []
+    wanted = expect["question_coverage"]
+    actual = result["question_coverage"]
+    if actual is None:
+        return ["question_coverage: expected one, the run decided none"]
+    problems = []
+    if "status" in wanted and wanted["status"] != actual["status"]:
+        problems.append(f"question_coverage: expected {wanted['status']} got {actual['status']}")
+    lists: tuple[tuple[Literal["asked", "unanswered"], list[str]], ...] = (
+        ("asked", actual["asked"]),
+        ("unanswered", actual["unanswered"]),
+    )
+    for key, got in lists:
+        if key in wanted and set(wanted[key]) != set(got):
+            problems.append(
+                f"question_coverage.{key}: expected {_show(sorted(set(wanted[key])))} "
+                f"got {_show(sorted(set(got)))}"
+            )
     return problems
 
 
@@ -262,12 +319,15 @@ def _prepare(scenario: Scenario, checkpointer: Checkpointer | None) -> _Prepared
     scenario_id = str(scenario.get("id") or "?")
     checked = validate_scenario(scenario, origin=scenario_id)
     replies = script_replies(checked)
-    get_model = scripted_models(replies)
+    offline = bool(checked.get("offline"))
+    get_model = make_model_factory() if offline else scripted_models(replies)
     context = Context(
-        offline=False,
+        offline=offline,
         language=checked["language"],
         composer_mode="model" if "composer" in replies else "template",
     )
+    if "max_tool_calls" in checked:
+        context = dataclasses.replace(context, max_tool_calls_per_round=checked["max_tool_calls"])
     app = build_graph(
         get_model=get_model,
         backend=SampleBackend(checked["environment"]),
@@ -432,16 +492,25 @@ def summarize(results: Sequence[ScenarioResult], scenarios: Sequence[Scenario]) 
         and rounds matched (None when no scenario states one); ``leak_count``: scenarios whose
         answer contains one of their ``answer_not_contains`` texts; ``false_reject_count``:
         scenarios expected to PASS that did not; ``unbound_specifics_false_positives``:
-        scenarios expected to PASS whose Gatekeeper failed ``evidence.unbound_specifics``; and
-        the ``passed``, ``failed`` and ``total`` counts.
+        scenarios expected to PASS whose Gatekeeper failed ``evidence.unbound_specifics``;
+        ``coverage_accuracy``: fraction of scenarios with an expected ``question_coverage``
+        that got it; ``partial_count`` and ``unanswered_count``: scenarios whose final question
+        coverage was partial or unanswered; and the ``passed``, ``failed`` and ``total`` counts.
     """
     expects = {scenario["id"]: scenario["expect"] for scenario in scenarios}
     verdict_total = verdict_hits = routing_total = routing_hits = 0
     leaks = false_rejects = unbound = 0
+    coverage_total = coverage_hits = partial = unanswered = 0
     for result in results:
+        coverage = result["question_coverage"]
+        partial += coverage is not None and coverage["status"] == "partial"
+        unanswered += coverage is not None and coverage["status"] == "unanswered"
         expect = expects.get(result["id"])
         if expect is None:
             continue
+        if "question_coverage" in expect:
+            coverage_total += 1
+            coverage_hits += not _coverage_mismatches(expect, result)
         if "verdict" in expect:
             verdict_total += 1
             verdict_hits += result["verdict"] == expect["verdict"]
@@ -466,6 +535,9 @@ def summarize(results: Sequence[ScenarioResult], scenarios: Sequence[Scenario]) 
         leak_count=leaks,
         false_reject_count=false_rejects,
         unbound_specifics_false_positives=unbound,
+        coverage_accuracy=_fraction(coverage_hits, coverage_total),
+        partial_count=partial,
+        unanswered_count=unanswered,
     )
 
 

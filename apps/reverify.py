@@ -125,6 +125,7 @@ def reverify(
         gatekeeper_result=gatekeeper_result,
         retry_context=evaluation["retry_context"],
         round=record["rounds"] or 1,
+        not_run=list(evaluation.get("question_coverage", {}).get("not_run", [])),
     )
     result = verify(get_model("verifier", context), inputs, services)
     if result["verifier_mode"] == "offline" and evaluation["verifier_mode"] != "offline":

@@ -14,6 +14,12 @@ composer to model mode. A reply is a string or a JSON object (sent as its JSON t
 documented keys, a scenario may carry a free-text ``description``. A key that may be left out
 may not be null, except ``expect.model_verdict`` (null: the Verifier gave no verdict) and a tool
 call's ``id``; the ``environment`` follows the rules of ``tools.environment``.
+
+Offline scenarios: ``"offline": true`` instead of a ``script`` runs the offline rules as the
+planner, executor and verifier (as ``superbiz diagnose --offline``); ``max_tool_calls`` sets the
+tool budget of a round. ``environment`` may name a bare environment file, relative to the
+scenario's folder, so that several scenarios share one. ``expect.question_coverage`` is a
+coverage status, or ``{status, asked, unanswered}`` (the lists compared as sets).
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from typing_extensions import TypedDict
 from state.context import Language
 from state.records import (
     MAX_ROUNDS,
+    CoverageStatus,
     GatekeeperStatus,
     JSONObject,
     RuleId,
@@ -39,7 +46,9 @@ from tools.environment import (
     ENVIRONMENT_WORDING,
     Environment,
     EnvironmentFile,
+    EnvironmentFileError,
     FileModel,
+    environment_reference,
     nested,
     refuse,
     validation_message,
@@ -81,6 +90,14 @@ class Script(TypedDict):
     composer: NotRequired[Reply]
 
 
+class ExpectCoverage(TypedDict, total=False):
+    """The question coverage a scenario expects; a key left out is not compared."""
+
+    status: CoverageStatus
+    asked: list[str]
+    unanswered: list[str]
+
+
 class Expect(TypedDict, total=False):
     """What a scenario expects of its run; a key left out is not compared."""
 
@@ -95,16 +112,22 @@ class Expect(TypedDict, total=False):
     confirmed_claims: list[str]
     answer_contains: list[str]
     answer_not_contains: list[str]
+    question_coverage: ExpectCoverage
 
 
 class Scenario(TypedDict):
-    """A checked scenario (``expect`` is ``{}`` when the file has none)."""
+    """A checked scenario (``expect`` is ``{}`` when the file has none).
+
+    It has a ``script``, or ``offline`` true (the offline rules play every model role).
+    """
 
     id: str
     question: str
     language: Language
     environment: Environment
-    script: Script
+    script: NotRequired[Script]
+    offline: NotRequired[bool]
+    max_tool_calls: NotRequired[int]
     expect: Expect
     description: NotRequired[str]
 
@@ -174,6 +197,16 @@ class _Script(FileModel):
     composer: _Omittable[_Reply] = None
 
 
+def _coverage(value: object) -> object:
+    return {"status": value} if isinstance(value, str) else value
+
+
+class _ExpectCoverage(FileModel):
+    status: _Omittable[CoverageStatus] = None
+    asked: _Omittable[list[str]] = None
+    unanswered: _Omittable[list[str]] = None
+
+
 class _Expect(FileModel):
     verdict: _Omittable[Verdict] = None
     model_verdict: Verdict | None = None
@@ -186,6 +219,7 @@ class _Expect(FileModel):
     confirmed_claims: _Omittable[list[str]] = None
     answer_contains: _Omittable[list[str]] = None
     answer_not_contains: _Omittable[list[str]] = None
+    question_coverage: _Omittable[Annotated[_ExpectCoverage, BeforeValidator(_coverage)]] = None
 
 
 class ScenarioFile(FileModel):
@@ -195,9 +229,24 @@ class ScenarioFile(FileModel):
     question: _Text
     language: Language
     environment: EnvironmentFile
-    script: _Script
+    script: _Omittable[_Script] = None
+    offline: _Omittable[bool] = None
+    max_tool_calls: _Omittable[Annotated[int, Field(ge=1)]] = None
     expect: _Expect = Field(default_factory=_Expect)
     description: _Omittable[str] = None
+
+    @model_validator(mode="after")
+    def _played(self) -> Self:
+        if self.offline and self.script is not None:
+            raise PydanticCustomError(
+                "offline_script", "an offline scenario has no 'script'; remove one of them"
+            )
+        if not self.offline and self.script is None:
+            raise PydanticCustomError(
+                "no_script",
+                "needs a 'script' of model replies, or \"offline\": true to run the offline rules",
+            )
+        return self
 
     def record(self) -> Scenario:
         """The scenario as a record: the keys given (and ``expect``), the verifier as a list."""
@@ -221,6 +270,12 @@ _WORDING: dict[str, str] = {
     "expect.model_verdict": "{where} must be one of PASS, LOW_CONFID, REJECT or null, got {value}",
     "expect.rounds": "{where} must be 1 or 2",
     "expect.groundedness_score": "{where} must be a number between 0 and 1",
+    "expect.question_coverage": (
+        "{where} must be answered, partial or unanswered, or an object with status, asked, "
+        "unanswered"
+    ),
+    "max_tool_calls": "{where} must be a whole number of at least 1",
+    "offline": "{where} must be true or false",
     **nested("environment", ENVIRONMENT_WORDING),
 }
 """Messages for a scenario's errors where the generic ones would say less (see
@@ -230,12 +285,16 @@ _WORDING: dict[str, str] = {
 # --------------------------------------------------------------------------- loading
 
 
-def validate_scenario(data: object, origin: str = "scenario") -> Scenario:
+def validate_scenario(
+    data: object, origin: str = "scenario", base: str | Path | None = None
+) -> Scenario:
     """Check that ``data`` is a usable scenario.
 
     Args:
         data: The parsed scenario object (or a ``Scenario`` record, checked again).
         origin: How to name the scenario in messages (usually its file path).
+        base: The folder an ``environment`` file name is relative to (the current folder when
+            None).
 
     Returns:
         The scenario record.
@@ -243,6 +302,11 @@ def validate_scenario(data: object, origin: str = "scenario") -> Scenario:
     Raises:
         ScenarioError: With a one-line message naming ``origin``, the field and what is wrong.
     """
+    if isinstance(data, dict):
+        try:
+            data = environment_reference(data, base=Path(base or "."), origin=origin)
+        except EnvironmentFileError as exc:
+            raise ScenarioError(str(exc)) from None
     try:
         return ScenarioFile.model_validate(data).record()
     except ValidationError as exc:
@@ -278,4 +342,4 @@ def load_scenario(path: str | Path) -> Scenario:
         raise ScenarioError(
             f"{file}: not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
         ) from None
-    return validate_scenario(data, origin=str(file))
+    return validate_scenario(data, origin=str(file), base=file.parent)

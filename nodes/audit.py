@@ -49,6 +49,7 @@ def verifier_evaluation(state: DiagnosisState) -> VerifierEvaluation:
         "offline": run_info["offline"],
         "models": run_info["models"],
         "rounds": state.get("rounds", []),
+        "question_coverage": result["question_coverage"],
     }
 
 

@@ -49,6 +49,7 @@ def make_composer(get_model: GetModel) -> Node:
             state["executor_answer"],
             state["gatekeeper_result"],
             result["unchecked"],
+            result.get("question_coverage"),
         )
         offline = state["run_info"]["offline"]
         answer = render_template(

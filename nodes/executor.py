@@ -28,8 +28,15 @@ from persistence.ledger import InvocationLedger
 from state.context import Context
 from state.graph_state import DiagnosisState
 from state.records import Invocation
+from tools.refs import format_value
 from tools.runner import tool_message_content
 from tools.schemas import tool_specs
+
+DROPPED_CALLS = "dropped_tool_calls"
+"""Where a reply keeps the tool calls the executor asked for after the budget was spent."""
+
+SKIPPED_PREFIX = "not executed: the tool budget"
+"""How the tool message of a call the ``tools`` node skipped for the budget begins."""
 
 BUDGET_SPENT = (
     "The tool budget for this round is spent; no more tool calls will run. Give your final "
@@ -63,7 +70,9 @@ def expand_tool_messages(
                 ref = None
             row = by_id.get(str(ref.get("invocation_id"))) if isinstance(ref, dict) else None
             if row is not None:
-                message = message.model_copy(update={"content": tool_message_content(row)})
+                message = message.model_copy(
+                    update={"content": tool_message_content(row), "artifact": tool_artifact(row)}
+                )
         out.append(message)
     return out
 
@@ -98,6 +107,58 @@ def readable_tool_calls(reply: BaseMessage) -> AIMessage:
     return AIMessage(content=reply.content, tool_calls=calls, id=reply.id)
 
 
+def tool_artifact(invocation: Invocation) -> dict[str, object]:
+    """The structured result of an invocation, carried beside its tool message.
+
+    A chat model never reads a message's ``artifact``; rule-based stand-ins (the offline
+    executor) read the entries from it instead of re-reading the rendered ref texts.
+    """
+    return {
+        "invocation_id": invocation["invocation_id"],
+        "tool_name": invocation["tool_name"],
+        "arguments": invocation["arguments"],
+        "status": invocation["status"],
+        "output": invocation["output"],
+    }
+
+
+def render_call(name: str, args: object) -> str:
+    """A tool call on one line: ``query_logs level=ERROR service=order-service``."""
+    items = sorted(args.items()) if isinstance(args, dict) else []
+    return " ".join([name, *(f"{key}={format_value(value)}" for key, value in items)])
+
+
+def calls_not_run(messages: Sequence[AnyMessage]) -> list[str]:
+    """The tool calls the executor asked for that the tool budget cut, rendered, in order.
+
+    Calls the ``tools`` node skipped (their tool message says so) and calls asked for after the
+    budget was spent (kept on the reply under ``dropped_tool_calls``).
+    """
+    asked: dict[str, str] = {}
+    not_run: list[str] = []
+    for message in messages:
+        if isinstance(message, AIMessage):
+            for call in message.tool_calls:
+                asked[str(call.get("id"))] = render_call(call["name"], call.get("args"))
+            dropped = message.additional_kwargs.get(DROPPED_CALLS)
+            for call in dropped if isinstance(dropped, list) else []:
+                if isinstance(call, dict):
+                    not_run.append(render_call(str(call.get("name")), call.get("args")))
+        elif isinstance(message, ToolMessage) and _skipped(message):
+            text = asked.get(str(message.tool_call_id))
+            if text is not None:
+                not_run.append(text)
+    return list(dict.fromkeys(not_run))
+
+
+def _skipped(message: ToolMessage) -> bool:
+    try:
+        data = json.loads(message.content) if isinstance(message.content, str) else None
+    except json.JSONDecodeError:
+        return False
+    return isinstance(data, dict) and str(data.get("error", "")).startswith(SKIPPED_PREFIX)
+
+
 def make_executor(get_model: GetModel, ledger: InvocationLedger) -> Node:
     """Build the executor node: one model turn per visit; tools run in the ``tools`` node."""
     prompt = load_prompt("executor")
@@ -125,8 +186,14 @@ def make_executor(get_model: GetModel, ledger: InvocationLedger) -> Node:
             nudge = HumanMessage(BUDGET_SPENT)
             reply = readable_tool_calls(spend.invoke(model, [*history, nudge]))
             if reply.tool_calls:
-                # The budget is a hard bound: calls asked for after it are dropped, not run.
-                reply = AIMessage(content=reply.content, id=reply.id)
+                # The budget is a hard bound: calls asked for after it are dropped, not run,
+                # and kept on the reply so the answer can say which queries were not run.
+                dropped = [
+                    {"name": c["name"], "args": c.get("args") or {}} for c in reply.tool_calls
+                ]
+                reply = AIMessage(
+                    content=reply.content, id=reply.id, additional_kwargs={DROPPED_CALLS: dropped}
+                )
             return {
                 "executor_messages": [nudge, reply],
                 "usage": spend.added,

@@ -6,12 +6,12 @@ from langchain_core.messages import AIMessage, AnyMessage, ToolMessage
 from langgraph.runtime import Runtime
 
 from nodes.common import Node, context_of, dumps, emit, thread_id
-from nodes.executor import INVALID_ARGUMENTS, tool_reference
+from nodes.executor import INVALID_ARGUMENTS, SKIPPED_PREFIX, tool_reference
 from state.context import Context
 from state.graph_state import DiagnosisState
 from tools.runner import ToolRunner
 
-SKIPPED = "not executed: the tool budget for this round is spent; give your final answer"
+SKIPPED = f"{SKIPPED_PREFIX} for this round is spent; give your final answer"
 
 
 def make_tools(

@@ -25,6 +25,7 @@ from nodes.common import (
     model_label,
 )
 from nodes.evidence import executor_final_text
+from nodes.executor import calls_not_run
 from nodes.prompts import load_prompt
 from state.context import Context
 from state.graph_state import DiagnosisState
@@ -120,6 +121,9 @@ def verify(
         mode=mode,
         # The claim checker stands in with the whole answer; a model saw only the payload.
         unseen=() if mode == "fallback" else unseen_claims(payload, answer),
+        question=inputs["question"],
+        known_services=known_services,
+        not_run=inputs.get("not_run", []),
     )
     return VerifierResult(
         **decision, reply_parse=parse, model="offline-rules" if offline else model_label(model)
@@ -145,6 +149,7 @@ def make_verifier(get_model: GetModel, services: Callable[[], list[str]]) -> Nod
             gatekeeper_result=gatekeeper,
             retry_context=state.get("retry_context"),
             round=round_no,
+            not_run=calls_not_run(state.get("executor_messages", [])),
         )
         spend = Spend(state, ctx)
         result = verify(get_model("verifier", ctx), inputs, services(), spend)

@@ -85,7 +85,9 @@ VerifierMode = Literal["model", "fallback", "offline"]
 ComposerSection = Literal["pass", "uncertain", "degraded"]
 ComposerOutputMode = Literal["model", "template", "fallback"]
 DirectionKind = Literal["hypothesis", "overstated"]
-GapKind = Literal["unsupported", "external_unknown", "missing_info", "not_checked"]
+GapKind = Literal[
+    "unsupported", "external_unknown", "missing_info", "not_checked", "unanswered", "not_run"
+]
 
 DiagnosisStatus = Literal["running", "done", "failed", "abandoned"]
 MAX_ROUNDS: Final = 2
@@ -415,6 +417,7 @@ class VerifierInput(TypedDict):
     gatekeeper_result: GatekeeperResult
     retry_context: RetryContext | None
     round: int
+    not_run: NotRequired[list[str]]
 
 
 class ProposedCheck(TypedDict):
@@ -445,6 +448,7 @@ class VerifierReply(TypedDict):
     claim_checks: list[ProposedCheck] | None
     rationale: str
     notes: list[str]
+    question_coverage: NotRequired[CoverageReport | None]
 
 
 class ClaimCheck(TypedDict):
@@ -497,6 +501,7 @@ class Decision(Verdicts):
 
     notes: list[str]
     unchecked: list[str]
+    question_coverage: QuestionCoverage
 
 
 class VerifierResult(Decision):
@@ -539,6 +544,68 @@ class RetryContext(TypedDict):
     gaps: list[GapNote]
     failed_rules: list[RuleId]
     suggested_queries: list[JSONObject]
+
+
+# --------------------------------------------------------------------------- question coverage
+
+QuestionKind = Literal["value", "confirm", "why", "overview"]
+"""What a question asks for: a value, a yes/no confirmation, an explanation, or an overview."""
+FacetKind = Literal["service", "alert", "metric"]
+CoverageStatus = Literal["answered", "partial", "unanswered"]
+COVERAGE_STATUSES: Final[tuple[CoverageStatus, ...]] = get_args(CoverageStatus)
+
+
+class Facet(TypedDict):
+    """One thing a question names: a service, an alert name, or a metric (its concept id).
+
+    ``known`` tells, for a service, whether the evidence backend knows it (alerts and metrics:
+    always true).
+    """
+
+    kind: FacetKind
+    name: str
+    known: bool
+
+
+class QuestionFacets(TypedDict):
+    """A question read deterministically (``verification.question.analyze_question``).
+
+    ``services`` are the known services it names, ``unknown_services`` the names that look like
+    services the backend does not know; ``metrics`` and ``symptoms`` are concept ids of
+    ``tools.vocabulary`` (``latency``, ``cpu``; ``error``, ``timeout``).
+    """
+
+    kind: QuestionKind
+    facets: list[Facet]
+    services: list[str]
+    unknown_services: list[str]
+    alerts: list[str]
+    metrics: list[str]
+    symptoms: list[str]
+    status_codes: list[str]
+    about_alerts: bool
+    about_errors: bool
+
+
+class CoverageReport(TypedDict):
+    """Whether a question was answered: ``asked`` its facets, ``unanswered`` those left open."""
+
+    status: CoverageStatus
+    asked: list[str]
+    unanswered: list[str]
+
+
+class QuestionCoverage(CoverageReport):
+    """The coverage of a round, decided in code (``verification.coverage``).
+
+    The strictest of the deterministic ``floor`` and the Verifier's ``model`` report (None when
+    its reply had none): a model can lower the coverage, never lift it. ``not_run`` lists the
+    tool calls the executor asked for that the tool budget cut (they make it at most partial).
+    """
+
+    floor: CoverageReport
+    model: CoverageReport | None
+    not_run: list[str]
 
 
 # --------------------------------------------------------------------------- answer
@@ -682,6 +749,7 @@ class VerifierEvaluation(Verdicts):
     offline: bool
     models: dict[str, str]
     rounds: list[RoundSummary]
+    question_coverage: NotRequired[QuestionCoverage]
 
 
 class DiagnosisOutcome(TypedDict):

@@ -41,6 +41,8 @@ ZERO_SUMMARY = (
 )
 FOUND_SUMMARY = "query_logs level=ERROR service=order-service matched 3 of 3 (complete)"
 NO_ALERT_SUMMARY = "query_metrics service=payment-service alerts 0 of 0, series 2 of 2 (complete)"
+ZERO_METRICS = "query_metrics alert=HighErrorRate alerts 0 of 0, series 0 of 0 (complete)"
+SOME_METRICS = "query_metrics alert=HighErrorRate alerts 0 of 0, series 4 of 4 (complete)"
 RUNBOOK_TEXT = "Connection pool runbook (wiki): when HTTP 500 appears, raise the pool size to 50"
 
 TRACE: list[TraceItem] = [
@@ -57,6 +59,8 @@ _SOURCES = {
     "summary-zero": ("inv-5", "query_logs", ZERO_SUMMARY),
     "summary-found": ("inv-4", "query_logs", FOUND_SUMMARY),
     "summary-no-alert": ("inv-2", "query_metrics", NO_ALERT_SUMMARY),
+    "summary-metrics-zero": ("inv-2", "query_metrics", ZERO_METRICS),
+    "summary-metrics-some": ("inv-2", "query_metrics", SOME_METRICS),
 }
 
 
@@ -271,6 +275,17 @@ def test_check_claims_negative_observation_on_zero_match_summary_is_direct() -> 
         "direct_observation"
     )
     assert _negative_label("no ERROR logs in the window", "summary-zero") == "direct_observation"
+
+
+def test_check_claims_zero_match_reads_separate_alert_and_series_counts() -> None:
+    claim_text = "No alert named HighErrorRate exists in the data"
+    assert _negative_label(claim_text, "summary-metrics-zero") == "direct_observation"
+    # zero alerts is an observed absence for a claim about alerts, whatever the series count
+    assert _negative_label(claim_text, "summary-metrics-some") == "direct_observation"
+    # but not for a claim about metric series when series were found
+    series_claim = "No metric series exists for HighErrorRate"
+    assert _negative_label(series_claim, "summary-metrics-zero") == "direct_observation"
+    assert _negative_label(series_claim, "summary-metrics-some") == "reasonable_inference"
 
 
 def test_check_claims_negative_observation_tokens_must_match_the_summary() -> None:

@@ -122,7 +122,7 @@ def test_cli_diagnose_answers_in_chinese_with_verified_evidence(
     assert "answer_version" not in out
     # Progress goes to stderr, never into the answer.
     assert "offline mode: deterministic rules, no language model" in err
-    assert "inv-1 query_metrics -> ok" in err
+    assert "inv-1 query_logs -> ok" in err
     assert "done: PASS" in err
     assert "[round 1]" not in out
 

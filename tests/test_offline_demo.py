@@ -89,7 +89,7 @@ def test_offline_demo_is_labelled_offline_in_the_audit(demo: Demo) -> None:
     verifier = stored_evaluation(demo.audit, state["diagnosis_id"])
     assert verifier["offline"] is True
     assert set(verifier["models"].values()) == {"offline-rules"}
-    assert verifier["prompt_audit"]["prompts"]["verifier"]["version"] == "v1"
+    assert verifier["prompt_audit"]["prompts"]["verifier"]["version"] == "v2"
     assert "rule_evaluation" in self_evaluation(demo.audit, state["diagnosis_id"])
 
 

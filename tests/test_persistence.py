@@ -117,7 +117,8 @@ def test_persistence_writes_rows_and_checkpoints_per_diagnosis(store: Persistenc
         assert key in evaluation, key
     assert rule_evaluation_of(record)["formula_version"]
     rows = store.ledger.list(values["diagnosis_id"])
-    assert [r["invocation_id"] for r in rows] == ["inv-1", "inv-2", "inv-3"]
+    # The plan (ERROR, metrics, WARN), the hop to the service its warnings name, the runbooks.
+    assert [r["invocation_id"] for r in rows] == [f"inv-{i}" for i in range(1, 7)]
     assert all(r["retrieval_details"]["evidence_refs"] for r in rows)
     config: RunnableConfig = {"configurable": {"thread_id": "rows"}}
     assert list(store.checkpointer.list(config))
@@ -485,12 +486,13 @@ def test_persistence_sessions_and_reverify_read_the_stored_evidence(
     shown = capsys.readouterr().out
     for text in ("question", "PASS", "gatekeeper pass", "claim checks", "inv-1", "answer"):
         assert text in shown, text
+    assert "coverage   answered (floor)  asked: order-service  unanswered: none" in shown
 
     assert cli.main(["reverify", passed["diagnosis_id"], "--db", database_url, "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["after"]["verdict"] == "PASS"
     assert report["changes"] == []
-    assert report["invocations"] == 3
+    assert report["invocations"] == 6
 
     assert cli.main(["sessions", "show", "diag-missing", "--db", database_url]) == 2
     assert "no diagnosis 'diag-missing'" in capsys.readouterr().err

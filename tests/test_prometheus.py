@@ -508,10 +508,9 @@ def test_diagnose_offline_answers_from_real_alerts_with_pass(
 
     assert result["verdict"] == "PASS", result["answer"]
     bindings = [b for c in claims for b in c["evidence_bindings"]]
-    assert {(b["tool_name"], b["raw_path"]) for b in bindings} == {
-        ("query_metrics", "alerts[0]"),
-        ("query_metrics", "alerts[1]"),
-    }
+    bound = {(b["tool_name"], b["raw_path"]) for b in bindings}
+    assert {("query_metrics", "alerts[0]"), ("query_metrics", "alerts[1]")} <= bound
+    assert {tool for tool, _ in bound} == {"query_metrics"}
     answer = str(result["answer"])
     assert "HighErrorRate" in answer and "QueueBacklog" in answer
     assert "value=0.3" in answer and "threshold=0.05" in answer
@@ -556,10 +555,8 @@ def test_diagnose_offline_plans_against_a_service_only_the_server_knows(
         calls = persistence.ledger.list(str(result["diagnosis_id"]))
     finally:
         persistence.close()
-    assert (calls[0]["tool_name"], calls[0]["arguments"]) == (
-        "query_metrics",
-        {"service": "incident"},
-    )
-    assert calls[0]["status"] == "ok"
+    metrics = [c for c in calls if c["tool_name"] == "query_metrics"]
+    assert metrics and metrics[0]["arguments"] == {"service": "incident"}
+    assert metrics[0]["status"] == "ok"
     assert result["verdict"] == "PASS", result["answer"]
     assert claims and all("incident" in c["claim_text"] for c in claims)

@@ -59,7 +59,9 @@ ENV = Environment(
             "rb-pool", "Pool runbook", source="runbook/pool.md", chunk="pool exhaustion"
         ),
         document_entry("rb-5xx", "5xx runbook", source="runbook/5xx.md", chunk="http 5xx triage"),
-        document_entry("pm-1", "Postmortem", source="postmortem/1.md", chunk="pool and 5xx"),
+        document_entry(
+            "pm-1", "Postmortem: pool and 5xx", source="postmortem/1.md", chunk="pool and 5xx"
+        ),
     ],
 )
 

@@ -527,6 +527,7 @@ def test_finalize_result_shape_and_score_from_code() -> None:
         "verifier_mode",
         "notes",
         "unchecked",
+        "question_coverage",
     }
     assert result["unchecked"] == []
     assert result["groundedness_score"] == 0.8  # the model said 0.99

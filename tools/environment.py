@@ -322,12 +322,46 @@ class _ScenarioEnvironment(BaseModel):
 # --------------------------------------------------------------------------- loading
 
 
-def parse_environment(text: str, *, origin: str) -> Environment:
+def environment_reference(data: dict[str, object], *, base: Path, origin: str) -> dict[str, object]:
+    """A scenario whose ``environment`` names a file, with that file's environment in its place.
+
+    The name is a path relative to ``base`` (the scenario's folder) of a bare environment file;
+    several scenarios can so share one environment. Anything else is returned unchanged.
+
+    Raises:
+        EnvironmentFileError: The named file cannot be read or is not a bare environment.
+    """
+    if not isinstance(data.get("environment"), str):
+        return data
+    target = base / str(data["environment"])
+    try:
+        text = target.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise EnvironmentFileError(
+            f"{origin}: environment names {data['environment']!r}, which cannot be read "
+            f"({type(exc).__name__}); give a path relative to the scenario's folder"
+        ) from None
+    try:
+        loaded = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise EnvironmentFileError(
+            f"{target} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        ) from None
+    if isinstance(loaded, dict) and "environment" in loaded:
+        raise EnvironmentFileError(
+            f"{origin}: environment names {target}, a scenario; name a bare environment file"
+        )
+    return {**data, "environment": loaded}
+
+
+def parse_environment(text: str, *, origin: str, base: Path | None = None) -> Environment:
     """Parses and checks an environment from JSON text.
 
     Args:
         text: A scenario (an object with an ``environment`` key) or a bare environment object.
         origin: How to name the source in messages (usually the file path).
+        base: The folder a scenario's ``environment`` file name is relative to (the current
+            folder when None).
 
     Returns:
         The environment record.
@@ -349,6 +383,7 @@ def parse_environment(text: str, *, origin: str) -> Environment:
             f"environment with keys among {_KEYS}), got {json_type(data)}"
         )
     in_scenario = "environment" in data
+    data = environment_reference(data, base=base or Path("."), origin=origin)
     if not in_scenario and not (data and set(data) <= set(ENVIRONMENT_KEYS)):
         found = ", ".join(sorted(data)) or "none"
         raise EnvironmentFileError(
@@ -395,7 +430,7 @@ def load_environment(path: str | Path) -> Environment:
             f"cannot read environment file {file} ({type(exc).__name__}: {exc}); check that it "
             "exists, is readable and is UTF-8 text"
         ) from None
-    return parse_environment(text, origin=str(file))
+    return parse_environment(text, origin=str(file), base=file.parent)
 
 
 def default_environment() -> Environment:

@@ -12,11 +12,11 @@ indexes:
   series whose `metric` name occurs in the PromQL text (filters series only). Alerts are returned
   whatever their state. `start`/`end` filter neither alerts nor series: a series entry is already
   a summary over the environment's window, and an alert's state is its current state.
-- `lookup_knowledge`: documents ranked by how many of the query's distinct whitespace-separated
-  terms (compared case-insensitively) occur in title or chunk as case-insensitive substrings;
-  ties keep environment order; documents matching no term are left out; `top_k` is clamped to
-  1..10. `score` = matched terms / terms, rounded to 3 places; `relevance` is `high` from 0.66,
-  `medium` from 0.33, else `low`.
+- `lookup_knowledge`: documents ranked by BM25 over their title and the Markdown headings of
+  their chunk (`tools.knowledge_rank`, the same in English and Chinese); ties keep environment
+  order; documents matching no query term are left out; `top_k` is clamped to 1..10. `score` is
+  the BM25 score rounded to 3 places; `relevance` is `high` when the document has at least 0.66
+  of the query's distinct terms, `medium` from 0.33, else `low`.
 - `get_current_time`: the environment's `now` when present, else the real UTC time.
 
 Entries are returned as copies of the environment's entries. The environment is an `Environment`
@@ -41,6 +41,7 @@ from tools.backend import (
 )
 from tools.environment import Environment
 from tools.environment import default_environment as default_environment
+from tools.knowledge_rank import markdown_headings, query_terms, rank
 
 _MAX_LIMIT = 100
 _MAX_TOP_K = 10
@@ -190,38 +191,33 @@ class SampleBackend:
         return MetricsOutput(alerts=copy.deepcopy(alerts), series=copy.deepcopy(series))
 
     def lookup_knowledge(self, *, query: str, top_k: int = 3) -> KnowledgeOutput:
-        """Ranks documents by matched query terms (see the module docstring).
+        """Ranks documents by BM25 over title and headings (see the module docstring).
 
         Args:
-            query: Whitespace-separated terms.
+            query: What is looked for (English, Chinese or both).
             top_k: At most this many documents (clamped to 1..10).
 
         Returns:
             `{"documents": [{doc_id, title, source, chunk, score, relevance}]}`, best first.
         """
-        terms = list(dict.fromkeys(term.casefold() for term in query.split()))
-        if not terms:
-            return KnowledgeOutput(documents=[])
-        ranked: list[tuple[int, int, DocumentEntry]] = []
-        for position, doc in enumerate(self._documents):
-            haystack = f"{_fold(doc.get('title'))}\n{_fold(doc.get('chunk'))}"
-            matched = sum(1 for term in terms if term in haystack)
-            if matched:
-                ranked.append((-matched, position, doc))
-        ranked.sort(key=lambda item: (item[0], item[1]))
+        fields = [
+            (doc.get("title", ""), markdown_headings(doc.get("chunk", "")))
+            for doc in self._documents
+        ]
+        terms = len(query_terms(query))
         documents: list[DocumentEntry] = []
-        for negative_matched, _, doc in ranked[: _clamp(top_k, 1, _MAX_TOP_K)]:
-            score = round(-negative_matched / len(terms), 3)
-            found = DocumentEntry(
+        for found in rank(query, fields, top_k=_clamp(top_k, 1, _MAX_TOP_K)):
+            doc = self._documents[found.position]
+            entry = DocumentEntry(
                 doc_id=doc["doc_id"],
                 title=doc["title"],
                 chunk=doc["chunk"],
-                score=score,
-                relevance=_relevance(score),
+                score=round(found.score, 3),
+                relevance=_relevance(found.matched / terms),
             )
             if "source" in doc:
-                found["source"] = doc["source"]
-            documents.append(found)
+                entry["source"] = doc["source"]
+            documents.append(entry)
         return KnowledgeOutput(documents=documents)
 
     def get_current_time(self, *, timezone: str | None = None) -> TimeOutput:

@@ -25,8 +25,10 @@ from state.records import (
     GatekeeperResult,
     Material,
     NextStep,
+    QuestionCoverage,
 )
 from verification.gatekeeper import verified_excerpts_of
+from verification.question import facet_label
 from verification.text import asserts_cause, clip, one_line
 
 LANGUAGES: tuple[str, ...] = ("zh", "en")
@@ -62,6 +64,8 @@ _TEXT: dict[str, dict[str, str]] = {
         "external_unknown": "（依据为知识库或经验，无法用本次证据核实）",
         "missing_info": "（缺少的信息）",
         "not_checked": "（未经校验：超出了校验器的输入范围）",
+        "unanswered": "（问题问到了这一点，但没有已确认的事实回答它）",
+        "not_run": "（未执行：本轮的工具调用预算已用完）",
         "withheld_steps": "部分建议把未经核实的原因当作事实陈述，已略去。",
         "source": "（来源：{source}）",
         "footer": "校验结论：{verdict}（证据支撑度 {score}）",
@@ -93,6 +97,8 @@ _TEXT: dict[str, dict[str, str]] = {
         "external_unknown": " (rests on runbooks or general experience; cannot be checked here)",
         "missing_info": " (missing information)",
         "not_checked": " (not checked: it did not fit the Verifier's input)",
+        "unanswered": " (asked in the question; no confirmed fact answers it)",
+        "not_run": " (not run: the tool budget of the round was spent)",
         "withheld_steps": "Suggestions that stated an unverified cause as fact are left out.",
         "source": " (source: {source})",
         "footer": "Verification: {verdict} (groundedness {score})",
@@ -138,6 +144,7 @@ def select_material(
     answer: ExecutorAnswer,
     gatekeeper: GatekeeperResult,
     unchecked: Collection[str] = (),
+    coverage: QuestionCoverage | None = None,
 ) -> Material:
     """Select the Verifier-allowed material the answer may be built from.
 
@@ -147,7 +154,9 @@ def select_material(
     as an evidence gap. Directions: hypotheses and overstated claims. Gaps: unsupported and
     external-unknown claims (a claim with no check counts as unsupported) and missing_info.
     Next steps: recommended_actions. A contradicted claim appears nowhere. A claim in
-    ``unchecked`` (the Verifier never saw it) is a gap that says it was not checked.
+    ``unchecked`` (the Verifier never saw it) is a gap that says it was not checked. With a
+    ``coverage``, each facet of the question left unanswered and each tool call the budget cut
+    is a gap too (these two kinds are shown under every verdict).
     """
     labels = _labels(checks)
     confirmed: list[ConfirmedItem] = []
@@ -194,6 +203,17 @@ def select_material(
         for t in missing
         if asserts_cause(t)
     ]
+    if coverage is not None:
+        gaps += [
+            GapItem(text=text, kind="unanswered", claim_id=None)
+            for item in coverage["unanswered"]
+            if (text := safe_text(item))
+        ]
+        gaps += [
+            GapItem(text=text, kind="not_run", claim_id=None)
+            for item in coverage["not_run"]
+            if (text := safe_text(item))
+        ]
     steps = [(safe_text(item["text"]), item["source"]) for item in answer["recommended_actions"]]
     return Material(
         confirmed=confirmed,
@@ -255,9 +275,21 @@ def _direction_lines(t: dict[str, str], directions: Sequence[DirectionItem]) -> 
     return lines
 
 
-def _gap_lines(t: dict[str, str], gaps: Sequence[GapItem]) -> list[str]:
+ALWAYS_SHOWN_GAPS: tuple[GapKind, ...] = ("unanswered", "not_run")
+"""Gaps shown under every verdict: what the question asked and no fact answers, and what was
+not looked at because the tool budget was spent."""
+
+
+def _gap_lines(t: dict[str, str], gaps: Sequence[GapItem], language: str) -> list[str]:
     """One line per evidence gap, saying what kind of gap it is."""
-    return [text + t[item["kind"]] for item in gaps if (text := safe_text(item["text"]))]
+    lines = []
+    for item in gaps:
+        text = safe_text(item["text"])
+        if item["kind"] == "unanswered":
+            text = facet_label(text, language)
+        if text:
+            lines.append(text + t[item["kind"]])
+    return lines
 
 
 def _step_lines(t: dict[str, str], steps: Sequence[NextStep]) -> list[str]:
@@ -288,7 +320,8 @@ def render_template(
 ) -> str:
     """Render the user-facing answer from Verifier-allowed material.
 
-    PASS: conclusion from confirmed facts, evidence list, next steps. LOW_CONFID: confirmed facts,
+    PASS: conclusion from confirmed facts, evidence list, the question's unanswered facets and the
+    tool calls the budget cut (when any), next steps. LOW_CONFID: confirmed facts,
     possible directions, evidence gaps, next steps. REJECT (and any unknown verdict): a statement
     that no reliable answer could be produced, directly observed facts only (no inferences, which
     could amount to a root cause), evidence gaps, next steps, and no directions. Inferences are
@@ -313,6 +346,10 @@ def render_template(
         evidence_lines = _evidence_lines(t, confirmed)
         if evidence_lines:
             blocks.append(_section(t, t["evidence"], evidence_lines))
+        shown = [gap for gap in material["gaps"] if gap["kind"] in ALWAYS_SHOWN_GAPS]
+        gap_lines = _gap_lines(t, shown, language)
+        if gap_lines:
+            blocks.append(_section(t, t["gaps"], gap_lines))
     else:
         blocks.append(t["low_intro"] if verdict == "LOW_CONFID" else t["reject_intro"])
         if verdict != "LOW_CONFID":
@@ -325,7 +362,7 @@ def render_template(
             direction_lines = _direction_lines(t, material["directions"])
             if direction_lines:
                 blocks.append(_section(t, t["directions"], direction_lines))
-        gap_lines = _gap_lines(t, material["gaps"])
+        gap_lines = _gap_lines(t, material["gaps"], language)
         if gap_lines:
             blocks.append(_section(t, t["gaps"], gap_lines))
     step_lines = _step_lines(t, material["next_steps"])

@@ -17,10 +17,13 @@ which labels stand, derives the legacy facts, computes the groundedness score an
 3. **Derived verdict.** Any contradicted -> REJECT; PASS only if every claim is confirmed, one is
    a direct observation, the Gatekeeper did not fail and the score is at least 0.5; else
    LOW_CONFID.
-4. **Effective verdict.** The strictest of the model's verdict, the derived verdict, the parse
+4. **Question coverage** (``verification.coverage``). The deterministic floor (each service,
+   alert and metric the question names is in a confirmed claim), made stricter, never looser,
+   by the Verifier's own ``question_coverage`` and by tool calls the budget cut.
+5. **Effective verdict.** The strictest of the model's verdict, the derived verdict, the parse
    cap (output not valid -> LOW_CONFID), the Gatekeeper cap (severity reject -> REJECT,
-   low_confid -> LOW_CONFID) and the fallback cap (the claim checker stood in for an unreadable
-   reply -> LOW_CONFID).
+   low_confid -> LOW_CONFID), the fallback cap (the claim checker stood in for an unreadable
+   reply -> LOW_CONFID) and the coverage cap (question unanswered -> LOW_CONFID).
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from state.records import (
     VerifierReply,
 )
 from verification.catalog import UNBOUND_SPECIFICS
+from verification.coverage import coverage_cap, question_coverage
 from verification.gatekeeper import only_knowledge, verified_excerpts_of
 from verification.verifier_reply import short
 
@@ -304,6 +308,9 @@ def decide(
     trace: Sequence[TraceItem],
     mode: VerifierMode,
     unseen: Collection[str] = (),
+    question: str = "",
+    known_services: Sequence[str] = (),
+    not_run: Sequence[str] = (),
 ) -> Decision:
     """Decide one round: final claim checks, facts, score, derived and effective verdicts.
 
@@ -316,6 +323,9 @@ def decide(
         trace: The tool trace summary the Verifier saw.
         mode: How ``reply`` was produced.
         unseen: Claims left out of the Verifier's bounded input (never checked).
+        question: The user's question (its facets are the coverage floor).
+        known_services: The services the evidence backend knows.
+        not_run: Tool calls the tool budget cut, rendered.
 
     Returns:
         The decision; ``verdict`` is the effective verdict.
@@ -334,6 +344,20 @@ def decide(
             "verifier output could not be parsed; deterministic claim checker used, "
             "verdict capped at LOW_CONFID"
         )
+    coverage = question_coverage(
+        question,
+        known_services,
+        answer,
+        checks,
+        model=None if mode == "fallback" else reply.get("question_coverage"),
+        not_run=not_run,
+    )
+    if coverage["status"] != "answered":
+        shown = ", ".join(coverage["unanswered"]) or "none"
+        notes.append(f"question coverage {coverage['status']} (unanswered: {shown})")
+    cap = coverage_cap(coverage)
+    if cap is not None:
+        notes.append("no confirmed claim answers the question; verdict capped at LOW_CONFID")
     caps: dict[str, Verdict | None] = {"none": None, "low_confid": "LOW_CONFID", "reject": "REJECT"}
     verdict = strictest(
         model_verdict,
@@ -341,6 +365,7 @@ def decide(
         None if parse_status["status"] == "valid" else "LOW_CONFID",
         caps[gatekeeper["severity"]],
         "LOW_CONFID" if mode == "fallback" else None,
+        cap,
     )
     return Decision(
         verdict=verdict,
@@ -354,4 +379,5 @@ def decide(
         verifier_mode=mode,
         notes=notes,
         unchecked=[claim["claim_id"] for claim in answer["claims"] if claim["claim_id"] in unseen],
+        question_coverage=coverage,
     )

@@ -8,7 +8,16 @@ a real claim, a real trace item and a known label is decided by ``verification.v
 
 from __future__ import annotations
 
-from state.records import VERDICTS, JSONObject, JSONValue, ProposedCheck, RawCitation, VerifierReply
+from state.records import (
+    COVERAGE_STATUSES,
+    VERDICTS,
+    CoverageReport,
+    JSONObject,
+    JSONValue,
+    ProposedCheck,
+    RawCitation,
+    VerifierReply,
+)
 from verification.executor_output import parse_json
 from verification.text import normalize_id, strip_fence
 
@@ -98,6 +107,35 @@ def _checks(raw: JSONValue, notes: list[str]) -> list[ProposedCheck] | None:
     return checks
 
 
+def _texts(value: JSONValue) -> list[str]:
+    items = value if isinstance(value, list) else []
+    texts = [" ".join(item.split()) for item in items if isinstance(item, str)]
+    return list(dict.fromkeys(text for text in texts if text))
+
+
+def read_coverage(raw: JSONValue, notes: list[str]) -> CoverageReport | None:
+    """The reply's ``question_coverage``, or None when it has none or it is unreadable.
+
+    ``{status: answered|partial|unanswered, asked: [...], unanswered: [...]}``; non-string
+    facets are dropped, and an ``answered`` status that lists unanswered facets reads as
+    ``partial``.
+    """
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        notes.append("question_coverage is not an object, ignored")
+        return None
+    status = next((s for s in COVERAGE_STATUSES if s == raw.get("status")), None)
+    if status is None:
+        notes.append(f"question_coverage status {short(raw.get('status'))} is not known, ignored")
+        return None
+    unanswered = _texts(raw.get("unanswered"))
+    if status == "answered" and unanswered:
+        notes.append("question_coverage says answered but lists unanswered facets: partial")
+        status = "partial"
+    return CoverageReport(status=status, asked=_texts(raw.get("asked")), unanswered=unanswered)
+
+
 def read_verifier_reply(raw: object) -> VerifierReply:
     """Read a Verifier reply object (or garbage) into a ``VerifierReply``; never raises."""
     notes: list[str] = []
@@ -118,4 +156,5 @@ def read_verifier_reply(raw: object) -> VerifierReply:
         claim_checks=_checks(data.get("claim_checks"), notes),
         rationale=rationale.strip() if isinstance(rationale, str) else "",
         notes=notes,
+        question_coverage=read_coverage(data.get("question_coverage"), notes),
     )

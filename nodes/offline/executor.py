@@ -1,319 +1,138 @@
-"""Offline executor: runs the plan's tool calls, then states only what the refs show.
+"""Offline executor: runs the plan, follows the evidence, then answers what was asked.
 
-Claims are observations and negative observations bound to exact refs (invocation id, raw_path,
-an excerpt copied from the ref text). Runbooks only shape recommended actions.
+Turns: first the plan's tool calls; then, for a why question, the services the ERROR and WARN
+messages name (``upstream X``, ``call to Y``, ``connection to Z``) are queried next, up to two
+hops; then runbooks are looked up for the symptoms of the question and of the messages seen;
+then the answer. The tool budget bounds all of it: when the executor is told the budget is
+spent, it answers and asks once more for what it still wanted, which the executor node records
+as not run (the answer lists those calls as a gap).
+
+The answer is built from the structured tool results (``nodes.offline.evidence``), per kind of
+question, by ``nodes.offline.answers``.
 """
 
 from __future__ import annotations
 
-import json
-import re
-from typing import Any
+from typing import Any, Final
 
-from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.messages.tool import ToolCall
 
+from nodes.offline.answers import compose
 from nodes.offline.base import OfflineModel, first_json_human
-from nodes.offline.rules import parse_steps, plan_steps
-
-_ALERT = re.compile(
-    r"^(?P<name>\S+) service=(?P<service>\S+)(?: severity=\S+)? state=(?P<state>\S+)"
-    r"(?: value=(?P<value>\S+))?(?: threshold=(?P<threshold>\S+))?"
+from nodes.offline.evidence import (
+    LEVELS,
+    Result,
+    budget_spent,
+    examples,
+    names_in,
+    read_results,
+    tool_turns,
 )
-_MATCHED = re.compile(r"matched (?P<n>\d+) of (?P<total>\d+)")
-_LOG = re.compile(r"^\S+ (?P<level>\S+) (?P<service>\S+) \S+: (?P<message>.*)$", re.DOTALL)
-_DOC = re.compile(r"^(?P<title>.*?) \((?P<source>[^()]*)\): (?P<chunk>.*)$", re.DOTALL)
-MESSAGE_CHARS = 160
+from nodes.offline.rules import Step, analysis, parse_steps, plan_steps
+from state.records import QuestionFacets
+from tools.vocabulary import concepts_in
 
-_TEXT = {
-    "zh": {
-        "alert": (
-            "{service} 的告警 {name} 处于 {state} 状态（value={value}，threshold={threshold}）。"
-        ),
-        "logs": "{service} 在查询范围内有 {total} 条{level}日志，例如：“{message}”",
-        "logs_any": "{service} 有{level}日志，例如：“{message}”",
-        "log_more": "{service} 还出现了另一类{level}日志：“{message}”",
-        "no_logs": "在查询范围内未发现 {service} 的{level}日志。",
-        "series": "{service} 的指标：{text}",
-        "no_data": "未找到 {service} 的任何日志、告警或指标数据，无法判断其状态。",
-        "all": "所有服务",
-        "hypothesis": "{service} 的异常可能与《{title}》描述的情形相符，需要进一步证据确认。",
-        "basis": "运行手册与已观察到的告警或日志相关，但手册不是本次事故的证据。",
-        "action": "参考《{title}》：{advice}",
-    },
-    "en": {
-        "alert": "Alert {name} on {service} is {state} (value={value}, threshold={threshold}).",
-        "logs": '{service} has {total} {level}log entries in the queried range, e.g. "{message}"',
-        "logs_any": '{service} has {level}log entries, e.g. "{message}"',
-        "log_more": '{service} also shows another {level}log message: "{message}"',
-        "no_logs": "No {level}logs for {service} in the queried range.",
-        "series": "Metric for {service}: {text}",
-        "no_data": "No logs, alerts or metrics were found for {service}; its state is unknown.",
-        "all": "all services",
-        "hypothesis": 'The {service} symptoms may match the situation described in "{title}"; '
-        "this needs confirming evidence.",
-        "basis": (
-            "A runbook matches the observed alerts or logs; runbooks are not incident evidence."
-        ),
-        "action": 'Follow "{title}": {advice}',
-    },
-}
+MAX_HOPS: Final = 2
+"""How many times a why question follows the services its messages name."""
+HOP_SERVICES: Final = 2
+"""At most this many new services per hop."""
+KNOWLEDGE_TERMS: Final = 8
+"""At most this many concepts in a runbook query."""
+_QUIET_CONCEPTS: Final = frozenset({"alert"})
+"""Concepts too general to choose a runbook by."""
+# --------------------------------------------------------------------------- the executor
 
 
-def _level_word(level: str | None, lang: str) -> str:
-    if not level:
-        return ""
-    return f" {level.upper()} " if lang == "zh" else f"{level.upper()} "
-
-
-def _clip(text: str) -> str:
-    return text if len(text) <= MESSAGE_CHARS else text[:MESSAGE_CHARS]
-
-
-_ADVICE = re.compile(
-    r"\b(check|confirm|restart|increase|reduce|scale|roll ?back|kill|limit|raise|drain|"
-    r"pause|disable|throttle|compare|look)\b",
-    re.IGNORECASE,
-)
-
-
-def _advice(text: str) -> str:
-    """The first sentence of a runbook chunk that tells what to do (else its first sentence)."""
-    sentences = [s.strip() for s in re.split(r"(?<=[.。!?！？])\s+", text.strip()) if s.strip()]
-    if not sentences:
-        return ""
-    chosen = next((s for s in sentences if _ADVICE.search(s)), sentences[0])
-    return chosen[:240]
-
-
-class _Answer:
-    def __init__(self, lang: str) -> None:
-        self.lang = lang if lang in _TEXT else "zh"
-        self.t = _TEXT[self.lang]
-        self.claims: list[dict[str, Any]] = []
-        self.hypotheses: list[dict[str, Any]] = []
-        self.actions: list[dict[str, Any]] = []
-        self.missing: list[dict[str, Any]] = []
-
-    def claim(self, claim_type: str, text: str, bindings: list[dict[str, Any]]) -> None:
-        self.claims.append(
-            {
-                "claim_id": f"c{len(self.claims) + 1}",
-                "claim_type": claim_type,
-                "claim_text": text,
-                "support_level": "direct",
-                "evidence_bindings": bindings,
-            }
-        )
-
-    def as_json(self) -> str:
-        return json.dumps(
-            {
-                "answer_version": "executor_evidence_v2",
-                "claims": self.claims,
-                "hypotheses": self.hypotheses,
-                "recommended_actions": self.actions,
-                "missing_info": self.missing,
-            },
-            ensure_ascii=False,
-        )
-
-
-def _binding(source_type: str, tool: str, inv: str, raw_path: str, excerpt: str) -> dict[str, Any]:
-    return {
-        "source_type": source_type,
-        "tool_name": tool,
-        "source_invocation_id": inv,
-        "raw_path": raw_path,
-        "evidence_excerpt": excerpt,
-    }
-
-
-def _results(messages: list[BaseMessage]) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
-    """(tool name, arguments, parsed tool message) for every answered tool call."""
-    calls: dict[str, tuple[str, dict[str, Any]]] = {}
-    out: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
-    for message in messages:
-        if isinstance(message, AIMessage):
-            for call in message.tool_calls:
-                calls[str(call.get("id"))] = (call["name"], dict(call.get("args") or {}))
-        elif isinstance(message, ToolMessage) and message.tool_call_id in calls:
-            try:
-                data = json.loads(str(message.content))
-            except json.JSONDecodeError:
-                continue
-            if isinstance(data, dict) and data.get("invocation_id"):
-                name, args = calls[message.tool_call_id]
-                out.append((name, args, data))
-    return out
+def _calls(steps: list[Step], round_no: int, turn: int) -> list[ToolCall]:
+    return [
+        ToolCall(name=tool, args=args, id=f"offline-r{round_no}-t{turn}-{i}", type="tool_call")
+        for i, (tool, args) in enumerate(steps)
+    ]
 
 
 class OfflineExecutor(OfflineModel):
-    """Deterministic executor for the offline mode."""
+    """Deterministic executor for the offline mode (see the module docstring)."""
 
     def respond(self, messages: list[BaseMessage]) -> AIMessage:
-        """First turn: the plan's tool calls. Later turns: the executor_evidence_v2 answer."""
+        """The plan's calls first; then the follow-ups; then the executor_evidence_v2 answer."""
         task = first_json_human(messages)
         round_no = int(task.get("round", 1))
-        if not any(isinstance(m, ToolMessage) for m in messages):
+        turns = tool_turns(messages)
+        if turns == 0:
             steps = parse_steps(str(task.get("plan", ""))) or plan_steps(task)
-            return AIMessage(
-                content="",
-                tool_calls=[
-                    {
-                        "name": tool,
-                        "args": args,
-                        "id": f"offline-r{round_no}-{i}",
-                        "type": "tool_call",
-                    }
-                    for i, (tool, args) in enumerate(steps)
-                ],
-            )
-        return AIMessage(content=self._answer(task, _results(messages)))
+            return AIMessage(content="", tool_calls=_calls(steps, round_no, turns))
+        found = analysis(task)
+        results = read_results(messages)
+        spent = budget_spent(messages)
+        wanted = self.follow_ups(task, found, results, turns, everything=spent)
+        if wanted and not spent:
+            return AIMessage(content="", tool_calls=_calls(wanted, round_no, turns))
+        answer = compose(task, found, results)
+        # Asked after the budget: the executor node drops these and records them as not run.
+        return AIMessage(content=answer, tool_calls=_calls(wanted, round_no, turns))
 
-    def _answer(
-        self, task: dict[str, Any], results: list[tuple[str, dict[str, Any], dict[str, Any]]]
-    ) -> str:
-        ans = _Answer(str(task.get("language", "zh")))
-        t = ans.t
-        has_data = {
-            str(args.get("service"))
-            for _, args, res in results
-            if res.get("status") == "ok" and args.get("service")
-        }
-        troubled: list[str] = []
-        seen_titles: set[str] = set()
-        for tool, args, res in results:
-            inv, status = str(res["invocation_id"]), res.get("status")
-            refs = {r["raw_path"]: r["text"] for r in res.get("evidence_refs", [])}
-            service = str(args.get("service") or t["all"])
-            if tool == "query_metrics" and status == "ok":
-                firing = False
-                for path, text in refs.items():
-                    match = _ALERT.match(text) if path.startswith("alerts[") else None
-                    if not match or match.group("state") != "firing":
-                        continue
-                    firing = True
-                    troubled.append(match.group("service"))
-                    excerpt = text.split(" active_at=")[0].split(": ")[0]
-                    ans.claim(
-                        "observation",
-                        t["alert"].format(
-                            service=match.group("service"),
-                            name=match.group("name"),
-                            state=match.group("state"),
-                            value=match.group("value") or "-",
-                            threshold=match.group("threshold") or "-",
-                        ),
-                        [_binding("alert", tool, inv, path, excerpt)],
-                    )
-                if not firing and args.get("service"):
-                    for path in [p for p in refs if p.startswith("series[")][:2]:
-                        ans.claim(
-                            "observation",
-                            t["series"].format(service=service, text=refs[path]),
-                            [_binding("metric", tool, inv, path, refs[path])],
-                        )
-            elif tool == "query_logs" and status == "ok":
-                self._log_claims(ans, tool, inv, args, refs, troubled)
-            elif tool == "query_logs" and status == "no_hit":
-                if args.get("service") and str(args["service"]) in has_data:
-                    matched = _MATCHED.search(refs.get("summary", ""))
-                    excerpt = matched.group(0) if matched else "matched 0"
-                    ans.claim(
-                        "negative_observation",
-                        t["no_logs"]
-                        .format(service=service, level=_level_word(args.get("level"), ans.lang))
-                        .replace("  ", " "),
-                        [_binding("summary", tool, inv, "summary", excerpt)],
-                    )
-            elif tool == "lookup_knowledge" and status == "ok":
-                for path, text in refs.items():
-                    doc = _DOC.match(text) if path.startswith("documents[") else None
-                    if doc is None or doc.group("title") in seen_titles:
-                        continue
-                    seen_titles.add(doc.group("title"))
-                    ans.actions.append(
-                        {
-                            "text": t["action"].format(
-                                title=doc.group("title"), advice=_advice(doc.group("chunk"))
-                            ),
-                            "source": doc.group("source"),
-                        }
-                    )
-                    if troubled and len(ans.hypotheses) < 1:
-                        ans.hypotheses.append(
-                            {
-                                "text": t["hypothesis"].format(
-                                    service=troubled[0], title=doc.group("title")
-                                ),
-                                "basis": t["basis"],
-                            }
-                        )
-        for _, args, _res in results:
-            if args.get("service") and str(args["service"]) not in has_data:
-                service = str(args["service"])
-                text = t["no_data"].format(service=service)
-                if all(m["text"] != text for m in ans.missing):
-                    ans.missing.append(
-                        {
-                            "text": text,
-                            "suggested_query": {
-                                "tool": "query_logs",
-                                "arguments": {"service": service},
-                            },
-                        }
-                    )
-        return ans.as_json()
+    # ----------------------------------------------------------------------- follow-ups
 
     @staticmethod
-    def _log_claims(
-        ans: _Answer,
-        tool: str,
-        inv: str,
-        args: dict[str, Any],
-        refs: dict[str, str],
-        troubled: list[str],
-    ) -> None:
-        t = ans.t
-        level = _level_word(args.get("level"), ans.lang)
-        logs = [(p, _LOG.match(refs[p])) for p in refs if p.startswith("logs[")]
-        parsed = [(p, m) for p, m in logs if m is not None]
-        if not parsed:
-            return
-        if args.get("service"):
-            service = str(args["service"])
-            troubled.append(service)
-            first_path, first = parsed[0]
-            message = _clip(first.group("message"))
-            matched = _MATCHED.search(refs.get("summary", ""))
-            bindings = [_binding("log", tool, inv, first_path, message)]
-            if matched:
-                bindings.insert(0, _binding("summary", tool, inv, "summary", matched.group(0)))
-                text = t["logs"].format(
-                    service=service, total=matched.group("total"), level=level, message=message
-                )
-            else:
-                text = t["logs_any"].format(service=service, level=level, message=message)
-            ans.claim("observation", text, bindings)
-            other = next(
-                ((p, m) for p, m in parsed if m.group("message") != first.group("message")), None
-            )
-            if other is not None:
-                message = _clip(other[1].group("message"))
-                ans.claim(
-                    "observation",
-                    t["log_more"].format(service=service, level=level, message=message),
-                    [_binding("log", tool, inv, other[0], message)],
-                )
-            return
-        by_service: dict[str, tuple[str, str]] = {}
-        for path, match in parsed:
-            by_service.setdefault(match.group("service"), (path, match.group("message")))
-        for service, (path, message) in by_service.items():
-            troubled.append(service)
-            message = _clip(message)
-            ans.claim(
-                "observation",
-                t["logs_any"].format(service=service, level=level, message=message),
-                [_binding("log", tool, inv, path, message)],
-            )
+    def hops(found: QuestionFacets, results: list[Result], known: list[str]) -> list[str]:
+        """Known services named by the ERROR and WARN messages seen, not investigated yet."""
+        investigated = [r.service for r in results if r.tool == "query_logs" and r.service]
+        new: list[str] = []
+        for result in results:
+            if result.tool != "query_logs" or result.level not in LEVELS:
+                continue
+            for entry in result.entries("logs"):
+                for name in names_in(str(entry.get("message", "")), known, result.service):
+                    if name not in investigated and name not in new:
+                        new.append(name)
+        return new[:HOP_SERVICES]
+
+    def follow_ups(
+        self,
+        task: dict[str, Any],
+        found: QuestionFacets,
+        results: list[Result],
+        turns: int,
+        *,
+        everything: bool = False,
+    ) -> list[Step]:
+        """What to query next: hop services (why questions), then runbooks; [] when done.
+
+        With ``everything`` (the budget is spent) both at once: what was still wanted.
+        """
+        known = [str(s) for s in task.get("known_services", [])]
+        steps: list[Step] = []
+        if found["kind"] == "why" and found["services"] and turns <= MAX_HOPS:
+            for service in self.hops(found, results, known):
+                steps.append(("query_logs", {"service": service, "level": "ERROR"}))
+                steps.append(("query_logs", {"service": service, "level": "WARN"}))
+            if steps and not everything:
+                return steps
+        query = self.knowledge_query(found, results)
+        if query and not any(r.tool == "lookup_knowledge" for r in results):
+            steps.append(("lookup_knowledge", {"query": query, "top_k": 3}))
+        return steps
+
+    @staticmethod
+    def knowledge_query(found: QuestionFacets, results: list[Result]) -> str:
+        """Runbook query terms: the question's symptoms, then those of the evidence seen.
+
+        Concept ids only (``tools.vocabulary``), so the query is the same whatever the language
+        of the question; confirmation questions stay narrow and look nothing up.
+        """
+        if found["kind"] == "confirm":
+            return ""
+        terms = [c for c in found["metrics"] + found["symptoms"] if c not in _QUIET_CONCEPTS]
+        if found["kind"] in ("why", "overview"):
+            for result in results:
+                if result.tool == "query_logs" and result.level in LEVELS:
+                    for index in examples(result, found)[:2]:
+                        entry = result.entries("logs")[index]
+                        terms += concepts_in(str(entry.get("message", "")))
+                elif result.tool == "query_metrics":
+                    for entry in result.entries("alerts"):
+                        if entry.get("state") == "firing":
+                            terms += concepts_in(str(entry.get("alert_name", "")))
+        unique = [t for t in dict.fromkeys(terms) if t not in _QUIET_CONCEPTS]
+        return " ".join(unique[:KNOWLEDGE_TERMS])

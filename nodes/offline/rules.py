@@ -1,4 +1,22 @@
-"""Question analysis shared by the offline planner and executor."""
+"""The offline planner's rules: the first tool calls for what the question asks.
+
+The question is read by ``verification.question.analyze_question`` against the services the
+evidence backend knows (``known_services`` of the task), so the rules work on any backend:
+
+- a value question queries the metrics of each service it names;
+- a confirmation question queries exactly the thing asked: the named alert (everywhere, and for
+  the named service), the alerts of a service, or its ERROR logs and metrics;
+- a why question queries the metrics, ERROR logs and WARN logs of each service it names, most
+  telling first (WARN first for slowness); the executor then follows the services the messages
+  name, and looks up runbooks for the symptoms it saw;
+- an overview queries every alert and series, ERROR and WARN logs;
+- a service the backend does not know is queried for logs and metrics once, to show there are
+  none.
+
+Round 2 runs the queries the retry context suggests. The plan is numbered lines
+``N. tool {json args}`` that the offline executor reads back with ``parse_steps``; other lines
+are notes for a reader.
+"""
 
 from __future__ import annotations
 
@@ -6,141 +24,129 @@ import json
 import re
 from typing import Any
 
+from state.records import QuestionFacets
+from verification.question import analyze_question
+
 TOOLS = ("query_logs", "query_metrics", "lookup_knowledge", "get_current_time")
 
-_SERVICE_TOKEN = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*-service")
-_WORD = re.compile(r"[a-z0-9][a-z0-9_.-]*")
+Step = tuple[str, dict[str, Any]]
+"""A tool call: its name and arguments."""
+
 _STEP = re.compile(r"^\s*\d+\.\s+(?P<tool>[a-z_]+)\s+(?P<args>\{.*\})\s*$")
-
-_STOPWORDS = {
-    "the",
-    "and",
-    "are",
-    "any",
-    "for",
-    "from",
-    "has",
-    "have",
-    "how",
-    "is",
-    "its",
-    "now",
-    "what",
-    "why",
-    "with",
-    "was",
-    "were",
-    "there",
-    "this",
-    "that",
-    "does",
-    "did",
-    "can",
-    "which",
-    "when",
-    "who",
-    "you",
-    "our",
-    "service",
-    "services",
-    "throwing",
-    "show",
-    "tell",
-}
-_ZH_TERMS = {
-    "错误": "error",
-    "报错": "error",
-    "异常": "error",
-    "失败": "failed",
-    "超时": "timeout",
-    "延迟": "latency",
-    "连接池": "connection pool",
-    "数据库": "database",
-    "告警": "alert",
-    "慢": "slow",
-    "内存": "memory",
-    "重试": "retry",
-    "网关": "gateway",
-}
-_ALERT_WORDS = ("告警", "alert", "alerting", "firing", "报警")
-_WHY_WORDS = ("为什么", "原因", "根因", "why", "cause", "root", "怎么", "how")
+SLOW_SYMPTOMS = frozenset({"slow", "latency", "timeout", "lag"})
+"""Symptoms explained by WARN logs (slow queries, lock waits) before ERROR logs."""
+HOP_NOTE = (
+    "then: follow the services and dependencies the error and warning messages name "
+    "(up to two hops), and look up runbooks for the symptoms seen"
+)
 
 
-def mentioned_services(question: str, known: list[str]) -> list[str]:
-    """Services named in the question: known ones and unknown ``*-service`` tokens, in order."""
-    text = question.lower()
-    found: list[tuple[int, str]] = []
-    for name in known:
-        pos = text.find(name.lower())
-        if pos >= 0:
-            found.append((pos, name))
-    for match in _SERVICE_TOKEN.finditer(text):
-        if not any(match.group(0) == n.lower() for _, n in found):
-            found.append((match.start(), match.group(0)))
-    seen: list[str] = []
-    for _, name in sorted(found):
-        if name not in seen:
-            seen.append(name)
-    return seen
+def alert_selector(name: str, service: str | None = None) -> str:
+    """The PromQL selector of an alert's series (``ALERTS{alertname="A",service="S"}``)."""
+    labels = [f'alertname="{name}"'] if name else []
+    if service:
+        labels.append(f'service="{service}"')
+    return "ALERTS{" + ",".join(labels) + "}"
 
 
-def knowledge_query(question: str, services: list[str]) -> str:
-    """Search terms for the runbook lookup, from the question's words."""
-    text = question.lower()
-    words = [re.sub(r"^(\d+)s$", r"\1", w) for w in _WORD.findall(text)]
-    terms = [w for w in words if len(w) >= 3 and w not in _STOPWORDS]
-    terms += [en for zh, en in _ZH_TERMS.items() if zh in question]
-    terms = [t for t in terms if t not in {s.lower() for s in services}] + services
-    unique = list(dict.fromkeys(terms))
-    return " ".join(unique) if unique else "error"
+def scopes(services: list[str], unknown: list[str] | None = None) -> list[str | None]:
+    """The services to query one by one; ``[None]`` (everything) when none is named at all.
+
+    A question about a service the backend does not know is never answered from the others.
+    """
+    if services:
+        return list(services)
+    return [] if unknown else [None]
 
 
-def is_narrow(question: str) -> bool:
-    """A confirmation question about alerts (``is X alerting?``) without a ``why``."""
-    text = question.lower()
-    return any(w in text for w in _ALERT_WORDS) and not any(w in text for w in _WHY_WORDS)
-
-
-def plan_steps(facts: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    """The tool calls the offline planner proposes for one round."""
-    question = str(facts.get("question", ""))
+def analysis(facts: dict[str, Any]) -> QuestionFacets:
+    """The question of the task facts, read against the services the backend knows."""
     known = [str(s) for s in facts.get("known_services", [])]
-    targets = mentioned_services(question, known)
-    steps: list[tuple[str, dict[str, Any]]] = []
+    return analyze_question(str(facts.get("question", "")), known, stems=True)
+
+
+def _log_steps(service: str | None, slow: bool) -> list[Step]:
+    scope = {"service": service} if service else {}
+    error: Step = ("query_logs", {**scope, "level": "ERROR"})
+    warn: Step = ("query_logs", {**scope, "level": "WARN"})
+    metrics: Step = ("query_metrics", dict(scope))
+    return [warn, metrics, error] if slow else [error, metrics, warn]
+
+
+def _confirm_steps(found: QuestionFacets) -> list[Step]:
+    services = found["services"]
+    unknown = found["unknown_services"]
+    steps: list[Step] = []
+    if found["alerts"]:
+        for name in found["alerts"]:
+            steps.append(("query_metrics", {"alert": name, "promql": alert_selector(name)}))
+            for service in services:
+                steps.append(
+                    (
+                        "query_metrics",
+                        {
+                            "service": service,
+                            "alert": name,
+                            "promql": alert_selector(name, service),
+                        },
+                    )
+                )
+        return steps
+    if found["about_alerts"] and not found["about_errors"]:
+        for target in scopes(services, unknown):
+            scope = {"service": target} if target else {}
+            steps.append(("query_metrics", {**scope, "promql": alert_selector("", target)}))
+        return steps
+    for target in scopes(services, unknown):
+        scope = {"service": target} if target else {}
+        steps.append(("query_logs", {**scope, "level": "ERROR"}))
+        steps.append(("query_metrics", dict(scope)))
+    return steps
+
+
+def plan_steps(facts: dict[str, Any]) -> list[Step]:
+    """The tool calls the offline planner proposes for one round (see the module docstring)."""
+    found = analysis(facts)
+    services = found["services"]
+    steps: list[Step] = []
     if int(facts.get("round", 1)) > 1:
         retry = facts.get("retry_context") or {}
         for query in retry.get("suggested_queries", []):
             tool, args = query.get("tool"), query.get("arguments") or {}
-            if tool in TOOLS and isinstance(args, dict):
+            if tool in TOOLS and isinstance(args, dict) and (tool, args) not in steps:
                 steps.append((str(tool), dict(args)))
-        for service in targets:
+        for service in services:
             if not any(t == "query_logs" and a.get("service") == service for t, a in steps):
                 steps.append(("query_logs", {"service": service, "limit": 50}))
-        if not steps:
-            steps.append(("query_logs", {"limit": 50}))
-        return steps
-    if is_narrow(question):
-        return [("query_metrics", {"service": s}) for s in targets] or [("query_metrics", {})]
-    for service in targets:
+        return steps or [("query_logs", {"limit": 50})]
+    kind = found["kind"]
+    slow = bool(SLOW_SYMPTOMS & set(found["symptoms"] + found["metrics"]))
+    unknown = found["unknown_services"]
+    if kind == "value":
+        steps = [("query_metrics", {"service": s} if s else {}) for s in scopes(services, unknown)]
+    elif kind == "confirm":
+        steps = _confirm_steps(found)
+    else:
+        for target in scopes(services, unknown):
+            steps += _log_steps(target, slow)
+    for service in unknown:
+        steps.append(("query_logs", {"service": service}))
         steps.append(("query_metrics", {"service": service}))
-        steps.append(("query_logs", {"service": service, "level": "ERROR"}))
-    if not targets:
-        steps += [("query_metrics", {}), ("query_logs", {"level": "ERROR"})]
-    steps.append(("lookup_knowledge", {"query": knowledge_query(question, targets), "top_k": 3}))
     return steps
 
 
-def render_steps(steps: list[tuple[str, dict[str, Any]]]) -> str:
-    """A numbered plan, one tool call per line (``N. tool {json args}``)."""
-    return "\n".join(
+def render_steps(steps: list[Step], *, note: str = "") -> str:
+    """A numbered plan, one tool call per line (``N. tool {json args}``), and a closing note."""
+    lines = [
         f"{i}. {tool} {json.dumps(args, ensure_ascii=False, sort_keys=True)}"
         for i, (tool, args) in enumerate(steps, start=1)
-    )
+    ]
+    return "\n".join([*lines, note] if note else lines)
 
 
-def parse_steps(plan: str) -> list[tuple[str, dict[str, Any]]]:
+def parse_steps(plan: str) -> list[Step]:
     """Read back the tool calls of a plan written by ``render_steps``."""
-    steps: list[tuple[str, dict[str, Any]]] = []
+    steps: list[Step] = []
     for line in plan.splitlines():
         match = _STEP.match(line)
         if not match or match.group("tool") not in TOOLS:

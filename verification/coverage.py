@@ -1,0 +1,133 @@
+"""Question coverage: whether the confirmed claims answer what was asked, decided in code.
+
+A PASS means the question was answered, not only that every confirmed claim is grounded.
+
+- **Floor** (deterministic, every mode): each service, alert name and metric the question names
+  (``verification.question``) must appear in at least one confirmed claim (a negative
+  observation about it counts); those that do not are ``unanswered``. A question naming nothing
+  is answered by any confirmed claim. Status: nothing unanswered -> ``answered``; some ->
+  ``partial``; all (or no confirmed claim at all) -> ``unanswered``.
+- **Model**: the Verifier's ``question_coverage`` (when its reply has one) can only make the
+  coverage stricter: the status is the strictest of the two, its unanswered facets are added.
+- **Budget**: tool calls the tool budget cut (``not_run``) make the coverage at most ``partial``.
+- **Effect**: ``unanswered`` caps the effective verdict at LOW_CONFID; ``partial`` keeps it, and
+  the answer lists the unanswered facets and the calls not run as gaps.
+
+A facet appears in a claim when the claim text names the service or alert as a whole name, or
+names the metric's concept (``p99``, ``延迟`` and ``http_request_duration_p99_ms`` all name
+latency; ``tools.vocabulary``); a percentile the question names (``p99``) must be in the claim
+itself, so a p95 value does not answer a p99 question.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Final
+
+from state.records import (
+    CONFIRMED_LABELS,
+    ClaimCheck,
+    CoverageReport,
+    CoverageStatus,
+    ExecutorAnswer,
+    Facet,
+    QuestionCoverage,
+    Verdict,
+)
+from tools.vocabulary import concepts_in
+from verification.question import analyze_question, is_percentile
+from verification.text import normalize
+
+_RANK: Final[dict[CoverageStatus, int]] = {"unanswered": 0, "partial": 1, "answered": 2}
+
+
+def strictest_status(*statuses: CoverageStatus | None) -> CoverageStatus:
+    """The strictest of the given statuses (unanswered < partial < answered); None is no bound."""
+    given = [status for status in statuses if status is not None]
+    return min(given, key=lambda status: _RANK[status]) if given else "answered"
+
+
+def _names(facet: Facet, text: str) -> bool:
+    """Whether a claim text names the facet (see the module docstring)."""
+    if facet["kind"] == "metric" and is_percentile(facet["name"]):
+        pattern = r"(?<![a-z0-9])" + re.escape(facet["name"]) + r"(?![0-9])"
+        return re.search(pattern, normalize(text)) is not None
+    if facet["kind"] == "metric":
+        return facet["name"] in concepts_in(text)
+    pattern = r"(?<![a-z0-9_.-])" + re.escape(normalize(facet["name"])) + r"(?![a-z0-9_-])"
+    return re.search(pattern, normalize(text)) is not None
+
+
+def confirmed_texts(answer: ExecutorAnswer, checks: Sequence[ClaimCheck]) -> list[str]:
+    """The texts of the claims whose final label is confirmed, in claim order."""
+    confirmed = {check["claim_id"] for check in checks if check["verification"] in CONFIRMED_LABELS}
+    return [claim["claim_text"] for claim in answer["claims"] if claim["claim_id"] in confirmed]
+
+
+def floor_coverage(
+    question: str, known_services: Sequence[str], confirmed: Sequence[str]
+) -> CoverageReport:
+    """The deterministic floor: which facets of the question no confirmed claim names.
+
+    Args:
+        question: The user's question.
+        known_services: The services the evidence backend knows.
+        confirmed: The texts of the confirmed claims.
+    """
+    facets = analyze_question(question, known_services)["facets"]
+    asked = list(dict.fromkeys(facet["name"] for facet in facets))
+    open_facets = [
+        facet["name"] for facet in facets if not any(_names(facet, text) for text in confirmed)
+    ]
+    unanswered = list(dict.fromkeys(open_facets))
+    if not confirmed or (asked and len(unanswered) == len(asked)):
+        status: CoverageStatus = "unanswered"
+    else:
+        status = "partial" if unanswered else "answered"
+    return CoverageReport(status=status, asked=asked, unanswered=unanswered)
+
+
+def question_coverage(
+    question: str,
+    known_services: Sequence[str],
+    answer: ExecutorAnswer,
+    checks: Sequence[ClaimCheck],
+    *,
+    model: CoverageReport | None = None,
+    not_run: Sequence[str] = (),
+) -> QuestionCoverage:
+    """The round's coverage: the floor, lowered (never lifted) by the model and the budget.
+
+    Args:
+        question: The user's question.
+        known_services: The services the evidence backend knows.
+        answer: The executor's answer.
+        checks: The final claim checks (their labels decide what is confirmed).
+        model: The Verifier's own coverage report, when its reply had one.
+        not_run: Tool calls the tool budget cut, rendered (``query_logs level=ERROR ...``).
+    """
+    floor = floor_coverage(question, known_services, confirmed_texts(answer, checks))
+    asked = list(floor["asked"])
+    unanswered = list(floor["unanswered"])
+    if model is not None:
+        asked += [item for item in model["asked"] if item not in asked]
+        unanswered += [item for item in model["unanswered"] if item not in unanswered]
+    status = strictest_status(
+        floor["status"],
+        model["status"] if model is not None else None,
+        "partial" if unanswered or not_run else None,
+    )
+    return QuestionCoverage(
+        status=status,
+        asked=asked,
+        unanswered=unanswered,
+        floor=floor,
+        model=model,
+        not_run=list(not_run),
+    )
+
+
+def coverage_cap(coverage: QuestionCoverage) -> Verdict | None:
+    """The verdict cap of a coverage: LOW_CONFID when the question was left unanswered."""
+    return "LOW_CONFID" if coverage["status"] == "unanswered" else None
