@@ -560,3 +560,49 @@ def test_diagnose_offline_plans_against_a_service_only_the_server_knows(
     assert metrics[0]["status"] == "ok"
     assert result["verdict"] == "PASS", result["answer"]
     assert claims and all("incident" in c["claim_text"] for c in claims)
+
+
+# --- question kinds on the real server ---------------------------------------------------------
+
+QUESTION_KINDS = [
+    # (question, verdict, in the answer, never in the answer)
+    ("What is the error ratio of order-service?", "PASS", ["0.3", "series["], ["PaymentRetries"]),
+    ("payment-service 的 p99 延迟是多少？", "PASS", ["2.5s", "payment_latency_p99_seconds"], []),
+    (
+        "Is the HighErrorRate alert firing for order-service?",
+        "PASS",
+        ["HighErrorRate", "state=firing"],
+        ["QueueBacklog", "PaymentRetries"],
+    ),
+    ("Is the DiskFull alert firing for order-service?", "PASS", ["没有名为 DiskFull 的告警"], []),
+    ("What is wrong?", "PASS", ["HighErrorRate", "PaymentRetries", "QueueBacklog"], []),
+    ("billing-service 有告警吗？", "LOW_CONFID", ["billing-service", "请检查服务名称"], []),
+]
+
+
+@pytest.mark.parametrize(
+    ("question", "verdict", "present", "absent"),
+    QUESTION_KINDS,
+    ids=["value", "value-pending-alert-measure", "yes", "no-such-alert", "overview", "unknown"],
+)
+def test_offline_question_kinds_answer_from_the_real_server(
+    question: str,
+    verdict: str,
+    present: list[str],
+    absent: list[str],
+    prom_env: dict[str, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The offline rules answer what was asked from a real Prometheus: a value with its unit
+    (also of a pending alert's measure), yes for a firing alert and nothing else, a plain no for
+    an alert name the server does not have, every firing alert for "what is wrong", and no
+    health claim about a service the server does not know."""
+    result, _ = _diagnose(question, prom_env, tmp_path, monkeypatch)
+
+    answer = str(result["answer"])
+    assert result["verdict"] == verdict, answer
+    for text in present:
+        assert text in answer, (text, answer)
+    for text in absent:
+        assert text not in answer, (text, answer)

@@ -9,7 +9,8 @@ expression (``/api/v1/rules``) when it is a plain comparison, else it is absent;
 the first configured service label an alert carries.
 
 Series: with ``promql``, a range query of it over the window; for a service without ``promql``,
-the measured side of each firing alert's expression and the standard queries (error ratio, p99
+the measured side of each active alert's expression (firing, pending, silenced or inhibited: a
+pending alert's measure is what is about to fire) and the standard queries (error ratio, p99
 latency, saturation) that return data. min, max and last are computed here from the returned
 points; the unit comes from the metric name (``tools.promql.unit_of``).
 
@@ -428,7 +429,7 @@ class PrometheusMetrics:
         found: list[SeriesEntry] = []
         queried: set[str] = set()
         for entry in alerts:
-            if entry.get("state") not in {"firing", "silenced", "inhibited"}:
+            if entry.get("state") not in {"firing", "pending", "silenced", "inhibited"}:
                 continue
             rule = next((r for r in rules if r.get("name") == entry.get("alert_name")), None)
             expression = str(rule.get("query") or "") if rule else ""
