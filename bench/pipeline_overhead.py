@@ -339,18 +339,21 @@ def run_bare(app: Any, thread: str | None = None) -> float:
 
 
 def count_super_steps(ctx: Context) -> tuple[int, list[str], str]:
-    """Super-steps of one diagnosis (stream of updates), its route and its verdict."""
+    """Super-steps of one diagnosis, its route and its verdict.
+
+    Read from the step number of the last checkpoint (the loop's first checkpoint is step 0,
+    each super-step adds one), not from the stream of updates: the internal nodes are hidden
+    from streams, so they would not be counted there.
+    """
     from langgraph.checkpoint.memory import InMemorySaver
 
     app, holder = make_real(InMemorySaver())
     holder.current = scripted_models(script())
     config = _config()
-    steps = 0
-    for chunk in app.stream(
-        {"messages": [HumanMessage(QUESTION)]}, config, context=ctx, stream_mode="updates"
-    ):
-        steps += len(chunk)
-    values = app.get_state(config).values
+    app.invoke({"messages": [HumanMessage(QUESTION)]}, config, context=ctx)
+    snapshot = app.get_state(config)
+    steps = int((snapshot.metadata or {}).get("step", 0))
+    values = snapshot.values
     return steps, list(values.get("route") or []), str(values.get("verdict"))
 
 
