@@ -47,8 +47,10 @@ from apps.auth import (
     presented_key,
     retry_after_header,
 )
+from apps.resuming import SAMPLE, backend_for, plan_for
 from graph.builder import build_graph
-from graph.runner import run_diagnosis, summary_of
+from graph.resume import ResumeRefused, models_configured
+from graph.runner import NothingToResume, run_diagnosis, summary_of
 from nodes.common import GetModel
 from persistence.database import DatabaseError
 from persistence.locks import ThreadBusy
@@ -234,13 +236,15 @@ class Service:
         """
         with self._open_lock:
             if self._persistence is None or self._graph is None:
-                persistence = open_persistence(self._database_url)
+                persistence = open_persistence(self._database_url, origin="api")
                 try:
                     graph = build_graph(
                         get_model=self._get_model,
                         backend=self._backend,
                         ledger=persistence.ledger,
                         audit=persistence.audit,
+                        locks=persistence.locks,
+                        environment=SAMPLE if self._backend is None else {"kind": "custom"},
                     ).compile(checkpointer=persistence.checkpointer)
                 except BaseException:
                     persistence.close()
@@ -295,17 +299,14 @@ class Service:
             raise ApiError(404, f"no thread {chat.thread_id!r}")
         context = Context(language=chat.language) if chat.language else Context()
         try:
-            with persistence.thread_lock(chat.thread_id):
-                if on_started is not None:
-                    on_started()
-                values = run_diagnosis(
-                    graph,
-                    thread_id=chat.thread_id,
-                    context=context,
-                    audit=persistence.audit,
-                    question=chat.question,
-                    on_event=on_event,
-                )
+            values = run_diagnosis(
+                graph,
+                thread_id=chat.thread_id,
+                context=context,
+                audit=persistence.audit,
+                question=chat.question,
+                on_event=_started_then(on_started, on_event),
+            )
         except ThreadBusy as exc:
             raise ApiError(
                 409,
@@ -313,6 +314,68 @@ class Service:
                 "retry when it has finished",
             ) from exc
         return summary_of(values, chat.thread_id)
+
+    def resume(
+        self,
+        identity: str | None,
+        diagnosis_id: str,
+        on_started: Callable[[], None] | None = None,
+        on_event: Callable[[dict[str, object]], None] | None = None,
+    ) -> DiagnosisSummary:
+        """Resume an interrupted diagnosis with the settings it started with (blocking).
+
+        ``identity`` None is the server itself (the sweeper): no ownership check.
+
+        Raises:
+            ApiError: 404 for an unknown or another identity's diagnosis, 409 when it cannot be
+                resumed (finished, not its thread's latest, busy) or its settings cannot be
+                honoured here.
+        """
+        persistence, graph = self.open()
+        record = persistence.audit.get(diagnosis_id)
+        owners = ThreadOwners(persistence.db)
+        if record is None or (
+            identity is not None and owners.owner_of(str(record["thread_id"])) != identity
+        ):
+            raise ApiError(404, f"no diagnosis {diagnosis_id!r}")
+        thread_id = str(record["thread_id"])
+        try:
+            plan = plan_for(
+                persistence,
+                thread_id,
+                models_available=models_configured if self._get_model is None else lambda: True,
+            )
+        except (NothingToResume, ResumeRefused) as exc:
+            raise ApiError(409, f"diagnosis {diagnosis_id!r} cannot be resumed: {exc}") from exc
+        if plan.diagnosis_id != diagnosis_id:
+            raise ApiError(
+                409,
+                f"diagnosis {diagnosis_id!r} cannot be resumed: its thread has moved on to "
+                f"{plan.diagnosis_id}",
+            )
+        if plan.environment not in ({}, SAMPLE) and self._backend is None:
+            graph = build_graph(
+                get_model=self._get_model,
+                backend=backend_for(plan.environment),
+                ledger=persistence.ledger,
+                audit=persistence.audit,
+                locks=persistence.locks,
+                environment=plan.environment,
+            ).compile(checkpointer=persistence.checkpointer)
+        try:
+            values = run_diagnosis(
+                graph,
+                thread_id=thread_id,
+                context=plan.context,
+                audit=persistence.audit,
+                resume=True,
+                on_event=_started_then(on_started, on_event),
+            )
+        except ThreadBusy as exc:
+            raise ApiError(
+                409, f"thread {thread_id!r} is being diagnosed by another request; retry later"
+            ) from exc
+        return summary_of(values, thread_id)
 
     def diagnosis(self, identity: str, diagnosis_id: str) -> dict[str, Any]:
         """One diagnosis record with its invocations, if the caller owns its thread (blocking).
@@ -342,6 +405,24 @@ class Service:
         """The caller's threads, oldest first (blocking)."""
         persistence, _ = self.open()
         return {"threads": ThreadOwners(persistence.db).threads_of(identity)}
+
+
+def _started_then(
+    on_started: Callable[[], None] | None, on_event: Callable[[dict[str, object]], None] | None
+) -> Callable[[dict[str, object]], None]:
+    """An event handler that reports the start (the run holds its thread) once, then relays."""
+    started = False
+
+    def handle(event: dict[str, object]) -> None:
+        nonlocal started
+        if not started:
+            started = True
+            if on_started is not None:
+                on_started()
+        if on_event is not None:
+            on_event(event)
+
+    return handle
 
 
 def _sse(event: str, data: Any) -> bytes:
@@ -517,6 +598,18 @@ class Api:
         persistence, _ = await anyio.to_thread.run_sync(self.service.open)
         return DiagnosisStream(self.service, caller.identity, chat, self.service.runs(persistence))
 
+    async def resume(self, request: Request) -> Response:
+        """``POST /api/diagnoses/{diagnosis_id}/resume``: finish an interrupted diagnosis."""
+        caller, limits = await self.admit(request)
+        await read_body(request, limits.max_body_bytes)  # any body is ignored
+        persistence, _ = await anyio.to_thread.run_sync(self.service.open)
+        diagnosis_id = str(request.path_params["diagnosis_id"])
+        result = await anyio.to_thread.run_sync(
+            partial(self.service.resume, caller.identity, diagnosis_id),
+            limiter=self.service.runs(persistence),
+        )
+        return JSONResponse(result)
+
     async def diagnosis(self, request: Request) -> Response:
         """``GET /api/diagnoses/{diagnosis_id}``: the audit record and its invocations."""
         return await self._owned(request, self.service.diagnosis, "diagnosis_id")
@@ -634,6 +727,7 @@ def create_app(
         route("/chat", api.chat, "POST", action="diagnosis"),
         route("/chat_stream", api.chat_stream, "POST", action="diagnosis"),
         route("/diagnoses/{diagnosis_id}", api.diagnosis, "GET"),
+        route("/diagnoses/{diagnosis_id}/resume", api.resume, "POST", action="resume"),
         route("/threads", api.threads, "GET"),
         route("/threads/{thread_id}/diagnoses", api.thread_diagnoses, "GET"),
         route("/{path:path}", api.not_found, "GET", "POST", "PUT", "PATCH", "DELETE"),

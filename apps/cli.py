@@ -11,15 +11,18 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from apps.evaluation import eval_command
+from apps.resuming import backend_for, environment_ref, plan_for
 from apps.reverify import NotReverifiable, reverify
 from graph.builder import build_graph
 from graph.models import make_model_factory
+from graph.resume import ResumeRefused
 from graph.runner import NothingToResume, run_diagnosis, summary_of
 from persistence.audit import StoredRecordError, verifier_evaluation_of
 from persistence.database import DatabaseError, migrate, open_database
 from persistence.store import Persistence, open_persistence
 from state.context import Context
 from state.records import DiagnosisRecord, Invocation
+from tools.backend import EvidenceBackend
 from tools.environment import EnvironmentFileError, default_environment, load_environment
 from tools.sample import SampleBackend
 from verification.text import error_line
@@ -150,6 +153,15 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _requested(args: argparse.Namespace) -> dict[str, Any]:
+    """The run settings the command line sets explicitly (a resume must not change them)."""
+    requested: dict[str, Any] = {"language": args.lang, "composer_mode": args.composer}
+    requested["max_tool_calls_per_round"] = args.max_tool_calls
+    if args.offline:
+        requested["offline"] = True
+    return {name: value for name, value in requested.items() if value is not None}
+
+
 def _context(args: argparse.Namespace) -> Context:
     overrides: dict[str, Any] = {}
     if args.lang:
@@ -218,22 +230,36 @@ def diagnose(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         raise UsageError(str(exc)) from exc
     persistence = _open(args)
     try:
-        app = build_graph(
-            backend=SampleBackend(environment), ledger=persistence.ledger, audit=persistence.audit
-        ).compile(checkpointer=persistence.checkpointer)
         thread = args.thread or f"thread-{uuid.uuid4().hex[:12]}"
+        backend: EvidenceBackend = SampleBackend(environment)
+        env_ref = environment_ref(args.env)
         try:
-            with persistence.thread_lock(thread):
-                values = run_diagnosis(
-                    app,
-                    thread_id=thread,
-                    context=ctx,
-                    audit=persistence.audit,
-                    question=question,
-                    resume=args.resume,
-                    on_event=lambda event: _progress(event, err),
-                )
-        except (DatabaseError, NothingToResume) as exc:
+            if args.resume:  # the settings and environment the diagnosis started with
+                plan = plan_for(persistence, thread, requested=_requested(args))
+                if args.env and env_ref != plan.environment:
+                    raise ResumeRefused(
+                        f"diagnosis {plan.diagnosis_id} ran on {plan.environment}; a resume "
+                        "continues it on the same evidence, so drop --env"
+                    )
+                ctx, env_ref = plan.context, plan.environment
+                backend = backend_for(env_ref)
+            app = build_graph(
+                backend=backend,
+                ledger=persistence.ledger,
+                audit=persistence.audit,
+                locks=persistence.locks,
+                environment=env_ref,
+            ).compile(checkpointer=persistence.checkpointer)
+            values = run_diagnosis(
+                app,
+                thread_id=thread,
+                context=ctx,
+                audit=persistence.audit,
+                question=question,
+                resume=args.resume,
+                on_event=lambda event: _progress(event, err),
+            )
+        except (DatabaseError, NothingToResume, ResumeRefused) as exc:
             raise UsageError(str(exc)) from exc
     finally:
         persistence.close()

@@ -1,9 +1,9 @@
-"""Running one diagnosis on a compiled graph: new question or resume, with audit bookkeeping.
+"""Running one diagnosis on a compiled graph: a new question or a resume.
 
-Callers hold the thread's writer lock (``Persistence.thread_lock``) around ``run_diagnosis``, so
-any diagnosis of the thread still marked ``running`` when a new question starts belongs to a run
-that died: it is marked ``abandoned``. A resumed run is noted as such; a run that fails is marked
-``failed``; an interrupted one (Ctrl-C) stays resumable.
+The graph holds the thread's writer lock for the run and does the audit bookkeeping of how it
+ends (``graph/guard.py``); the intake node marks a diagnosis of the thread that was left
+``running`` by a run that died as ``abandoned``. A resumed run is noted as such; a run that fails
+is marked ``failed``; an interrupted one (Ctrl-C) stays resumable.
 """
 
 from __future__ import annotations
@@ -18,8 +18,7 @@ from langgraph.graph.state import CompiledStateGraph
 from persistence.audit import AuditStore
 from state.context import Context
 from state.graph_state import DiagnosisState, InputState, OutputState
-from state.records import DiagnosisStatus, DiagnosisSummary, GatekeeperBrief
-from verification.text import error_line
+from state.records import DiagnosisSummary, GatekeeperBrief
 
 
 class NothingToResume(ValueError):
@@ -47,8 +46,12 @@ def run_diagnosis(
 ) -> DiagnosisState:
     """Run (or resume) the thread's diagnosis to the end and return the final state values.
 
+    The graph guards the run itself (``graph/guard.py``): it takes the thread's lock, leases the
+    diagnosis and records a failure, a cancellation or an interruption on it.
+
     Raises:
         NothingToResume: when ``resume`` is set and the thread has nothing interrupted.
+        ThreadBusy: when another run holds the thread.
     """
     config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
     payload: InputState | None
@@ -59,40 +62,13 @@ def run_diagnosis(
                 f"thread {thread_id!r} has no interrupted diagnosis to resume"
                 + (" (its last diagnosis finished)" if snapshot.values else "")
             )
-        diagnosis_id = snapshot.values.get("diagnosis_id")
-        if diagnosis_id:
-            audit.mark(str(diagnosis_id), status="running", note="resumed after an interrupted run")
         payload = None
     else:
-        audit.abandon_running(thread_id)
         payload = InputState(messages=[HumanMessage(question or "")])
-    try:
-        for chunk in app.stream(payload, config, context=context, stream_mode="custom"):
-            if on_event is not None and isinstance(chunk, dict):
-                on_event(chunk)
-    except KeyboardInterrupt:
-        _note(app, config, audit, None, "interrupted; resume with --resume --thread " + thread_id)
-        raise
-    except Exception as exc:
-        _note(app, config, audit, "failed", f"failed: {error_line(exc)}")
-        raise
+    for chunk in app.stream(payload, config, context=context, stream_mode="custom"):
+        if on_event is not None and isinstance(chunk, dict):
+            on_event(chunk)
     return state_of(app, config)
-
-
-def _note(
-    app: Graph,
-    config: RunnableConfig,
-    audit: AuditStore,
-    status: DiagnosisStatus | None,
-    note: str,
-) -> None:
-    try:
-        diagnosis_id = state_of(app, config).get("diagnosis_id")
-        if diagnosis_id and (record := audit.get(str(diagnosis_id))) is not None:
-            if record["status"] == "running":
-                audit.mark(str(diagnosis_id), status=status, note=note)
-    except Exception:  # bookkeeping must never hide the original error
-        return
 
 
 def summary_of(values: DiagnosisState, thread_id: str) -> DiagnosisSummary:

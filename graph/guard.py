@@ -1,0 +1,170 @@
+"""The graph guards its own runs: one writer per thread, and no diagnosis left ``running``.
+
+``GuardedGraph`` is the compiled diagnosis graph. Every run of it, whoever starts it (the command
+line, the HTTP API, the LangGraph server, the sweeper), goes through ``stream`` or ``astream``
+(``invoke``, ``ainvoke`` and the event streams are built on them), and there the graph:
+
+- takes the thread's writer lock before its first node runs, or refuses the run (``ThreadBusy``);
+- on a resume, takes the lease of the diagnosis it resumes and notes the resume on its record
+  (a new question's diagnosis is leased by the intake node when it starts it);
+- when the run leaves, however it leaves, records how on the diagnosis (``failed`` with the
+  reason for an error or a cancellation; a note with the resume command for Ctrl-C, which leaves
+  it resumable), gives back the leases and releases the lock.
+
+A process that is killed cannot do the last step: its lock dies with it (PostgreSQL connection,
+SQLite row of a dead pid) and its lease expires, which is what the sweeper looks for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from contextlib import ExitStack
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.graph.state import CompiledStateGraph
+
+from persistence.audit import AuditStore
+from persistence.runs import RunLocks
+from state.context import Context
+from state.graph_state import DiagnosisState, InputState, OutputState
+from state.records import DiagnosisStatus
+from verification.text import error_line
+
+RESUMED_NOTE = "resumed after an interrupted run"
+
+
+def interrupted_note(thread_id: str) -> str:
+    """The note of a run the user interrupted (it stays resumable)."""
+    return f"interrupted; resume with superbiz diagnose --resume --thread {thread_id}"
+
+
+def cancelled_note(thread_id: str) -> str:
+    """The note of a run that was cancelled before it finished."""
+    return (
+        "failed: the run was cancelled before it finished; resume it with superbiz diagnose "
+        f"--resume --thread {thread_id} or POST /api/diagnoses/<id>/resume"
+    )
+
+
+class RunGuard:
+    """What the graph does when a run enters and leaves it.
+
+    Args:
+        locks: The thread locks and diagnosis leases.
+        audit: Where the diagnosis records are.
+    """
+
+    def __init__(self, locks: RunLocks, audit: AuditStore) -> None:
+        self.locks = locks
+        self.audit = audit
+
+    def enter(self, thread_id: str) -> ExitStack:
+        """Take the thread's lock (blocking).
+
+        Raises:
+            ThreadBusy: when another run holds the thread.
+        """
+        stack = ExitStack()
+        stack.enter_context(self.locks.hold(thread_id))
+        stack.callback(self.locks.release, thread_id)
+        return stack
+
+    def resumed(self, thread_id: str, diagnosis_id: str) -> None:
+        """Lease the diagnosis a resume continues, and note the resume on its record."""
+        self.locks.lease(diagnosis_id, thread_id)
+        self.audit.mark(diagnosis_id, status="running", note=RESUMED_NOTE)
+
+    def left(self, thread_id: str, exc: BaseException | None) -> None:
+        """Record how the run left on its diagnosis (nothing for a run that finished)."""
+        diagnosis_id = self.locks.current(thread_id)
+        if exc is None or diagnosis_id is None:
+            return
+        status: DiagnosisStatus | None = "failed"
+        if isinstance(exc, KeyboardInterrupt):
+            status, note = None, interrupted_note(thread_id)
+        elif isinstance(exc, asyncio.CancelledError | GeneratorExit):
+            note = cancelled_note(thread_id)
+        else:
+            note = f"failed: {error_line(exc)}"
+        try:
+            record = self.audit.get(diagnosis_id)
+            if record is not None and record["status"] == "running":
+                self.audit.mark(diagnosis_id, status=status, note=note)
+        except Exception:  # bookkeeping must never hide the original error
+            return
+
+
+def _thread_of(config: RunnableConfig | None) -> str | None:
+    value = ((config or {}).get("configurable") or {}).get("thread_id")
+    return str(value) if value is not None else None
+
+
+def _is_resume(payload: Any) -> bool:
+    return payload is None or not isinstance(payload, dict)
+
+
+class GuardedGraph(CompiledStateGraph[DiagnosisState, Context, InputState, OutputState]):
+    """The compiled diagnosis graph, whose runs hold their thread and lease their diagnosis.
+
+    A run without a ``thread_id`` (no checkpointer) has no thread to guard and runs as is.
+    """
+
+    def __init__(self, *, run_guard: RunGuard | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.run_guard = run_guard
+
+    def stream(
+        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> Iterator[Any]:
+        """``CompiledStateGraph.stream``, inside the run guard."""
+        guard, thread = self.run_guard, _thread_of(config)
+        if guard is None or thread is None:
+            yield from super().stream(input, config, **kwargs)
+            return
+        stack = guard.enter(thread)
+        with stack:
+            error: BaseException | None = None
+            try:
+                if _is_resume(input):
+                    snapshot = self.get_state(config or {})
+                    diagnosis_id = snapshot.values.get("diagnosis_id")
+                    if snapshot.next and diagnosis_id:
+                        guard.resumed(thread, str(diagnosis_id))
+                yield from super().stream(input, config, **kwargs)
+            except BaseException as exc:
+                error = exc
+                raise
+            finally:
+                guard.left(thread, error)
+
+    async def astream(
+        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> AsyncIterator[Any]:
+        """``CompiledStateGraph.astream``, inside the run guard (its blocking parts in threads)."""
+        guard, thread = self.run_guard, _thread_of(config)
+        if guard is None or thread is None:
+            async for chunk in super().astream(input, config, **kwargs):
+                yield chunk
+            return
+        stack = await asyncio.to_thread(guard.enter, thread)
+        error: BaseException | None = None
+        try:
+            if _is_resume(input):
+                snapshot = await self.aget_state(config or {})
+                diagnosis_id = snapshot.values.get("diagnosis_id")
+                if snapshot.next and diagnosis_id:
+                    await asyncio.to_thread(guard.resumed, thread, str(diagnosis_id))
+            async for chunk in super().astream(input, config, **kwargs):
+                yield chunk
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            await asyncio.shield(asyncio.to_thread(_leave, guard, thread, error, stack))
+
+
+def _leave(guard: RunGuard, thread: str, error: BaseException | None, stack: ExitStack) -> None:
+    with stack:
+        guard.left(thread, error)
