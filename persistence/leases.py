@@ -150,6 +150,16 @@ class Leases:
             self._held.difference_update(ids)
         return ids
 
+    def release(self, diagnosis_id: str) -> None:
+        """Give back one lease if this process holds it."""
+        with self._db.transaction() as tx:
+            tx.execute(
+                "DELETE FROM diagnosis_lease WHERE diagnosis_id = %s AND holder = %s",
+                (diagnosis_id, process_holder()),
+            )
+        with self._lock:
+            self._held.discard(diagnosis_id)
+
     def forget(self, diagnosis_id: str) -> None:
         """Drop a diagnosis's lease, whoever holds it (the sweeper, once it has dealt with it)."""
         with self._db.transaction() as tx:
@@ -181,17 +191,22 @@ class Leases:
         now = time.time()
         with self._db.transaction() as tx:
             rows = tx.execute(
-                "SELECT holder FROM diagnosis_lease WHERE diagnosis_id = %s AND holder = %s "
-                "AND expires_at < %s",
-                (lease.diagnosis_id, lease.holder, now),
-            )
-            if not rows:
-                return False
-            tx.execute(
                 "UPDATE diagnosis_lease SET holder = %s, origin = %s, expires_at = %s, "
-                "attempts = attempts + 1, acquired_at = %s WHERE diagnosis_id = %s",
-                (process_holder(), self.origin, now + self.ttl, utcnow(), lease.diagnosis_id),
+                "attempts = attempts + 1, acquired_at = %s "
+                "WHERE diagnosis_id = %s AND holder = %s AND expires_at < %s "
+                "RETURNING diagnosis_id",
+                (
+                    process_holder(),
+                    self.origin,
+                    now + self.ttl,
+                    utcnow(),
+                    lease.diagnosis_id,
+                    lease.holder,
+                    now,
+                ),
             )
+        if not rows:
+            return False
         with self._lock:
             self._held.add(lease.diagnosis_id)
         self._start_heartbeat()
