@@ -18,6 +18,7 @@ import math
 import re
 import sqlite3
 import threading
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
@@ -32,6 +33,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from langgraph.graph.state import CompiledStateGraph
 from psycopg_pool import PoolTimeout
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
@@ -47,7 +49,9 @@ from apps.auth import (
     presented_key,
     retry_after_header,
 )
+from apps.http_guard import ApiGuard, GuardSettings
 from apps.resuming import SAMPLE, backend_for, plan_for
+from apps.sweeper import PeriodicSweeper, sweep_interval
 from graph.builder import build_graph
 from graph.resume import ResumeRefused, models_configured
 from graph.runner import NothingToResume, run_diagnosis, summary_of
@@ -68,6 +72,8 @@ Graph = CompiledStateGraph[Any, Context, Any, Any]
 
 _THREAD_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}")
 _PING_S = 15.0
+SCHEMA_CHECK_S = 5.0
+"""How often (at most) a request checks the database's schema version."""
 _DB_ERRORS = (DatabaseError, psycopg.Error, PoolTimeout, sqlite3.Error)
 
 
@@ -207,6 +213,7 @@ class Service:
         self._persistence: Persistence | None = None
         self._graph: Graph | None = None
         self._open_lock = threading.Lock()
+        self._schema_checked = 0.0
         self._runs: anyio.CapacityLimiter | None = None
 
     def config(self) -> tuple[ApiKeys, Limits, RateLimiter]:
@@ -250,6 +257,11 @@ class Service:
                     persistence.close()
                     raise
                 self._persistence, self._graph = persistence, graph
+                self._schema_checked = time.monotonic()
+            elif time.monotonic() - self._schema_checked > SCHEMA_CHECK_S:
+                # A database dropped and created again (or migrated) is picked up here.
+                self._persistence.db.check_schema()
+                self._schema_checked = time.monotonic()
             return self._persistence, self._graph
 
     def close(self) -> None:
@@ -274,13 +286,15 @@ class Service:
         return self._runs
 
     def check_database(self) -> None:
-        """Open the database if needed and ping it (blocking).
+        """Open the database if needed and check its schema version (blocking).
+
+        Missing or older tables (a database created again) are set up again first.
 
         Raises:
-            DatabaseError: when the database does not answer.
+            DatabaseError: when the database does not answer or its schema is too new.
         """
         persistence, _ = self.open()
-        persistence.db.ping()
+        persistence.db.check_schema()
 
     def diagnose(
         self,
@@ -513,29 +527,54 @@ class DiagnosisStream:
                 ],
             }
         )
-        connected = True
-        while True:  # ends when the worker closes the stream (its run is over)
-            item: tuple[str, Any] | None = None
-            with anyio.move_on_after(_PING_S):
-                try:
-                    item = await receiver.receive()
-                except anyio.EndOfStream:
-                    break
-            if item is None:
-                chunk = b": keep-alive\n\n"
-            elif item[0] == "stage":
-                chunk = _sse("stage", item[1])
-            elif item[0] == "answer":
-                chunk = _sse("answer", item[1]) + _sse(
-                    "done", {"diagnosis_id": item[1].get("diagnosis_id")}
-                )
-            else:
-                error = _failure(item[1], "diagnosis")
-                chunk = _sse("error", {"error": error.message, "status": error.status})
-            if connected:
-                connected = await _send_chunk(send, chunk)
+        connected, ended, diagnosis_id = True, False, None
+        try:
+            while True:  # ends when the worker closes the stream (its run is over)
+                item: tuple[str, Any] | None = None
+                with anyio.move_on_after(_PING_S):
+                    try:
+                        item = await receiver.receive()
+                    except anyio.EndOfStream:
+                        break
+                if item is None:
+                    chunk = b": keep-alive\n\n"
+                elif item[0] == "stage":
+                    diagnosis_id = item[1].get("diagnosis_id") or diagnosis_id
+                    chunk = _sse("stage", item[1])
+                elif item[0] == "answer":
+                    ended = True
+                    chunk = _sse("answer", item[1]) + _sse(
+                        "done", {"diagnosis_id": item[1].get("diagnosis_id")}
+                    )
+                else:
+                    ended = True
+                    error = _failure(item[1], "diagnosis")
+                    chunk = _sse("error", {"error": error.message, "status": error.status})
+                if connected:
+                    connected = await _send_chunk(send, chunk)
+        except BaseException:  # cancelled (the server is stopping): say so while we still can
+            if connected and not ended:
+                with anyio.CancelScope(shield=True), anyio.move_on_after(2):
+                    await _send_chunk(send, _ended_early(diagnosis_id, "the server is stopping"))
+                    await _send_chunk(send, b"", more=False)
+            raise
+        if connected and not ended:
+            await _send_chunk(send, _ended_early(diagnosis_id, "the run stopped"))
         if connected:
             await _send_chunk(send, b"", more=False)
+
+
+def _ended_early(diagnosis_id: object, why: str) -> bytes:
+    """The ``error`` event of a stream that ends without an answer."""
+    resume = f"; resume it with POST /api/diagnoses/{diagnosis_id}/resume" if diagnosis_id else ""
+    return _sse(
+        "error",
+        {
+            "error": f"the diagnosis ended without a result ({why}){resume}",
+            "status": 503,
+            "diagnosis_id": diagnosis_id,
+        },
+    )
 
 
 async def _send_chunk(send: Send, chunk: bytes, *, more: bool = True) -> bool:
@@ -697,6 +736,7 @@ def create_app(
     backend: EvidenceBackend | None = None,
     health_timeout_s: float = 5.0,
     standalone: bool = True,
+    guard_settings: GuardSettings | None = None,
 ) -> Starlette:
     """Build the HTTP API.
 
@@ -712,6 +752,8 @@ def create_app(
         health_timeout_s: How long ``/healthz`` waits for the database.
         standalone: Answer unknown paths outside ``/api`` with JSON 404 too; False leaves them
             to a host server that mounts these routes (the LangGraph server).
+        guard_settings: CORS origins and extra host names (``apps/http_guard.py``); None reads
+            ``SUPERBIZ_API_CORS_ORIGINS`` / ``SUPERBIZ_API_ALLOWED_HOSTS`` on first use.
 
     Returns:
         A Starlette app; the database is opened at startup (or on first use) and closed at
@@ -745,12 +787,21 @@ def create_app(
             await anyio.to_thread.run_sync(service.open)
         except Exception as exc:  # start anyway: /healthz and each request report the database
             logger.warning("database not available at startup: %s", _one_line(exc))
+        sweeper = PeriodicSweeper(
+            lambda: service.open()[0], partial(service.resume, None), sweep_interval()
+        )
+        sweeper.start()  # orphaned diagnoses: now, then periodically
         try:
             yield
         finally:
+            await anyio.to_thread.run_sync(sweeper.stop)
             await anyio.to_thread.run_sync(service.close)
 
-    app = Starlette(routes=routes, lifespan=lifespan)
+    async def keys() -> ApiKeys:
+        return (await service.config_async())[0]
+
+    guard = Middleware(ApiGuard, keys=keys, settings=guard_settings)
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=[guard])
     app.state.superbiz = service
     return app
 

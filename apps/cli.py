@@ -11,8 +11,10 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from apps.evaluation import eval_command
+from apps.maintenance import PruneUsageError, add_prune_parser, prune_command
 from apps.resuming import backend_for, environment_ref, plan_for
 from apps.reverify import NotReverifiable, reverify
+from apps.sweeper import sweep_quietly
 from graph.builder import build_graph
 from graph.models import make_model_factory
 from graph.resume import ResumeRefused
@@ -136,6 +138,7 @@ def _parser() -> argparse.ArgumentParser:
         "upgrade", help="create or migrate the audit tables (also done at every start)"
     )
     upgrade.add_argument("--db", metavar="URL", help=DB_HELP)
+    add_prune_parser(db_commands, DB_HELP)
 
     serve = commands.add_parser(
         "serve",
@@ -206,9 +209,11 @@ def _progress(event: dict[str, Any], err: TextIO) -> None:
 
 def _open(args: argparse.Namespace) -> Persistence:
     try:
-        return open_persistence(args.db)
+        persistence = open_persistence(args.db)
     except DatabaseError as exc:
         raise UsageError(str(exc)) from exc
+    sweep_quietly(persistence)  # diagnoses orphaned by a dead process are marked failed
+    return persistence
 
 
 def diagnose(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -430,7 +435,12 @@ def reverify_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def db_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    """``db upgrade``."""
+    """``db upgrade`` and ``db prune``."""
+    if args.db_command == "prune":
+        try:
+            return prune_command(args, out)
+        except PruneUsageError as exc:
+            raise UsageError(str(exc)) from exc
     try:
         db = open_database(args.db)
     except DatabaseError as exc:

@@ -471,7 +471,9 @@ def _rollback_then_normal_run(url: str) -> None:
     client = get_sync_client(url=url, timeout=120)
     thread_id = client.threads.create()["thread_id"]
     first = client.runs.create(thread_id, "superbiz", input=CHAT_INPUT)
-    second_input = {"messages": [{"role": "user", "content": "inventory-service 为什么变慢？"}]}
+    second_input: dict[str, Any] = {
+        "messages": [{"role": "user", "content": "inventory-service 为什么变慢？"}]
+    }
     second = client.runs.create(
         thread_id, "superbiz", input=second_input, multitask_strategy="rollback"
     )
