@@ -110,11 +110,12 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 @dataclass(frozen=True)
 class Server:
-    """A running server: its base URL, working folder and log file."""
+    """A running server: its base URL, working folder, log file and process (group) id."""
 
     url: str
     workdir: Path
     log: Path
+    pid: int = 0
 
     def output(self) -> str:
         """What the server printed so far."""
@@ -174,7 +175,7 @@ def _running_server(workdir: Path, env: dict[str, str]) -> Iterator[Server]:
                     )
                     pytest.fail(f"langgraph dev {state}; its output:\n{output[-8000:]}")
                 time.sleep(0.5)
-            yield Server(url=url, workdir=workdir, log=log_path)
+            yield Server(url=url, workdir=workdir, log=log_path, pid=proc.pid)
         finally:
             _stop(proc)
 
