@@ -207,12 +207,13 @@ def _progress(event: dict[str, Any], err: TextIO) -> None:
     err.flush()
 
 
-def _open(args: argparse.Namespace) -> Persistence:
+def _open(args: argparse.Namespace, *, sweep: bool = True) -> Persistence:
     try:
         persistence = open_persistence(args.db)
     except DatabaseError as exc:
         raise UsageError(str(exc)) from exc
-    sweep_quietly(persistence)  # diagnoses orphaned by a dead process are marked failed
+    if sweep:  # diagnoses orphaned by a dead process are marked failed
+        sweep_quietly(persistence)
     return persistence
 
 
@@ -486,7 +487,7 @@ def serve_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             "process; use --workers 1 or --db postgresql://user@host/db"
         )
     # Migrate and set up checkpoints once, before the workers start.
-    _open(args).close()
+    _open(args, sweep=False).close()  # the workers sweep, resuming what they can
     if args.db:
         os.environ[ENV_VAR] = args.db  # the workers read the database from the environment
     if keys.open:
