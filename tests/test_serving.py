@@ -30,7 +30,7 @@ from typing_extensions import Unpack
 
 from apps import cli
 from apps.api import create_app
-from apps.sweeper import sweep
+from apps.sweeper import PeriodicSweeper, sweep
 from graph.builder import build_graph
 from graph.checkpointers import checkpointer
 from graph.runner import run_diagnosis
@@ -706,3 +706,49 @@ def test_serving_lost_database_fails_with_the_reason_and_a_recreated_one_is_used
         assert [r["status"] for r in persistence.audit.list("after")] == ["done"]
     finally:
         persistence.close()
+
+
+def test_serving_server_prunes_when_retention_is_set(
+    store: Persistence, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    thread = f"t-{uuid.uuid4().hex[:12]}"
+    run_diagnosis(
+        _graph(store),
+        thread_id=thread,
+        context=Context(offline=True),
+        audit=store.audit,
+        question=QUESTION,
+    )
+    monkeypatch.setenv("SUPERBIZ_RETENTION_DAYS", "0")
+
+    PeriodicSweeper(lambda: store, lambda d: None, 0).run_once()
+
+    with store.db.transaction() as tx:
+        rows = tx.execute("SELECT COUNT(*) AS n FROM checkpoints WHERE thread_id = %s", (thread,))
+    assert int(rows[0]["n"]) == 1
+    assert [r["status"] for r in store.audit.list(thread)] == ["done"]
+
+
+def test_serving_an_orphan_is_resumed_once_then_failed(store: Persistence) -> None:
+    thread = f"t-{uuid.uuid4().hex[:12]}"
+    diagnosis_id = _interrupted(store, thread, Context(offline=True))
+    leases = store.locks.leases
+    leases.release_thread(thread)
+    resumed: list[str] = []
+
+    for attempts in (0, 1):  # a process that died holding it, then a resume that died too
+        with store.db.transaction() as tx:
+            tx.execute(
+                "INSERT INTO diagnosis_lease (diagnosis_id, thread_id, holder, origin, "
+                "acquired_at, expires_at, attempts) "
+                "VALUES (%s, %s, 'gone:1:x', 'api', %s, 1.0, %s)",
+                (diagnosis_id, thread, "2026-01-01T00:00:00+00:00", attempts),
+            )
+        swept = sweep(store, resume=resumed.append)
+        leases.release(diagnosis_id)
+
+    assert resumed == [diagnosis_id]  # the first sweep resumed it (here: recorded the call)
+    assert [s.action for s in swept] == ["failed"]
+    record = store.audit.get(diagnosis_id)
+    assert record is not None and record["status"] == "failed"
+    assert "(after an automatic resume)" in (record["note"] or "")
