@@ -752,3 +752,40 @@ def test_serving_an_orphan_is_resumed_once_then_failed(store: Persistence) -> No
     record = store.audit.get(diagnosis_id)
     assert record is not None and record["status"] == "failed"
     assert "(after an automatic resume)" in (record["note"] or "")
+
+
+class InterruptingBackend(SampleBackend):
+    """The sample backend, where the user presses Ctrl-C during the first log query."""
+
+    def query_logs(self, **query: Unpack[LogsQuery]) -> LogsOutput:
+        raise KeyboardInterrupt
+
+
+def test_serving_ctrl_c_leaves_a_resumable_diagnosis_that_no_sweep_touches(
+    store: Persistence,
+) -> None:
+    thread = f"t-{uuid.uuid4().hex[:12]}"
+    with pytest.raises(KeyboardInterrupt):
+        run_diagnosis(
+            _graph(store, InterruptingBackend(default_environment())),
+            thread_id=thread,
+            context=Context(offline=True),
+            audit=store.audit,
+            question=QUESTION,
+        )
+
+    [record] = store.audit.list(thread)
+    assert record["status"] == "running"
+    assert (
+        record["note"] == f"interrupted; resume with superbiz diagnose --resume --thread {thread}"
+    )
+    assert _leases(store) == []  # given back: not an orphan
+    assert sweep(store) == []
+    values = run_diagnosis(
+        _graph(store),
+        thread_id=thread,
+        context=Context(offline=True),
+        audit=store.audit,
+        resume=True,
+    )
+    assert values["verdict"] == "PASS" and values["diagnosis_id"] == record["id"]
