@@ -22,9 +22,12 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import ExitStack
 from typing import Any
 
+from langchain_core.messages import HumanMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
+from langgraph.types import StateSnapshot
 
+from nodes.intake import diagnosis_id_for
 from persistence.audit import AuditStore
 from persistence.runs import RunLocks
 from state.context import Context
@@ -73,6 +76,9 @@ class RunGuard:
 
     def resumed(self, thread_id: str, diagnosis_id: str) -> None:
         """Lease the diagnosis a resume continues, and note the resume on its record."""
+        record = self.audit.get(diagnosis_id)
+        if record is None or record["status"] in ("done", "abandoned"):
+            return  # not started yet (intake leases it), or not this resume's to reopen
         self.locks.lease(diagnosis_id, thread_id)
         self.audit.mark(diagnosis_id, status="running", note=RESUMED_NOTE)
 
@@ -94,6 +100,40 @@ class RunGuard:
                 self.audit.mark(diagnosis_id, status=status, note=note)
         except Exception:  # bookkeeping must never hide the original error
             return
+
+
+def resumed_diagnosis_id(snapshot: StateSnapshot) -> str | None:
+    """The diagnosis a resume from this state continues, or None when there is none.
+
+    Usually the state's ``diagnosis_id``. While intake is still pending, the state's id is the
+    previous question's: when intake has already run (its writes were saved, the checkpoint
+    after it was not), its writes name the diagnosis; when it has not run, the resume starts the
+    diagnosis itself and there is none yet.
+    """
+    if not snapshot.next or "__start__" in snapshot.next:
+        return None  # the question itself is pending: intake starts its diagnosis
+    for task in snapshot.tasks:
+        if task.name == "intake":
+            written = task.result if isinstance(task.result, dict) else {}
+            found = written.get("diagnosis_id")
+            if found:
+                return str(found)
+            # Intake's writes were lost with the process, or it never ran: it runs again with
+            # the same (deterministic) id, which has a record only if it had started.
+            human = next(
+                (
+                    m
+                    for m in reversed((snapshot.values or {}).get("messages", []))
+                    if isinstance(m, HumanMessage)
+                ),
+                None,
+            )
+            thread = (snapshot.config.get("configurable") or {}).get("thread_id")
+            if human is None or thread is None:
+                return None
+            return diagnosis_id_for(str(thread), str(human.id))
+    value = (snapshot.values or {}).get("diagnosis_id")
+    return str(value) if value else None
 
 
 def _thread_of(config: RunnableConfig | None) -> str | None:
@@ -128,10 +168,9 @@ class GuardedGraph(CompiledStateGraph[DiagnosisState, Context, InputState, Outpu
             error: BaseException | None = None
             try:
                 if _is_resume(input):
-                    snapshot = self.get_state(config or {})
-                    diagnosis_id = snapshot.values.get("diagnosis_id")
-                    if snapshot.next and diagnosis_id:
-                        guard.resumed(thread, str(diagnosis_id))
+                    diagnosis_id = resumed_diagnosis_id(self.get_state(config or {}))
+                    if diagnosis_id:
+                        guard.resumed(thread, diagnosis_id)
                 yield from super().stream(input, config, **kwargs)
             except BaseException as exc:
                 error = exc
@@ -152,10 +191,9 @@ class GuardedGraph(CompiledStateGraph[DiagnosisState, Context, InputState, Outpu
         error: BaseException | None = None
         try:
             if _is_resume(input):
-                snapshot = await self.aget_state(config or {})
-                diagnosis_id = snapshot.values.get("diagnosis_id")
-                if snapshot.next and diagnosis_id:
-                    await asyncio.to_thread(guard.resumed, thread, str(diagnosis_id))
+                diagnosis_id = resumed_diagnosis_id(await self.aget_state(config or {}))
+                if diagnosis_id:
+                    await asyncio.to_thread(guard.resumed, thread, diagnosis_id)
             async for chunk in super().astream(input, config, **kwargs):
                 yield chunk
         except BaseException as exc:

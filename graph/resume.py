@@ -16,6 +16,7 @@ from typing import Any, cast
 
 from langchain_core.runnables import RunnableConfig
 
+from graph.guard import resumed_diagnosis_id
 from graph.runner import Graph, NothingToResume
 from persistence.audit import AuditStore
 from state.context import ROLES, Context
@@ -74,14 +75,24 @@ def plan_resume(
     """
     config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
     snapshot = app.get_state(config)
-    diagnosis_id = snapshot.values.get("diagnosis_id") if snapshot.values else None
-    if not snapshot.next or not diagnosis_id:
+    if not snapshot.next:
         raise NothingToResume(
             f"thread {thread_id!r} has no interrupted diagnosis to resume"
             + (" (its last diagnosis finished)" if snapshot.values else "")
         )
-    record = audit.get(str(diagnosis_id))
-    stored = record["run_settings"] if record is not None else None
+    diagnosis_id = resumed_diagnosis_id(snapshot)
+    if diagnosis_id is None:
+        raise ResumeRefused(
+            f"the run interrupted on thread {thread_id!r} stopped before its diagnosis started, "
+            "so there are no settings to continue with; ask the question again"
+        )
+    record = audit.get(diagnosis_id)
+    if record is None:
+        raise ResumeRefused(
+            f"the run interrupted on thread {thread_id!r} stopped before its diagnosis started, "
+            "so there are no settings to continue with; ask the question again"
+        )
+    stored = record["run_settings"]
     environment: dict[str, Any] = {}
     if stored:
         settings = cast(RunSettings, stored)

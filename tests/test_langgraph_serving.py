@@ -256,6 +256,7 @@ def test_langgraph_dev_sigkill_then_the_sweep_fails_the_orphan_and_it_resumes_la
             thread_id = client.threads.create()["thread_id"]
             client.runs.create(thread_id, "superbiz", input=CHAT_INPUT)  # model mode: waits
             assert endpoint.received.wait(WAIT_S), "the run never called its model"
+            _wait_for_checkpoint_after_intake(_database(server), thread_id)
             with sqlite3.connect(_database(server)) as conn:
                 leased = conn.execute(
                     "SELECT diagnosis_id, origin FROM diagnosis_lease WHERE thread_id = ?",
@@ -286,6 +287,22 @@ def test_langgraph_dev_sigkill_then_the_sweep_fails_the_orphan_and_it_resumes_la
     body = json.loads(resumed.stdout)
     assert body["diagnosis_id"] == diagnosis_id and body["verdict"] == "PASS"
     assert body["offline"] is False
+
+
+def _wait_for_checkpoint_after_intake(database: Path, thread_id: str) -> None:
+    """Checkpoints are written in the background: wait for the one the planner runs from."""
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        with sqlite3.connect(database) as conn:
+            steps = conn.execute(
+                "SELECT MAX(json_extract(CAST(metadata AS TEXT), '$.step')) FROM checkpoints "
+                "WHERE thread_id = ?",
+                (thread_id,),
+            ).fetchone()[0]
+        if steps is not None and steps >= 1:
+            return
+        time.sleep(0.05)
+    pytest.fail("the checkpoint after intake was never written")
 
 
 def _wait_gone(server: Server) -> None:

@@ -35,6 +35,7 @@ from graph.builder import build_graph
 from graph.checkpointers import checkpointer
 from graph.runner import run_diagnosis
 from graph.scripted import scripted_models
+from nodes.intake import diagnosis_id_for
 from persistence import checkpoint_ops
 from persistence.audit import SqlAuditStore
 from persistence.database import Database, DatabaseError, open_database
@@ -44,6 +45,7 @@ from persistence.retention import prune_finished
 from persistence.runs import SqlRunLocks
 from persistence.store import Persistence, open_persistence
 from state.context import Context
+from state.run_settings import run_settings
 from tools.backend import LogsOutput, LogsQuery
 from tools.environment import Environment
 from tools.sample import SampleBackend, default_environment
@@ -789,3 +791,38 @@ def test_serving_ctrl_c_leaves_a_resumable_diagnosis_that_no_sweep_touches(
         resume=True,
     )
     assert values["verdict"] == "PASS" and values["diagnosis_id"] == record["id"]
+
+
+def test_serving_resume_after_intake_whose_checkpoint_was_lost_uses_its_record(
+    store: Persistence, database_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A process killed after intake ran but before its writes were saved: intake is pending."""
+    thread = f"t-{uuid.uuid4().hex[:12]}"
+    app = _graph(store)
+    config: RunnableConfig = {"configurable": {"thread_id": thread}}
+    payload = {"messages": [HumanMessage(QUESTION)]}
+    for _ in app.stream(
+        payload, config, context=Context(offline=True), interrupt_before=["intake"]
+    ):
+        pass
+    snapshot = app.get_state(config)
+    assert snapshot.next == ("intake",)
+
+    never_started = cli.main(["diagnose", "--resume", "--thread", thread, "--db", database_url])
+    assert never_started == 2
+    assert "stopped before its diagnosis started" in capsys.readouterr().err
+
+    # What the killed intake had recorded: its row, with the settings of its run.
+    human = snapshot.values["messages"][-1]
+    diagnosis_id = diagnosis_id_for(thread, str(human.id))
+    settings = run_settings(Context(offline=True, language="en"), {"kind": "sample"})
+    store.audit.start_diagnosis(
+        diagnosis_id, thread_id=thread, question=QUESTION, settings=dict(settings)
+    )
+
+    code = cli.main(["diagnose", "--resume", "--thread", thread, "--db", database_url, "--json"])
+
+    assert code == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["diagnosis_id"] == diagnosis_id
+    assert "Conclusion (confirmed facts)" in result["answer"]  # its stored language
