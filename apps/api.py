@@ -386,6 +386,8 @@ class Service:
                 on_event=_started_then(on_started, on_event),
             )
         except ThreadBusy as exc:
+            if identity is None:  # the sweeper leaves it for its next round
+                raise
             raise ApiError(
                 409, f"thread {thread_id!r} is being diagnosed by another request; retry later"
             ) from exc

@@ -108,8 +108,8 @@ def _resume(persistence: Persistence, lease: Lease, reason: str, resume: Resume)
     logger.warning("resuming orphaned diagnosis %s: %s", lease.diagnosis_id, reason)
     try:
         resume(lease.diagnosis_id)
-    except ThreadBusy:  # a live run has the thread: it abandons or resumes this diagnosis itself
-        leases.release(lease.diagnosis_id)
+    except ThreadBusy:  # a live run has the thread now: the next sweep tries again
+        leases.give_back(lease.diagnosis_id)
         return Swept(lease.diagnosis_id, lease.thread_id, "busy", reason)
     except Exception as exc:
         record = audit.get(lease.diagnosis_id)

@@ -150,6 +150,17 @@ class Leases:
             self._held.difference_update(ids)
         return ids
 
+    def give_back(self, diagnosis_id: str) -> None:
+        """Undo a ``take_over``: expired again, the attempt not counted (the next sweep retries)."""
+        with self._db.transaction() as tx:
+            tx.execute(
+                "UPDATE diagnosis_lease SET expires_at = 0, attempts = CASE WHEN attempts > 0 "
+                "THEN attempts - 1 ELSE 0 END WHERE diagnosis_id = %s AND holder = %s",
+                (diagnosis_id, process_holder()),
+            )
+        with self._lock:
+            self._held.discard(diagnosis_id)
+
     def release(self, diagnosis_id: str) -> None:
         """Give back one lease if this process holds it."""
         with self._db.transaction() as tx:

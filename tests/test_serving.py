@@ -826,3 +826,34 @@ def test_serving_resume_after_intake_whose_checkpoint_was_lost_uses_its_record(
     result = json.loads(capsys.readouterr().out)
     assert result["diagnosis_id"] == diagnosis_id
     assert "Conclusion (confirmed facts)" in result["answer"]  # its stored language
+
+
+def test_serving_an_orphan_on_a_busy_thread_waits_for_the_next_sweep(store: Persistence) -> None:
+    thread = f"t-{uuid.uuid4().hex[:12]}"
+    diagnosis_id = _interrupted(store, thread, Context(offline=True))
+    store.locks.leases.release_thread(thread)
+    with store.db.transaction() as tx:
+        tx.execute(
+            "INSERT INTO diagnosis_lease (diagnosis_id, thread_id, holder, origin, acquired_at, "
+            "expires_at, attempts) VALUES (%s, %s, 'gone:1:x', 'api', %s, 1.0, 0)",
+            (diagnosis_id, thread, "2026-01-01T00:00:00+00:00"),
+        )
+
+    def resume(diagnosis: str) -> None:
+        run_diagnosis(
+            _graph(store),
+            thread_id=thread,
+            context=Context(offline=True),
+            audit=store.audit,
+            resume=True,
+        )
+
+    with store.locks.hold(thread):  # another run has the thread right now
+        busy = sweep(store, resume=resume)
+    later = sweep(store, resume=resume)
+
+    assert [s.action for s in busy] == ["busy"]
+    assert [s.action for s in later] == ["resumed"]
+    record = store.audit.get(diagnosis_id)
+    assert record is not None and record["status"] == "done"
+    assert _leases(store) == []
