@@ -147,7 +147,7 @@ def test_langgraph_auth_an_api_thread_of_another_identity_is_out_of_reach(
     assert alice.threads.create(thread_id=thread_id)["metadata"]["owner"] == "alice"
 
 
-def test_langgraph_auth_assistants_and_store_are_per_identity(keyed: Server) -> None:
+def test_langgraph_auth_assistants_crons_and_store_are_per_identity(keyed: Server) -> None:
     alice, bob = _client(keyed, ALICE), _client(keyed, BOB)
     system = [a["assistant_id"] for a in bob.assistants.search(graph_id="superbiz")]
     assert system, "the graph's own assistant is visible to everyone"
@@ -156,6 +156,18 @@ def test_langgraph_auth_assistants_and_store_are_per_identity(keyed: Server) -> 
     assert mine["assistant_id"] not in [a["assistant_id"] for a in bob.assistants.search()]
     assert _status(lambda: bob.assistants.get(mine["assistant_id"])) == 404
     assert _status(lambda: bob.assistants.delete(mine["assistant_id"])) == 404
+
+    thread_id = alice.threads.create()["thread_id"]
+    cron = alice.crons.create_for_thread(
+        thread_id, "superbiz", schedule="0 0 1 1 *", input=CHAT_INPUT
+    )
+    assert cron["cron_id"] in [c["cron_id"] for c in alice.crons.search()]
+    assert cron["cron_id"] not in [c["cron_id"] for c in bob.crons.search()]
+    assert _status(lambda: bob.crons.delete(cron["cron_id"])) == 404
+    assert (
+        _status(lambda: bob.crons.create_for_thread(thread_id, "superbiz", schedule="0 0 1 1 *"))
+        == 404
+    )
 
     alice.store.put_item(["notes"], "k1", {"secret": "alice's"})
     assert bob.store.search_items(["notes"])["items"] == []
