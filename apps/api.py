@@ -18,6 +18,7 @@ import math
 import re
 import sqlite3
 import threading
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
@@ -32,6 +33,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from langgraph.graph.state import CompiledStateGraph
 from psycopg_pool import PoolTimeout
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
@@ -47,9 +49,14 @@ from apps.auth import (
     presented_key,
     retry_after_header,
 )
+from apps.http_guard import ApiGuard, GuardSettings
+from apps.resuming import backend_for, environment_ref, plan_for
+from apps.sweeper import PeriodicSweeper, sweep_interval
 from graph.builder import build_graph
+from graph.failures import DiagnosisFailed
 from graph.model_calls import ModelCallFailed
-from graph.runner import DiagnosisFailed, run_diagnosis, summary_of
+from graph.resume import ResumeRefused, models_configured
+from graph.runner import NothingToResume, run_diagnosis, summary_of
 from nodes.common import GetModel
 from persistence.database import DatabaseError
 from persistence.locks import ThreadBusy
@@ -69,6 +76,8 @@ Graph = CompiledStateGraph[Any, Context, Any, Any]
 
 _THREAD_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}")
 _PING_S = 15.0
+SCHEMA_CHECK_S = 5.0
+"""How often (at most) a request checks the database's schema version."""
 _DB_ERRORS = (DatabaseError, psycopg.Error, PoolTimeout, sqlite3.Error)
 
 
@@ -245,11 +254,13 @@ class Service:
         self._limits = limits
         self._get_model = get_model
         self._backend = backend
+        self._custom_backend = backend is not None
         self._config: tuple[ApiKeys, Limits, RateLimiter] | None = None
         self._config_lock = threading.Lock()
         self._persistence: Persistence | None = None
         self._graph: Graph | None = None
         self._open_lock = threading.Lock()
+        self._schema_checked = 0.0
         self._runs: anyio.CapacityLimiter | None = None
 
     def config(self) -> tuple[ApiKeys, Limits, RateLimiter]:
@@ -279,19 +290,30 @@ class Service:
         """
         with self._open_lock:
             if self._persistence is None or self._graph is None:
-                persistence = open_persistence(self._database_url)
+                persistence = open_persistence(self._database_url, origin="api")
                 try:
                     graph = build_graph(
                         get_model=self._get_model,
                         backend=self.backend(),
                         ledger=persistence.ledger,
                         audit=persistence.audit,
+                        locks=persistence.locks,
+                        environment=self.environment(),
                     ).compile(checkpointer=persistence.checkpointer)
                 except BaseException:
                     persistence.close()
                     raise
                 self._persistence, self._graph = persistence, graph
+                self._schema_checked = time.monotonic()
+            elif time.monotonic() - self._schema_checked > SCHEMA_CHECK_S:
+                # A database dropped and created again (or migrated) is picked up here.
+                self._persistence.db.check_schema()
+                self._schema_checked = time.monotonic()
             return self._persistence, self._graph
+
+    def environment(self) -> dict[str, Any]:
+        """How the evidence source of this service's runs is recorded with each diagnosis."""
+        return {"kind": "custom"} if self._custom_backend else environment_ref(None)
 
     def backend(self) -> EvidenceBackend:
         """The evidence backend: the one given, else the configured one (made once).
@@ -326,13 +348,15 @@ class Service:
         return self._runs
 
     def check_database(self) -> None:
-        """Open the database if needed and ping it (blocking).
+        """Open the database if needed and check its schema version (blocking).
+
+        Missing or older tables (a database created again) are set up again first.
 
         Raises:
-            DatabaseError: when the database does not answer.
+            DatabaseError: when the database does not answer or its schema is too new.
         """
         persistence, _ = self.open()
-        persistence.db.ping()
+        persistence.db.check_schema()
 
     def diagnose(
         self,
@@ -351,17 +375,14 @@ class Service:
             raise ApiError(404, f"no thread {chat.thread_id!r}")
         context = Context(**chat.settings)
         try:
-            with persistence.thread_lock(chat.thread_id):
-                if on_started is not None:
-                    on_started()
-                values = run_diagnosis(
-                    graph,
-                    thread_id=chat.thread_id,
-                    context=context,
-                    audit=persistence.audit,
-                    question=chat.question,
-                    on_event=on_event,
-                )
+            values = run_diagnosis(
+                graph,
+                thread_id=chat.thread_id,
+                context=context,
+                audit=persistence.audit,
+                question=chat.question,
+                on_event=_started_then(on_started, on_event),
+            )
         except ThreadBusy as exc:
             raise ApiError(
                 409,
@@ -369,6 +390,70 @@ class Service:
                 "retry when it has finished",
             ) from exc
         return summary_of(values, chat.thread_id)
+
+    def resume(
+        self,
+        identity: str | None,
+        diagnosis_id: str,
+        on_started: Callable[[], None] | None = None,
+        on_event: Callable[[dict[str, object]], None] | None = None,
+    ) -> DiagnosisSummary:
+        """Resume an interrupted diagnosis with the settings it started with (blocking).
+
+        ``identity`` None is the server itself (the sweeper): no ownership check.
+
+        Raises:
+            ApiError: 404 for an unknown or another identity's diagnosis, 409 when it cannot be
+                resumed (finished, not its thread's latest, busy) or its settings cannot be
+                honoured here.
+        """
+        persistence, graph = self.open()
+        record = persistence.audit.get(diagnosis_id)
+        owners = ThreadOwners(persistence.db)
+        if record is None or (
+            identity is not None and owners.owner_of(str(record["thread_id"])) != identity
+        ):
+            raise ApiError(404, f"no diagnosis {diagnosis_id!r}")
+        thread_id = str(record["thread_id"])
+        try:
+            plan = plan_for(
+                persistence,
+                thread_id,
+                models_available=models_configured if self._get_model is None else lambda: True,
+            )
+        except (NothingToResume, ResumeRefused) as exc:
+            raise ApiError(409, f"diagnosis {diagnosis_id!r} cannot be resumed: {exc}") from exc
+        if plan.diagnosis_id != diagnosis_id:
+            raise ApiError(
+                409,
+                f"diagnosis {diagnosis_id!r} cannot be resumed: its thread has moved on to "
+                f"{plan.diagnosis_id}",
+            )
+        if plan.environment not in ({}, self.environment()) and not self._custom_backend:
+            graph = build_graph(
+                get_model=self._get_model,
+                backend=backend_for(plan.environment),
+                ledger=persistence.ledger,
+                audit=persistence.audit,
+                locks=persistence.locks,
+                environment=plan.environment,
+            ).compile(checkpointer=persistence.checkpointer)
+        try:
+            values = run_diagnosis(
+                graph,
+                thread_id=thread_id,
+                context=plan.context,
+                audit=persistence.audit,
+                resume=True,
+                on_event=_started_then(on_started, on_event),
+            )
+        except ThreadBusy as exc:
+            if identity is None:  # the sweeper leaves it for its next round
+                raise
+            raise ApiError(
+                409, f"thread {thread_id!r} is being diagnosed by another request; retry later"
+            ) from exc
+        return summary_of(values, thread_id)
 
     def diagnosis(self, identity: str, diagnosis_id: str) -> dict[str, Any]:
         """One diagnosis record with its invocations, if the caller owns its thread (blocking).
@@ -398,6 +483,24 @@ class Service:
         """The caller's threads, oldest first (blocking)."""
         persistence, _ = self.open()
         return {"threads": ThreadOwners(persistence.db).threads_of(identity)}
+
+
+def _started_then(
+    on_started: Callable[[], None] | None, on_event: Callable[[dict[str, object]], None] | None
+) -> Callable[[dict[str, object]], None]:
+    """An event handler that reports the start (the run holds its thread) once, then relays."""
+    started = False
+
+    def handle(event: dict[str, object]) -> None:
+        nonlocal started
+        if not started:
+            started = True
+            if on_started is not None:
+                on_started()
+        if on_event is not None:
+            on_event(event)
+
+    return handle
 
 
 def _sse(event: str, data: Any) -> bytes:
@@ -488,29 +591,54 @@ class DiagnosisStream:
                 ],
             }
         )
-        connected = True
-        while True:  # ends when the worker closes the stream (its run is over)
-            item: tuple[str, Any] | None = None
-            with anyio.move_on_after(_PING_S):
-                try:
-                    item = await receiver.receive()
-                except anyio.EndOfStream:
-                    break
-            if item is None:
-                chunk = b": keep-alive\n\n"
-            elif item[0] == "stage":
-                chunk = _sse("stage", item[1])
-            elif item[0] == "answer":
-                chunk = _sse("answer", item[1]) + _sse(
-                    "done", {"diagnosis_id": item[1].get("diagnosis_id")}
-                )
-            else:
-                error = _failure(item[1], "diagnosis")
-                chunk = _sse("error", {"error": error.message, "status": error.status})
-            if connected:
-                connected = await _send_chunk(send, chunk)
+        connected, ended, diagnosis_id = True, False, None
+        try:
+            while True:  # ends when the worker closes the stream (its run is over)
+                item: tuple[str, Any] | None = None
+                with anyio.move_on_after(_PING_S):
+                    try:
+                        item = await receiver.receive()
+                    except anyio.EndOfStream:
+                        break
+                if item is None:
+                    chunk = b": keep-alive\n\n"
+                elif item[0] == "stage":
+                    diagnosis_id = item[1].get("diagnosis_id") or diagnosis_id
+                    chunk = _sse("stage", item[1])
+                elif item[0] == "answer":
+                    ended = True
+                    chunk = _sse("answer", item[1]) + _sse(
+                        "done", {"diagnosis_id": item[1].get("diagnosis_id")}
+                    )
+                else:
+                    ended = True
+                    error = _failure(item[1], "diagnosis")
+                    chunk = _sse("error", {"error": error.message, "status": error.status})
+                if connected:
+                    connected = await _send_chunk(send, chunk)
+        except BaseException:  # cancelled (the server is stopping): say so while we still can
+            if connected and not ended:
+                with anyio.CancelScope(shield=True), anyio.move_on_after(2):
+                    await _send_chunk(send, _ended_early(diagnosis_id, "the server is stopping"))
+                    await _send_chunk(send, b"", more=False)
+            raise
+        if connected and not ended:
+            await _send_chunk(send, _ended_early(diagnosis_id, "the run stopped"))
         if connected:
             await _send_chunk(send, b"", more=False)
+
+
+def _ended_early(diagnosis_id: object, why: str) -> bytes:
+    """The ``error`` event of a stream that ends without an answer."""
+    resume = f"; resume it with POST /api/diagnoses/{diagnosis_id}/resume" if diagnosis_id else ""
+    return _sse(
+        "error",
+        {
+            "error": f"the diagnosis ended without a result ({why}){resume}",
+            "status": 503,
+            "diagnosis_id": diagnosis_id,
+        },
+    )
 
 
 async def _send_chunk(send: Send, chunk: bytes, *, more: bool = True) -> bool:
@@ -572,6 +700,18 @@ class Api:
         chat = parse_chat(await read_body(request, limits.max_body_bytes), limits)
         persistence, _ = await anyio.to_thread.run_sync(self.service.open)
         return DiagnosisStream(self.service, caller.identity, chat, self.service.runs(persistence))
+
+    async def resume(self, request: Request) -> Response:
+        """``POST /api/diagnoses/{diagnosis_id}/resume``: finish an interrupted diagnosis."""
+        caller, limits = await self.admit(request)
+        await read_body(request, limits.max_body_bytes)  # any body is ignored
+        persistence, _ = await anyio.to_thread.run_sync(self.service.open)
+        diagnosis_id = str(request.path_params["diagnosis_id"])
+        result = await anyio.to_thread.run_sync(
+            partial(self.service.resume, caller.identity, diagnosis_id),
+            limiter=self.service.runs(persistence),
+        )
+        return JSONResponse(result)
 
     async def diagnosis(self, request: Request) -> Response:
         """``GET /api/diagnoses/{diagnosis_id}``: the audit record and its invocations."""
@@ -661,6 +801,7 @@ def create_app(
     backend: EvidenceBackend | None = None,
     health_timeout_s: float = 5.0,
     standalone: bool = True,
+    guard_settings: GuardSettings | None = None,
 ) -> Starlette:
     """Build the HTTP API.
 
@@ -676,6 +817,8 @@ def create_app(
         health_timeout_s: How long ``/healthz`` waits for the database.
         standalone: Answer unknown paths outside ``/api`` with JSON 404 too; False leaves them
             to a host server that mounts these routes (the LangGraph server).
+        guard_settings: CORS origins and extra host names (``apps/http_guard.py``); None reads
+            ``SUPERBIZ_API_CORS_ORIGINS`` / ``SUPERBIZ_API_ALLOWED_HOSTS`` on first use.
 
     Returns:
         A Starlette app; the database is opened at startup (or on first use) and closed at
@@ -691,6 +834,7 @@ def create_app(
         route("/chat", api.chat, "POST", action="diagnosis"),
         route("/chat_stream", api.chat_stream, "POST", action="diagnosis"),
         route("/diagnoses/{diagnosis_id}", api.diagnosis, "GET"),
+        route("/diagnoses/{diagnosis_id}/resume", api.resume, "POST", action="resume"),
         route("/threads", api.threads, "GET"),
         route("/threads/{thread_id}/diagnoses", api.thread_diagnoses, "GET"),
         route("/{path:path}", api.not_found, "GET", "POST", "PUT", "PATCH", "DELETE"),
@@ -708,12 +852,21 @@ def create_app(
             await anyio.to_thread.run_sync(service.open)
         except Exception as exc:  # start anyway: /healthz and each request report the database
             logger.warning("database not available at startup: %s", _one_line(exc))
+        sweeper = PeriodicSweeper(
+            lambda: service.open()[0], partial(service.resume, None), sweep_interval()
+        )
+        sweeper.start()  # orphaned diagnoses: now, then periodically
         try:
             yield
         finally:
+            await anyio.to_thread.run_sync(sweeper.stop)
             await anyio.to_thread.run_sync(service.close)
 
-    app = Starlette(routes=routes, lifespan=lifespan)
+    async def keys() -> ApiKeys:
+        return (await service.config_async())[0]
+
+    guard = Middleware(ApiGuard, keys=keys, settings=guard_settings)
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=[guard])
     app.state.superbiz = service
     return app
 

@@ -18,18 +18,17 @@ from typing import Any, NoReturn, TextIO, TypeVar
 
 from apps.doctor import config_show_command, doctor_command
 from apps.evaluation import eval_command
+from apps.maintenance import PruneUsageError, add_prune_parser, prune_command
+from apps.resuming import backend_for, environment_ref, plan_for
 from apps.reverify import NotReverifiable, reverify
+from apps.sweeper import sweep_quietly
 from graph.builder import build_graph
+from graph.failures import DiagnosisFailed
+from graph.guard import RunGuard
 from graph.model_calls import ModelCallFailed
 from graph.models import make_model_factory
-from graph.runner import (
-    DiagnosisFailed,
-    Graph,
-    NothingToResume,
-    note_interrupted,
-    run_diagnosis,
-    summary_of,
-)
+from graph.resume import ResumeRefused
+from graph.runner import Graph, NothingToResume, run_diagnosis, summary_of
 from persistence.audit import StoredRecordError, verifier_evaluation_of
 from persistence.database import (
     DatabaseError,
@@ -202,6 +201,7 @@ def _parser() -> argparse.ArgumentParser:
         "upgrade", help="create or migrate the audit tables (also done at every start)"
     )
     upgrade.add_argument("--db", metavar="URL", help=DB_HELP)
+    add_prune_parser(db_commands, DB_HELP)
 
     serve = commands.add_parser(
         "serve",
@@ -265,6 +265,18 @@ def _context(args: argparse.Namespace, **fixed: object) -> Context:
     return context
 
 
+def _requested(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
+    """The run settings the command line sets explicitly (a resume must not change them)."""
+    requested = {
+        name: getattr(ctx, name)
+        for attribute, _, name in _OPTIONS
+        if getattr(args, attribute, None) is not None
+    }
+    if args.offline:
+        requested["offline"] = True
+    return requested
+
+
 def _progress(event: dict[str, Any], err: TextIO) -> None:
     stage = event.get("stage")
     round_no = event.get("round")
@@ -296,11 +308,14 @@ def _database_problem(exc: DatabaseError) -> Exception:
     return UsageError(str(exc))
 
 
-def _open(args: argparse.Namespace) -> Persistence:
+def _open(args: argparse.Namespace, *, sweep: bool = True) -> Persistence:
     try:
-        return open_persistence(args.db)
+        persistence = open_persistence(args.db)
     except DatabaseError as exc:
         raise _database_problem(exc) from exc
+    if sweep:  # diagnoses orphaned by a dead process are marked failed
+        sweep_quietly(persistence)
+    return persistence
 
 
 def _open_records(args: argparse.Namespace) -> Records | None:
@@ -363,6 +378,7 @@ def diagnose(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     try:
         environment = load_environment(args.env) if args.env else None
         backend = configured_backend(environment=environment)
+        env_ref = environment_ref(args.env)
     except (EnvironmentFileError, ConfigError) as exc:
         raise UsageError(str(exc)) from exc
     if ctx.offline and ctx.composer_mode == "model":
@@ -374,34 +390,52 @@ def diagnose(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     persistence = _open(args)
     err.write(f"database: {persistence.db.target.display}\n")
     try:
-        app = build_graph(
-            backend=backend, ledger=persistence.ledger, audit=persistence.audit
-        ).compile(checkpointer=persistence.checkpointer)
         thread = args.thread or f"thread-{uuid.uuid4().hex[:12]}"
+        app: Graph | None = None
         try:
-            with persistence.thread_lock(thread):
-                values = _interruptible(
-                    lambda: run_diagnosis(
-                        app,
-                        thread_id=thread,
-                        context=ctx,
-                        audit=persistence.audit,
-                        question=question,
-                        resume=args.resume,
-                        on_event=lambda event: _progress(event, err),
+            if args.resume:  # the settings and environment the diagnosis started with
+                plan = plan_for(persistence, thread, requested=_requested(args, ctx))
+                if args.env and env_ref != plan.environment:
+                    raise ResumeRefused(
+                        f"diagnosis {plan.diagnosis_id} ran on {plan.environment}; a resume "
+                        "continues it on the same evidence, so drop --env"
                     )
+                ctx, env_ref = plan.context, plan.environment
+                backend = backend_for(env_ref)
+            app = build_graph(
+                backend=backend,
+                ledger=persistence.ledger,
+                audit=persistence.audit,
+                locks=persistence.locks,
+                environment=env_ref,
+            ).compile(checkpointer=persistence.checkpointer)
+            graph = app
+            values = _interruptible(
+                lambda: run_diagnosis(
+                    graph,
+                    thread_id=thread,
+                    context=ctx,
+                    audit=persistence.audit,
+                    question=question,
+                    resume=args.resume,
+                    on_event=lambda event: _progress(event, err),
                 )
+            )
         except _CtrlC:
             # A node is still running (a tool or model call that does not return): the run
-            # would wait for it. Its last checkpoint is saved; leave at once. The database
-            # releases the thread's lock with the process.
-            note_interrupted(app, thread, persistence.audit)
-            _interrupted(app, thread, args, err)
+            # would wait for it. Its last checkpoint is saved; note it, give back its lease
+            # and leave at once. The database releases the thread's lock with the process.
+            if app is not None:
+                guard = RunGuard(persistence.locks, persistence.audit)
+                guard.left(thread, KeyboardInterrupt())
+                persistence.locks.release(thread)
+                _interrupted(app, thread, args, err)
             print("superbiz: interrupted", file=err, flush=True)
             out.flush()
             os._exit(130)
         except KeyboardInterrupt:
-            _interrupted(app, thread, args, err)
+            if app is not None:
+                _interrupted(app, thread, args, err)
             raise
         except DiagnosisFailed as exc:
             _print_failed(exc, thread, args, out)
@@ -410,7 +444,7 @@ def diagnose(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             ) from exc
         except DatabaseError as exc:
             raise _database_problem(exc) from exc
-        except NothingToResume as exc:
+        except (NothingToResume, ResumeRefused) as exc:
             raise UsageError(str(exc)) from exc
     finally:
         persistence.close()
@@ -689,7 +723,12 @@ def reverify_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def db_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    """``db upgrade``: apply the missing migrations and say which."""
+    """``db upgrade`` and ``db prune``."""
+    if args.db_command == "prune":
+        try:
+            return prune_command(args, out)
+        except PruneUsageError as exc:
+            raise UsageError(str(exc)) from exc
     try:
         db = open_database(args.db, migrate=False)
     except DatabaseError as exc:
@@ -746,7 +785,7 @@ def serve_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         raise UsageError("; ".join(problems))
     _check_port_free(args.host, args.port)
     # Migrate and set up checkpoints once, before the workers start.
-    _open(args).close()
+    _open(args, sweep=False).close()  # the workers sweep, resuming what they can
     if args.db:
         os.environ[ENV_VAR] = args.db  # the workers read the database from the environment
     if keys.open:

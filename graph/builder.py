@@ -8,6 +8,7 @@ from langgraph.constants import TAG_HIDDEN
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
+from graph.guard import GuardedGraph, RunGuard
 from graph.models import make_model_factory
 from graph.routing import after_executor, after_verifier
 from nodes.audit import make_audit
@@ -23,6 +24,7 @@ from nodes.tool_calls import make_tools
 from nodes.verifier import make_verifier
 from persistence.audit import AuditStore, InMemoryAuditStore
 from persistence.ledger import InMemoryLedger, InvocationLedger
+from persistence.runs import InMemoryRunLocks, RunLocks
 from state.context import Context
 from state.graph_state import DiagnosisState, InputState, OutputState
 from tools.backend import EvidenceBackend
@@ -51,15 +53,21 @@ sees only the question and the composed answer."""
 
 
 class DiagnosisGraph(StateGraph[DiagnosisState, Context, InputState, OutputState]):
-    """The diagnosis graph; compiled, its internal nodes are hidden from chat streams."""
+    """The diagnosis graph; compiled, internal nodes are hidden from chat streams, runs guarded.
+
+    The guard (``graph/guard.py``) holds the thread lock and the diagnosis lease of every run.
+    """
+
+    run_guard: RunGuard | None = None
 
     def compile(self, *args: Any, **kwargs: Any) -> CompiledStateGraph[Any, Context, Any, Any]:
-        """Compile as ``StateGraph.compile`` does, then tag the internal nodes hidden."""
+        """Compile as ``StateGraph.compile`` does, tag the internal nodes hidden, guard runs."""
         compiled = super().compile(*args, **kwargs)
         for name in INTERNAL_NODES:
             node = compiled.nodes[name]
             node.tags = [*(node.tags or []), TAG_HIDDEN]
-        return compiled
+        attrs = {k: v for k, v in compiled.__dict__.items() if k != "__orig_class__"}
+        return GuardedGraph(run_guard=self.run_guard, **attrs)
 
 
 def build_graph(
@@ -69,6 +77,8 @@ def build_graph(
     ledger: InvocationLedger | None = None,
     audit: AuditStore | None = None,
     gatekeeper_catalog: Catalog | None = None,
+    locks: RunLocks | None = None,
+    environment: dict[str, Any] | None = None,
 ) -> DiagnosisGraph:
     """Build the diagnosis graph (uncompiled).
 
@@ -80,6 +90,10 @@ def build_graph(
         ledger: where tool invocations are recorded; defaults to an in-memory ledger.
         audit: where diagnoses are recorded; defaults to an in-memory audit store.
         gatekeeper_catalog: a rule catalog; defaults to the bundled one.
+        locks: the thread locks and diagnosis leases every run takes; defaults to in-process
+            locks (``persistence.runs.SqlRunLocks`` gives the database's).
+        environment: where the evidence comes from, as recorded in each diagnosis's run
+            settings so a resume uses the same (e.g. ``{"kind": "file", "path": ...}``).
 
     Raises:
         CatalogError: when ``gatekeeper_catalog`` is not a valid rule catalog.
@@ -89,13 +103,15 @@ def build_graph(
     backend = backend or configured_backend()
     ledger = ledger or InMemoryLedger()
     audit = audit or InMemoryAuditStore()
+    locks = locks or InMemoryRunLocks()
     runner = ToolRunner(backend, ledger)
     rules = settings_for(gatekeeper_catalog)
 
     builder = DiagnosisGraph(
         DiagnosisState, context_schema=Context, input_schema=InputState, output_schema=OutputState
     )
-    builder.add_node("intake", make_intake(get_model, audit))
+    builder.run_guard = RunGuard(locks, audit)
+    builder.add_node("intake", make_intake(get_model, audit, locks, environment))
     builder.add_node("planner", make_planner(get_model, backend.services))
     builder.add_node("executor", make_executor(get_model, ledger))
     builder.add_node("tools", make_tools(runner))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from typing import Any
 
 from langchain_core.messages import HumanMessage
 from langgraph.runtime import Runtime
@@ -11,9 +12,11 @@ from langgraph.types import Overwrite
 
 from nodes.common import GetModel, Node, context_of, emit, message_text, model_label, thread_id
 from persistence.audit import AuditStore
+from persistence.runs import RunLocks
 from state.context import ROLES, Context
 from state.graph_state import DiagnosisState
 from state.records import ModelUsage, RunInfo
+from state.run_settings import run_settings
 
 _NAMESPACE = uuid.UUID("6f1c7e0a-52c4-4f0e-9a55-3f4f3c1b9d21")
 
@@ -23,8 +26,13 @@ def diagnosis_id_for(thread: str, message_id: str) -> str:
     return "diag-" + uuid.uuid5(_NAMESPACE, f"{thread}:{message_id}").hex[:20]
 
 
-def make_intake(get_model: GetModel, audit: AuditStore) -> Node:
-    """Build the intake node: question, diagnosis id, reset of per-diagnosis fields."""
+def make_intake(
+    get_model: GetModel,
+    audit: AuditStore,
+    locks: RunLocks,
+    environment: dict[str, Any] | None = None,
+) -> Node:
+    """Build the intake node: question, diagnosis id, run settings, lease, reset of fields."""
 
     def intake(state: DiagnosisState, *, runtime: Runtime[Context]) -> dict[str, object]:
         ctx = context_of(runtime)
@@ -44,7 +52,14 @@ def make_intake(get_model: GetModel, audit: AuditStore) -> Node:
             for role in ROLES
             if role != "composer" or ctx.composer_mode == "model"
         }
-        audit.start_diagnosis(diagnosis_id, thread_id=thread, question=question)
+        audit.start_diagnosis(
+            diagnosis_id,
+            thread_id=thread,
+            question=question,
+            settings=run_settings(ctx, environment),
+        )
+        if thread != "-":
+            locks.lease(diagnosis_id, thread)
         # Runs on one thread are serial (writer lock, or the server's per-thread queue), so an
         # earlier diagnosis of this thread still marked running belongs to a run that died.
         if thread != "-":  # without a checkpointer there is no thread to speak of

@@ -38,7 +38,14 @@ def utcnow() -> str:
 class AuditStore(Protocol):
     """Where diagnoses are recorded for audit."""
 
-    def start_diagnosis(self, diagnosis_id: str, *, thread_id: str, question: str) -> None:
+    def start_diagnosis(
+        self,
+        diagnosis_id: str,
+        *,
+        thread_id: str,
+        question: str,
+        settings: Mapping[str, object] | None = None,
+    ) -> None:
         """Create the diagnosis row (status ``running``); a second call changes nothing."""
 
     def update_channel(self, diagnosis_id: str, channel: str, value: Mapping[str, object]) -> None:
@@ -79,7 +86,14 @@ class InMemoryAuditStore:
             raise KeyError(f"unknown diagnosis {diagnosis_id!r}")
         return row
 
-    def start_diagnosis(self, diagnosis_id: str, *, thread_id: str, question: str) -> None:
+    def start_diagnosis(
+        self,
+        diagnosis_id: str,
+        *,
+        thread_id: str,
+        question: str,
+        settings: Mapping[str, object] | None = None,
+    ) -> None:
         """Create the diagnosis row (status ``running``); a second call changes nothing."""
         with self._lock:
             if diagnosis_id not in self._rows:
@@ -97,6 +111,7 @@ class InMemoryAuditStore:
                     created_at=now,
                     updated_at=now,
                     self_evaluation=None,
+                    run_settings=_plain(settings) if settings is not None else None,
                 )
 
     def update_channel(self, diagnosis_id: str, channel: str, value: Mapping[str, object]) -> None:
@@ -177,14 +192,20 @@ def verifier_evaluation_of(record: DiagnosisRecord) -> VerifierEvaluation | None
 
 _COLUMNS = (
     "id, thread_id, question, status, rounds, verdict, score, final_answer, note, "
-    "created_at, updated_at, self_evaluation"
+    "created_at, updated_at, self_evaluation, run_settings"
 )
 _RECORD: TypeAdapter[DiagnosisRecord] = TypeAdapter(DiagnosisRecord)
 
 
 def _record(row: dict[str, object]) -> DiagnosisRecord:
     """A database row as a ``DiagnosisRecord`` (validated: the database is outside the code)."""
-    return _RECORD.validate_python({**row, "self_evaluation": load_json(row["self_evaluation"])})
+    return _RECORD.validate_python(
+        {
+            **row,
+            "self_evaluation": load_json(row["self_evaluation"]),
+            "run_settings": load_json(row["run_settings"]),
+        }
+    )
 
 
 class SqlAuditStore:
@@ -193,15 +214,30 @@ class SqlAuditStore:
     def __init__(self, db: Database) -> None:
         self._db = db
 
-    def start_diagnosis(self, diagnosis_id: str, *, thread_id: str, question: str) -> None:
+    def start_diagnosis(
+        self,
+        diagnosis_id: str,
+        *,
+        thread_id: str,
+        question: str,
+        settings: Mapping[str, object] | None = None,
+    ) -> None:
         """Create the diagnosis row (status ``running``); a second call changes nothing."""
         now = utcnow()
         with self._db.transaction() as tx:
             tx.execute(
                 "INSERT INTO diagnosis_session (id, thread_id, question, status, rounds, "
-                "created_at, updated_at) VALUES (%s, %s, %s, 'running', 0, %s, %s) "
+                "created_at, updated_at, run_settings) "
+                "VALUES (%s, %s, %s, 'running', 0, %s, %s, %s) "
                 "ON CONFLICT (id) DO NOTHING",
-                (diagnosis_id, thread_id, question, now, now),
+                (
+                    diagnosis_id,
+                    thread_id,
+                    question,
+                    now,
+                    now,
+                    tx.json(dict(settings)) if settings is not None else None,
+                ),
             )
 
     def update_channel(self, diagnosis_id: str, channel: str, value: Mapping[str, object]) -> None:

@@ -8,16 +8,25 @@ kinds share the same tables, so neither calls ``setup()`` itself.
 
 from __future__ import annotations
 
+import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
-from langgraph.checkpoint.base import BaseCheckpointSaver
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+)
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 
+from persistence import checkpoint_ops
 from persistence.database import (
     Database,
     DatabaseError,
@@ -25,6 +34,8 @@ from persistence.database import (
     connect_postgres,
     connect_sqlite,
 )
+
+T = TypeVar("T")
 
 SETUP_LOCK_KEY = 0x5B12_0002
 """PostgreSQL advisory lock taken (by polling) while LangGraph's checkpoint tables are set up."""
@@ -108,6 +119,115 @@ def _setup_error(target: DatabaseTarget, exc: Exception) -> DatabaseError:
     )
 
 
+def setup_checkpoints(target: DatabaseTarget) -> None:
+    """Create or migrate the checkpoint tables of either dialect.
+
+    Raises:
+        DatabaseError: when the database cannot be used or the tables cannot be set up.
+    """
+    if target.dialect == "postgres":
+        setup_postgres_checkpoints(target)
+    else:
+        setup_sqlite_checkpoints(target)
+
+
+def missing_table(exc: BaseException) -> bool:
+    """True for the error of a query on a table that does not exist (a recreated database)."""
+    if isinstance(exc, psycopg.errors.UndefinedTable):
+        return True
+    return isinstance(exc, sqlite3.OperationalError) and "no such table" in str(exc)
+
+
+class MaintainedSaver:
+    """What LangGraph's savers lack: maintenance, and a retry when their tables went missing.
+
+    ``delete_for_runs``, ``prune`` and ``copy_thread`` run ``persistence/checkpoint_ops.py``; a
+    read or write that finds no table (the database was dropped and created again under a
+    running process) sets the tables up again and is retried once.
+
+    Mixed in before ``PostgresSaver`` / ``SqliteSaver``; ``target`` names their database and
+    ``recover`` sets its tables up again.
+    """
+
+    target: DatabaseTarget
+    recover: Callable[[], None]
+
+    def _again(self, call: Callable[[], T]) -> T:
+        try:
+            return call()
+        except (psycopg.Error, sqlite3.Error) as exc:
+            if not missing_table(exc):
+                raise
+        self.recover()
+        return call()
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """``get_tuple``, retried once after setting up missing tables again."""
+        parent: Any = super()
+        found: CheckpointTuple | None = self._again(lambda: parent.get_tuple(config))
+        return found
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        """``list``, retried once (before its first item) after setting up missing tables."""
+        parent: Any = super()
+        items = self._again(
+            lambda: list(parent.list(config, filter=filter, before=before, limit=limit))
+        )
+        yield from items
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """``put``, retried once after setting up missing tables again."""
+        parent: Any = super()
+        stored: RunnableConfig = self._again(
+            lambda: parent.put(config, checkpoint, metadata, new_versions)
+        )
+        return stored
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """``put_writes``, retried once after setting up missing tables again."""
+        parent: Any = super()
+        self._again(lambda: parent.put_writes(config, writes, task_id, task_path))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Delete the checkpoints (and their writes) the given runs wrote."""
+        checkpoint_ops.delete_for_runs(self.target, [str(r) for r in run_ids])
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """Prune threads: ``keep_latest`` (newest checkpoint per namespace) or ``delete``."""
+        checkpoint_ops.prune(self.target, [str(t) for t in thread_ids], strategy)
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Copy every checkpoint and write of a thread to another thread id."""
+        checkpoint_ops.copy_thread(self.target, source_thread_id, target_thread_id)
+
+
+class MaintainedPostgresSaver(MaintainedSaver, PostgresSaver):
+    """LangGraph's ``PostgresSaver`` with the maintenance it lacks."""
+
+
+class MaintainedSqliteSaver(MaintainedSaver, SqliteSaver):
+    """LangGraph's ``SqliteSaver`` with the maintenance it lacks."""
+
+
 @contextmanager
 def checkpoint_saver(db: Database) -> Iterator[BaseCheckpointSaver[str]]:
     """LangGraph's checkpointer on a database, its tables set up first, for the block.
@@ -120,14 +240,19 @@ def checkpoint_saver(db: Database) -> Iterator[BaseCheckpointSaver[str]]:
         DatabaseError: when the database cannot be opened or its checkpoints set up.
     """
     target = db.target
+    saver: MaintainedSaver
     if target.dialect == "postgres":
         setup_postgres_checkpoints(target)
         assert db.pool is not None
-        yield PostgresSaver(db.pool)
+        saver = MaintainedPostgresSaver(db.pool)
+        saver.target, saver.recover = target, db.setup_again
+        yield saver
         return
     setup_sqlite_checkpoints(target)
     conn = connect_sqlite(target, autocommit=False)
     try:
-        yield SqliteSaver(conn)
+        saver = MaintainedSqliteSaver(conn)
+        saver.target, saver.recover = target, db.setup_again
+        yield saver
     finally:
         conn.close()

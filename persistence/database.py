@@ -209,6 +209,7 @@ class Database:
         self._migrate = migrate and not read_only
         self._lock = threading.Lock()
         self._opened: _Opened | None = None
+        self._setups: list[Callable[[DatabaseTarget], None]] = []
 
     @property
     def target(self) -> DatabaseTarget:
@@ -256,8 +257,79 @@ class Database:
         Raises:
             DatabaseError: when the database cannot be opened.
         """
-        with self._open().transaction() as tx:
-            yield tx
+        opened = self._open()
+        try:
+            with opened.transaction() as tx:
+                yield tx
+        except (psycopg.errors.UndefinedTable, sqlite3.OperationalError) as exc:
+            if not _missing_table(exc):
+                raise
+            raise self._recover(opened, exc) from exc
+
+    def add_setup(self, setup: Callable[[DatabaseTarget], None]) -> None:
+        """Run ``setup(target)`` again whenever the tables are set up again (see ``check_schema``).
+
+        For tables beside the audit tables in the same database (LangGraph's checkpoints).
+        """
+        self._setups.append(setup)
+
+    def check_schema(self) -> int:
+        """The schema version, after setting the tables up again if they are missing or older.
+
+        A database that was dropped and created again (empty), or migrated back, is set up again
+        here, so a running process picks it up without a restart.
+
+        Raises:
+            SchemaTooNew: when a newer superbiz migrated the database.
+            DatabaseError: when the database cannot be used.
+        """
+        opened = self._open()
+        latest = latest_version(opened.target.dialect)
+        try:
+            with opened.transaction() as tx:
+                rows = tx.execute("SELECT version FROM superbiz_schema")
+            current = int(rows[0]["version"]) if rows else 0
+        except (psycopg.errors.UndefinedTable, sqlite3.OperationalError) as exc:
+            if not _missing_table(exc):
+                raise DatabaseError(f"database {opened.target.display}: {exc}") from exc
+            current = 0
+        except (psycopg.Error, PoolTimeout) as exc:
+            raise DatabaseError(f"database {opened.target.display}: {exc}") from exc
+        if current > latest:
+            raise SchemaTooNew(
+                f"database {opened.target.display} has schema version {current}, newer than "
+                f"this superbiz (version {latest}); upgrade superbiz before using this database"
+            )
+        if current < latest:
+            self._setup_again(opened)
+        return latest
+
+    def setup_again(self) -> None:
+        """Set up the audit tables and every ``add_setup`` table again (all idempotent).
+
+        Raises:
+            DatabaseError: when the database cannot be used.
+        """
+        self._setup_again(self._open())
+
+    def _setup_again(self, opened: _Opened) -> None:
+        _migrate(opened.target, opened.transaction)
+        for setup in self._setups:
+            setup(opened.target)
+
+    def _recover(self, opened: _Opened, exc: BaseException) -> DatabaseError:
+        reason = " ".join(str(exc).split())
+        try:
+            self._setup_again(opened)
+        except Exception as again:  # the original reason stays the message
+            return DatabaseError(
+                f"database {opened.target.display} lacks its tables ({reason}) and they could "
+                f"not be set up again: {again}"
+            )
+        return DatabaseError(
+            f"database {opened.target.display} lacked its tables ({reason}; was it recreated?); "
+            "they have been set up again: retry"
+        )
 
     def ping(self) -> None:
         """Raise ``DatabaseError`` when the database cannot answer a trivial query."""
@@ -269,6 +341,12 @@ class Database:
             opened, self._opened = self._opened, None
         if opened is not None:
             opened.close()
+
+
+def _missing_table(exc: BaseException) -> bool:
+    if isinstance(exc, psycopg.errors.UndefinedTable):
+        return True
+    return isinstance(exc, sqlite3.OperationalError) and "no such table" in str(exc)
 
 
 class _Opened:
@@ -411,8 +489,11 @@ def connect_postgres(target: DatabaseTarget) -> psycopg.Connection[Any]:
 def _open_pool(target: DatabaseTarget) -> ConnectionPool[Any]:
     # A direct probe gives the real reason (refused, unknown database, auth) at once.
     connect_postgres(target).close()
-    pool: ConnectionPool[Any] = ConnectionPool(
+    from persistence.pools import FailFastPool  # it builds on this module
+
+    pool: ConnectionPool[Any] = FailFastPool(
         target.conninfo,
+        target=target,
         check=ConnectionPool.check_connection,
         open=True,
         **pool_options("superbiz"),

@@ -14,10 +14,12 @@ from dataclasses import dataclass, field
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from persistence.audit import SqlAuditStore
-from persistence.checkpoints import checkpoint_saver
+from persistence.checkpoints import checkpoint_saver, setup_checkpoints
 from persistence.database import Database, DatabaseError, open_database
+from persistence.leases import Origin
 from persistence.ledger import SqlLedger
 from persistence.locks import thread_lock
+from persistence.runs import SqlRunLocks
 
 
 @dataclass
@@ -28,6 +30,8 @@ class Persistence:
     checkpointer: BaseCheckpointSaver[str]
     audit: SqlAuditStore
     ledger: SqlLedger
+    locks: SqlRunLocks
+    """The thread locks and diagnosis leases the graph takes for each run."""
     _resources: ExitStack = field(default_factory=ExitStack)
 
     def thread_lock(self, thread_id: str) -> AbstractContextManager[None]:
@@ -43,13 +47,16 @@ class Persistence:
         self._resources.close()
 
 
-def open_persistence(value: str | None = None) -> Persistence:
+def open_persistence(value: str | None = None, *, origin: Origin = "cli") -> Persistence:
     """Open the configured database (``--db`` / ``SUPERBIZ_DATABASE_URL`` / embedded default).
+
+    ``origin`` names the entry point whose runs lease their diagnoses through it.
 
     Raises:
         DatabaseError: when the database is unreachable, misconfigured or too new.
     """
     db = open_database(value)
+    db.add_setup(setup_checkpoints)
     resources = ExitStack()
     resources.callback(db.close)
     try:
@@ -62,7 +69,9 @@ def open_persistence(value: str | None = None) -> Persistence:
         raise DatabaseError(
             f"cannot set up checkpoints in {db.target.display}: {type(exc).__name__}: {exc}"
         ) from exc
-    return Persistence(db, checkpointer, SqlAuditStore(db), SqlLedger(db), resources)
+    locks = SqlRunLocks(db, origin=origin)
+    resources.callback(locks.leases.stop)
+    return Persistence(db, checkpointer, SqlAuditStore(db), SqlLedger(db), locks, resources)
 
 
 @dataclass

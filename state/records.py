@@ -799,3 +799,6 @@ class DiagnosisRecord(TypedDict):
     created_at: str
     updated_at: str
     self_evaluation: JSONObject | None
+    run_settings: JSONObject | None
+    """The settings the diagnosis started with (``state.run_settings.RunSettings``); None for
+    rows recorded before they were stored."""

@@ -99,6 +99,7 @@ _TABLES = (
     "checkpoint_blobs",
     "checkpoint_writes",
     "thread_owner",
+    "diagnosis_lease",
     "superbiz_schema",
 )
 

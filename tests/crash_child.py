@@ -1,23 +1,25 @@
-"""Child process for the crash test: a diagnosis whose second tool call blocks until killed.
+"""Child process for the crash tests: a diagnosis whose second tool call blocks until killed.
 
-Usage: python tests/crash_child.py DATABASE_URL THREAD_ID MARKER_FILE QUESTION
+Usage: python tests/crash_child.py DATABASE_URL THREAD_ID MARKER_FILE QUESTION [--lang L] [--env F]
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from pathlib import Path
 
 from typing_extensions import Unpack
 
+from apps.resuming import environment_ref
 from graph.builder import build_graph
 from graph.runner import run_diagnosis
 from persistence.store import open_persistence
 from state.context import Context
 from tools.backend import LogsOutput, LogsQuery, MetricsOutput, MetricsQuery
-from tools.environment import Environment
-from tools.sample import SampleBackend, default_environment
+from tools.environment import Environment, default_environment, load_environment
+from tools.sample import SampleBackend
 
 
 class StallingBackend(SampleBackend):
@@ -43,21 +45,33 @@ class StallingBackend(SampleBackend):
         return super().query_metrics(**query)
 
 
-def main(url: str, thread: str, marker: str, question: str) -> None:
-    persistence = open_persistence(url)
-    backend = StallingBackend(default_environment(), Path(marker))
-    app = build_graph(backend=backend, ledger=persistence.ledger, audit=persistence.audit).compile(
-        checkpointer=persistence.checkpointer
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("url")
+    parser.add_argument("thread")
+    parser.add_argument("marker")
+    parser.add_argument("question")
+    parser.add_argument("--lang", default="zh")
+    parser.add_argument("--env", default=None)
+    args = parser.parse_args(argv)
+    persistence = open_persistence(args.url)
+    environment = load_environment(args.env) if args.env else default_environment()
+    backend = StallingBackend(environment, Path(args.marker))
+    app = build_graph(
+        backend=backend,
+        ledger=persistence.ledger,
+        audit=persistence.audit,
+        locks=persistence.locks,
+        environment=environment_ref(args.env),
+    ).compile(checkpointer=persistence.checkpointer)
+    run_diagnosis(
+        app,
+        thread_id=args.thread,
+        context=Context(offline=True, tool_timeout_s=900.0, language=args.lang),
+        audit=persistence.audit,
+        question=args.question,
     )
-    with persistence.thread_lock(thread):
-        run_diagnosis(
-            app,
-            thread_id=thread,
-            context=Context(offline=True, tool_timeout_s=900.0),
-            audit=persistence.audit,
-            question=question,
-        )
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:5])
+    main(sys.argv[1:])

@@ -145,7 +145,7 @@ def test_adversarial_api_refuses_an_unstorable_question(
 ) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     body = json.dumps({"question": f"order-service {bad} failing?"}, ensure_ascii=True)
-    with TestClient(create_app(database_url, api_keys={})) as client:
+    with TestClient(create_app(database_url, api_keys={}), base_url="http://127.0.0.1") as client:
         response = client.post(
             "/api/chat", content=body, headers={"Content-Type": "application/json"}
         )

@@ -28,6 +28,8 @@ QUESTION = "order-service 为什么报 500 错误？"
 KEYS = {"key-alice": "alice", "key-bob": "bob"}
 ALICE = {"Authorization": "Bearer key-alice"}
 BOB = {"X-API-Key": "key-bob"}
+LOOPBACK = "http://127.0.0.1:8000"
+"""Keyless mode answers requests addressed to a loopback name only (DNS rebinding)."""
 
 
 @pytest.fixture(autouse=True)
@@ -264,7 +266,7 @@ def test_api_without_a_valid_key_is_401(
 
 
 def test_api_without_keys_is_open_as_anonymous(database_url: str) -> None:
-    with TestClient(create_app(database_url, api_keys={})) as client:
+    with TestClient(create_app(database_url, api_keys={}), base_url=LOOPBACK) as client:
         body = client.post("/api/chat", json={"question": QUESTION}).json()
 
         assert body["verdict"] == "PASS"
@@ -336,7 +338,9 @@ def test_api_invalid_chat_body_is_422_with_the_reason(
     client: TestClient, body: bytes, reason: str
 ) -> None:
     for path in ("/api/chat", "/api/chat_stream"):
-        response = client.post(path, content=body, headers=ALICE)
+        response = client.post(
+            path, content=body, headers={**ALICE, "Content-Type": "application/json"}
+        )
 
         assert response.status_code == 422
         assert reason in response.json()["error"]

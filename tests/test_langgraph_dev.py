@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import psycopg
 import pytest
 from langgraph_sdk import get_sync_client
@@ -109,11 +110,12 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 @dataclass(frozen=True)
 class Server:
-    """A running server: its base URL, working folder and log file."""
+    """A running server: its base URL, working folder, log file and process (group) id."""
 
     url: str
     workdir: Path
     log: Path
+    pid: int = 0
 
     def output(self) -> str:
         """What the server printed so far."""
@@ -173,7 +175,7 @@ def _running_server(workdir: Path, env: dict[str, str]) -> Iterator[Server]:
                     )
                     pytest.fail(f"langgraph dev {state}; its output:\n{output[-8000:]}")
                 time.sleep(0.5)
-            yield Server(url=url, workdir=workdir, log=log_path)
+            yield Server(url=url, workdir=workdir, log=log_path, pid=proc.pid)
         finally:
             _stop(proc)
 
@@ -389,7 +391,7 @@ def test_langgraph_dev_default_database_is_the_cli_sqlite_file(server: Server) -
     assert checkpoints > 0
     assert sessions == [(result["diagnosis_id"], "done", "PASS")]
     assert invocations >= 1
-    assert "Using custom checkpointer: AsyncSqliteSaver" in server.output()
+    assert "Using custom checkpointer: MaintainedAsyncSqliteSaver" in server.output()
 
 
 def test_langgraph_dev_writes_its_working_files_outside_the_project(server: Server) -> None:
@@ -443,7 +445,7 @@ def test_langgraph_dev_postgres_holds_checkpoints_and_audit_rows(
     assert final_answer == result["messages"][-1]["content"]
     assert invocations and {row[0] for row in invocations} == {diagnosis_id}
     assert invocations[0][1] == "inv-1"
-    assert "Using custom checkpointer: AsyncPostgresSaver" in postgres_server.output()
+    assert "Using custom checkpointer: MaintainedAsyncPostgresSaver" in postgres_server.output()
     _assert_no_blocking_error(postgres_server)
 
 
@@ -491,3 +493,42 @@ def test_langgraph_dev_chat_streams_carry_only_the_composed_answer(
         ]
         assert ai_texts
         assert all(text in (answer, "") or answer.startswith(text) for text in ai_texts)
+
+
+def _rollback_then_normal_run(url: str) -> None:
+    client = get_sync_client(url=url, timeout=120)
+    thread_id = client.threads.create()["thread_id"]
+    first = client.runs.create(thread_id, "superbiz", input=CHAT_INPUT)
+    second_input: dict[str, Any] = {
+        "messages": [{"role": "user", "content": "inventory-service 为什么变慢？"}]
+    }
+    second = client.runs.create(
+        thread_id, "superbiz", input=second_input, multitask_strategy="rollback"
+    )
+
+    client.runs.join(thread_id, second["run_id"])
+    done = client.runs.get(thread_id, second["run_id"])
+    assert done["status"] == "success", done
+    # The rolled-back run and its checkpoints are gone: the thread holds only the second question.
+    values = _thread_values(client, thread_id)
+    humans = [m["content"] for m in values["messages"] if m["type"] == "human"]
+    assert humans == ["inventory-service 为什么变慢？"]
+    with pytest.raises(httpx.HTTPStatusError) as gone:
+        client.runs.get(thread_id, first["run_id"])
+    assert gone.value.response.status_code == 404
+    # The queue is not frozen: a normal run on another thread finishes.
+    other = client.threads.create()["thread_id"]
+    _assert_pass_answer(_final_values(client.runs.wait(other, "superbiz", input=CHAT_INPUT)))
+
+
+def test_langgraph_dev_rollback_then_a_normal_run_finish_on_sqlite(server: Server) -> None:
+    _rollback_then_normal_run(server.url)
+    assert "adelete_for_runs is not implemented" not in server.output()
+
+
+@pytest.mark.postgres
+def test_langgraph_dev_rollback_then_a_normal_run_finish_on_postgres(
+    postgres_server: Server,
+) -> None:
+    _rollback_then_normal_run(postgres_server.url)
+    assert "adelete_for_runs is not implemented" not in postgres_server.output()

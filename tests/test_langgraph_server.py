@@ -149,7 +149,7 @@ def test_server_checkpointer_keeps_a_thread_in_the_configured_database(
     kind, first, again = asyncio.run(asyncio.wait_for(_diagnose_twice(thread), timeout=BOUND_S))
 
     expected = AsyncPostgresSaver if database_url.startswith("postgresql") else AsyncSqliteSaver
-    assert kind is expected
+    assert issubclass(kind, expected)
     assert [m.type for m in first] == ["human", "ai"]
     assert "校验结论：PASS" in first[-1].content
     assert [m.content for m in again] == [m.content for m in first]
@@ -163,7 +163,7 @@ def test_server_checkpointer_default_is_the_cli_sqlite_file() -> None:
 
     assert not default_sqlite_path().exists()
 
-    assert asyncio.run(enter()) is AsyncSqliteSaver
+    assert issubclass(asyncio.run(enter()), AsyncSqliteSaver)
     assert default_sqlite_path().is_file()
 
 

@@ -68,6 +68,7 @@ def diagnose(
         backend=SampleBackend(default_environment()),
         ledger=store.ledger,
         audit=store.audit,
+        locks=store.locks,
     ).compile(checkpointer=store.checkpointer)
     offline = get_model is None
     context = (
@@ -75,14 +76,13 @@ def diagnose(
         if composer_mode is None
         else Context(offline=offline, composer_mode=composer_mode)
     )
-    with store.thread_lock(thread):
-        return run_diagnosis(
-            app,
-            thread_id=thread,
-            context=context,
-            audit=store.audit,
-            question=question,
-        )
+    return run_diagnosis(  # the graph holds the thread's lock itself
+        app,
+        thread_id=thread,
+        context=context,
+        audit=store.audit,
+        question=question,
+    )
 
 
 # --- rows, channels --------------------------------------------------------------------------

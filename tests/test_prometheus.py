@@ -463,7 +463,7 @@ def test_healthz_reports_each_backend_without_failing_the_database(
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("SUPERBIZ_ALERTMANAGER_URL", f"http://127.0.0.1:{free_port()}")
     app = create_app(f"sqlite:///{tmp_path / 'api.sqlite'}", api_keys={})
-    with TestClient(app) as client:
+    with TestClient(app, base_url="http://127.0.0.1") as client:
         health = client.get("/healthz")
 
     body = health.json()

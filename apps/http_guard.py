@@ -1,0 +1,245 @@
+"""What a browser may do with the HTTP API: no cross-origin use unless allowed, no DNS rebinding.
+
+``ApiGuard`` wraps the API (ASGI middleware) and acts on ``/api/...`` and ``/healthz`` only; every
+other path (the LangGraph server's own routes, when the API is mounted there) passes untouched.
+
+- **CORS is off by default.** A preflight (``OPTIONS`` with ``Access-Control-Request-Method``)
+  from an origin not in ``SUPERBIZ_API_CORS_ORIGINS`` (comma-separated, e.g.
+  ``https://ops.example.com``) is refused with 403, and so is any request that carries such an
+  ``Origin`` and is not same-origin. Responses carry ``Access-Control-Allow-*`` headers only for an
+  allowed origin; headers an outer server added (the LangGraph server's wildcard CORS and its
+  private-network header) are removed.
+- **The ``Host`` header is checked in keyless mode.** Without API keys the API is open to whoever
+  reaches it, which ``superbiz serve`` allows on a loopback address only; a page on another site
+  could still reach it through DNS rebinding (its own host name resolving to 127.0.0.1). So a
+  request whose ``Host`` is not a loopback name (``localhost``, ``127.x.x.x``, ``[::1]``) or one of
+  ``SUPERBIZ_API_ALLOWED_HOSTS`` is refused with 403. With keys, the key is what counts.
+- **POST bodies must be JSON.** A POST with a body whose ``Content-Type`` is not
+  ``application/json`` gets 415: browsers send ``text/plain`` and form bodies cross-site without
+  a preflight.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from apps.auth import ApiKeys, ConfigError
+
+CORS_VAR = "SUPERBIZ_API_CORS_ORIGINS"
+HOSTS_VAR = "SUPERBIZ_API_ALLOWED_HOSTS"
+_ALLOW_HEADERS = "authorization, content-type, x-api-key"
+_ALLOW_METHODS = "GET, POST"
+
+
+def _listed(raw: str) -> tuple[str, ...]:
+    return tuple(item.strip().rstrip("/") for item in raw.split(",") if item.strip())
+
+
+@dataclass(frozen=True)
+class GuardSettings:
+    """Which origins may use the API from a browser, and which extra host names are this server.
+
+    Attributes:
+        cors_origins: Origins (``scheme://host[:port]``) allowed cross-origin; empty: none.
+        allowed_hosts: Host names accepted in keyless mode besides the loopback names.
+    """
+
+    cors_origins: tuple[str, ...] = ()
+    allowed_hosts: tuple[str, ...] = ()
+
+    @classmethod
+    def from_env(cls) -> GuardSettings:
+        """Read ``SUPERBIZ_API_CORS_ORIGINS`` and ``SUPERBIZ_API_ALLOWED_HOSTS``.
+
+        Raises:
+            ConfigError: for ``*`` (every origin is never allowed) or an origin without scheme.
+        """
+        origins = _listed(os.environ.get(CORS_VAR, ""))
+        for origin in origins:
+            if origin == "*" or "://" not in origin:
+                raise ConfigError(
+                    f"{CORS_VAR}: {origin!r} is not an origin; list origins such as "
+                    "https://ops.example.com (a wildcard is not accepted)"
+                )
+        hosts = tuple(h.lower() for h in _listed(os.environ.get(HOSTS_VAR, "")))
+        return cls(cors_origins=origins, allowed_hosts=hosts)
+
+
+def host_name(host_header: str) -> str:
+    """The host name of a ``Host`` header, without port or IPv6 brackets, lower-case."""
+    value = host_header.strip().lower()
+    if value.startswith("["):
+        return value[1:].split("]", 1)[0]
+    return value.rsplit(":", 1)[0] if value.count(":") == 1 else value
+
+
+def is_loopback_name(name: str) -> bool:
+    """``localhost`` (and its subdomains) and loopback addresses."""
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def _guarded(path: str) -> bool:
+    return path == "/healthz" or path == "/api" or path.startswith("/api/")
+
+
+def _json_error(status: int, message: str) -> tuple[Message, Message]:
+    body = json.dumps({"error": message}).encode()
+    start: Message = {
+        "type": "http.response.start",
+        "status": status,
+        "headers": [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+        ],
+    }
+    return start, {"type": "http.response.body", "body": body}
+
+
+class ApiGuard:
+    """ASGI middleware: CORS allow-list, ``Host`` check in keyless mode, JSON POST bodies.
+
+    Args:
+        app: The wrapped ASGI app.
+        keys: Returns the API keys (to tell keyless mode); may raise ``ConfigError``.
+        settings: The guard settings; None reads them from the environment on first use.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        keys: Callable[[], Awaitable[ApiKeys]],
+        settings: GuardSettings | None = None,
+    ) -> None:
+        self.app = app
+        self._keys = keys
+        self._settings = settings
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Check the request, then serve it with only the CORS headers this API grants."""
+        if scope["type"] != "http" or not _guarded(str(scope.get("path", ""))):
+            await self.app(scope, receive, send)
+            return
+        try:
+            if self._settings is None:
+                self._settings = GuardSettings.from_env()
+            refusal, allowed = await self._check(scope, self._settings)
+        except ConfigError as exc:
+            refusal, allowed = (500, f"the API is misconfigured: {exc}"), None
+        if refusal is not None:
+            for message in _json_error(*refusal):
+                await send(message)
+            return
+        method = str(scope.get("method", ""))
+        headers = Headers(scope=scope)
+        if (
+            allowed is not None
+            and method == "OPTIONS"
+            and ("access-control-request-method" in headers)
+        ):
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 204,
+                    "headers": [
+                        *_cors_headers(allowed),
+                        (b"access-control-allow-methods", _ALLOW_METHODS.encode()),
+                        (b"access-control-allow-headers", _ALLOW_HEADERS.encode()),
+                        (b"access-control-max-age", b"600"),
+                    ],
+                }
+            )
+            await send({"type": "http.response.body", "body": b""})
+            return
+
+        async def send_with_own_cors(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                kept = [
+                    (name, value)
+                    for name, value in message.get("headers", [])
+                    if not name.lower().startswith(b"access-control-")
+                ]
+                if allowed is not None:
+                    kept += _cors_headers(allowed)
+                message = {**message, "headers": kept}
+            await send(message)
+
+        await self.app(scope, receive, send_with_own_cors)
+
+    async def _check(
+        self, scope: Scope, settings: GuardSettings
+    ) -> tuple[tuple[int, str] | None, str | None]:
+        """``(refusal, allowed origin)``: the status and reason to refuse with, if any."""
+        headers = Headers(scope=scope)
+        host = headers.get("host", "")
+        try:
+            keyless = (await self._keys()).open
+        except ConfigError:
+            keyless = False  # the handler reports the configuration error
+        name = host_name(host)
+        if keyless and not (is_loopback_name(name) or name in settings.allowed_hosts):
+            return (
+                403,
+                f"Host {host!r} is not an address of this server: without API keys the API "
+                "answers only requests addressed to a loopback name (localhost, 127.0.0.1, "
+                f"[::1]), which stops DNS rebinding; set SUPERBIZ_API_KEYS, or list the name in "
+                f"{HOSTS_VAR}",
+            ), None
+        origin = headers.get("origin")
+        allowed: str | None = None
+        if origin is not None:
+            origin = origin.rstrip("/")
+            if origin in settings.cors_origins:
+                allowed = origin
+            elif not _same_origin(origin, host):
+                return (
+                    403,
+                    f"cross-origin requests from {origin} are not allowed; list the origin in "
+                    f"{CORS_VAR} to allow them",
+                ), None
+        method = str(scope.get("method", ""))
+        if method == "POST" and _has_body(headers) and not _is_json(headers):
+            return (
+                415,
+                "send the body as JSON with Content-Type: application/json (got "
+                f"{headers.get('content-type') or 'no Content-Type'})",
+            ), allowed
+        return None, allowed
+
+
+def _cors_headers(origin: str) -> Sequence[tuple[bytes, bytes]]:
+    return [
+        (b"access-control-allow-origin", origin.encode()),
+        (b"vary", b"Origin"),
+    ]
+
+
+def _same_origin(origin: str, host: str) -> bool:
+    return urlsplit(origin).netloc.lower() == host.strip().lower()
+
+
+def _has_body(headers: Headers) -> bool:
+    length = headers.get("content-length")
+    if length is not None:
+        return length.strip() not in ("", "0")
+    return "transfer-encoding" in headers
+
+
+def _is_json(headers: Headers) -> bool:
+    kind = headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    return kind == "application/json" or (
+        kind.startswith("application/") and kind.endswith("+json")
+    )

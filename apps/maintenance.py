@@ -1,0 +1,64 @@
+"""``superbiz db prune``: delete old checkpoints of finished diagnoses, keep the audit rows."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any, TextIO
+
+from persistence.database import DatabaseError
+from persistence.retention import prune_finished
+from persistence.store import open_persistence
+
+
+class PruneUsageError(ValueError):
+    """Bad input to ``db prune``; the message is the one-line reason."""
+
+
+def add_prune_parser(db_commands: Any, db_help: str) -> None:
+    """Add ``db prune`` to the ``db`` subcommands."""
+    prune = db_commands.add_parser(
+        "prune",
+        help="delete old checkpoints of finished diagnoses (the audit rows are kept)",
+        description="Keep only the newest checkpoint of every thread whose diagnoses all "
+        "finished more than N days ago (enough to continue its conversation or resume it); "
+        "delete the others. Audit rows and tool invocations are kept, so sessions show and "
+        "reverify still work. Servers do the same hourly when SUPERBIZ_RETENTION_DAYS is set.",
+    )
+    prune.add_argument(
+        "--keep-days",
+        type=float,
+        required=True,
+        metavar="N",
+        help="keep every checkpoint of threads active within the last N days (0: prune all "
+        "finished threads)",
+    )
+    prune.add_argument("--db", metavar="URL", help=db_help)
+
+
+def prune_command(args: argparse.Namespace, out: TextIO) -> int:
+    """Run ``db prune`` and print what it deleted.
+
+    Raises:
+        PruneUsageError: for a negative ``--keep-days`` or a database that cannot be used.
+    """
+    if args.keep_days < 0:
+        raise PruneUsageError(f"--keep-days must be at least 0, got {args.keep_days:g}")
+    try:
+        persistence = open_persistence(args.db)
+    except DatabaseError as exc:
+        raise PruneUsageError(str(exc)) from exc
+    try:
+        report = prune_finished(persistence.db, keep_days=args.keep_days)
+    except DatabaseError as exc:
+        raise PruneUsageError(str(exc)) from exc
+    finally:
+        persistence.close()
+    removed = report.removed
+    out.write(
+        f"{persistence.db.target.display}: pruned {report.threads} thread(s) finished more than "
+        f"{args.keep_days:g} day(s) ago: {removed.checkpoints} checkpoint(s), {removed.writes} "
+        f"write(s), {removed.blobs} blob(s) deleted; audit rows kept\n"
+    )
+    if report.busy:
+        out.write(f"skipped {len(report.busy)} thread(s) busy with a run\n")
+    return 0

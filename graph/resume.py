@@ -1,0 +1,131 @@
+"""A resume continues the run it resumes: the settings the diagnosis started with, or a refusal.
+
+``plan_resume`` finds the thread's interrupted diagnosis, reads the run settings stored with it
+(``diagnosis_session.run_settings``) and checks that they can be honoured here: a model-mode run
+needs a model endpoint (``OPENAI_API_KEY``); settings the caller asks for must be the stored ones.
+A resume that cannot continue the same run is refused with the reason, never finished
+differently (say, on the offline rules instead of the models it started with).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, cast
+
+from langchain_core.runnables import RunnableConfig
+
+from graph.guard import resumed_diagnosis_id
+from graph.runner import Graph, NothingToResume
+from persistence.audit import AuditStore
+from state.context import ROLES, Context
+from state.records import DiagnosisRecord
+from state.run_settings import RunSettings, context_from_settings
+
+
+class ResumeRefused(ValueError):
+    """The resume cannot continue the diagnosis with the settings it started with."""
+
+
+def models_configured() -> bool:
+    """True when a model endpoint can be used (``OPENAI_API_KEY`` is set)."""
+    return bool(os.environ.get("OPENAI_API_KEY"))
+
+
+@dataclass(frozen=True)
+class ResumePlan:
+    """What a resume runs: the diagnosis, its thread, and the settings it started with."""
+
+    thread_id: str
+    diagnosis_id: str
+    context: Context
+    environment: dict[str, Any]
+    record: DiagnosisRecord | None
+
+
+def _describe(ctx: Context) -> str:
+    if ctx.offline:
+        return "offline rules"
+    models = ", ".join(f"{role} {ctx.model_for(role)}" for role in ROLES if role != "composer")
+    return f"model mode ({models})"
+
+
+def plan_resume(
+    app: Graph,
+    audit: AuditStore,
+    thread_id: str,
+    *,
+    requested: Mapping[str, Any] | None = None,
+    models_available: Callable[[], bool] = models_configured,
+) -> ResumePlan:
+    """The resume of a thread's interrupted diagnosis, with the settings it started with.
+
+    Args:
+        app: A graph compiled on the thread's checkpointer.
+        audit: The audit store holding the diagnosis's record.
+        thread_id: The thread.
+        requested: ``Context`` fields the caller set explicitly for the resume (e.g. ``--lang``);
+            each must equal the stored value.
+        models_available: Whether model mode can run here.
+
+    Raises:
+        NothingToResume: when the thread has nothing interrupted.
+        ResumeRefused: when the stored settings cannot be honoured, or differ from ``requested``.
+    """
+    config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
+    snapshot = app.get_state(config)
+    if not snapshot.next:
+        raise NothingToResume(
+            f"thread {thread_id!r} has no interrupted diagnosis to resume"
+            + (" (its last diagnosis finished)" if snapshot.values else "")
+        )
+    diagnosis_id = resumed_diagnosis_id(snapshot)
+    if diagnosis_id is None:
+        raise ResumeRefused(
+            f"the run interrupted on thread {thread_id!r} stopped before its diagnosis started, "
+            "so there are no settings to continue with; ask the question again"
+        )
+    record = audit.get(diagnosis_id)
+    if record is None:
+        raise ResumeRefused(
+            f"the run interrupted on thread {thread_id!r} stopped before its diagnosis started, "
+            "so there are no settings to continue with; ask the question again"
+        )
+    stored = record["run_settings"]
+    environment: dict[str, Any] = {}
+    if stored:
+        settings = cast(RunSettings, stored)
+        try:
+            context = context_from_settings(settings)
+        except (TypeError, ValueError) as exc:
+            raise ResumeRefused(
+                f"diagnosis {diagnosis_id}: its stored run settings cannot be read ({exc})"
+            ) from exc
+        environment = dict(settings.get("environment") or {})
+    else:  # recorded before run settings were stored: what the state says about the run
+        run_info = snapshot.values.get("run_info") or {}
+        context = Context(
+            offline=bool(run_info.get("offline", True)),
+            language="en" if run_info.get("language") == "en" else "zh",
+        )
+    for name, value in (requested or {}).items():
+        if getattr(context, name) != value:
+            raise ResumeRefused(
+                f"diagnosis {diagnosis_id} started with {name}={getattr(context, name)!r}; a "
+                f"resume continues it with the settings it started with, so {name}={value!r} "
+                "cannot be used (drop the option, or ask the question again on a new thread)"
+            )
+    if not context.offline and not models_available():
+        raise ResumeRefused(
+            f"diagnosis {diagnosis_id} ran in {_describe(context)}, but no model endpoint is "
+            "configured here: set OPENAI_API_KEY (and OPENAI_BASE_URL) to resume it; it is not "
+            "finished on the offline rules, which would give a different answer"
+        )
+    return ResumePlan(
+        thread_id=thread_id,
+        diagnosis_id=str(diagnosis_id),
+        context=context,
+        environment=environment,
+        record=record,
+    )
