@@ -323,7 +323,7 @@ class Service:
         """
         with self._config_lock:
             if self._backend is None:
-                self._backend = configured_backend()
+                self._backend = configured_backend(database=self._database_url)
             return self._backend
 
     def close(self) -> None:
@@ -432,7 +432,7 @@ class Service:
         if plan.environment not in ({}, self.environment()) and not self._custom_backend:
             graph = build_graph(
                 get_model=self._get_model,
-                backend=backend_for(plan.environment),
+                backend=backend_for(plan.environment, database=self._database_url),
                 ledger=persistence.ledger,
                 audit=persistence.audit,
                 locks=persistence.locks,

@@ -225,6 +225,8 @@ def _parser() -> argparse.ArgumentParser:
         "when all answer, 1 otherwise.",
     )
     doctor.add_argument("--json", action="store_true", help="print one JSON object instead")
+    doctor.add_argument("--db", metavar="URL", help=DB_HELP + "; where the runbook index is")
+    _kb_parser(commands)
     config = commands.add_parser("config", help="show the backend configuration")
     config_commands = config.add_subparsers(dest="config_command", metavar="ACTION")
     config_commands.required = True
@@ -232,6 +234,45 @@ def _parser() -> argparse.ArgumentParser:
         "show", help="print the effective settings (environment over superbiz.toml), secrets masked"
     )
     return parser
+
+
+def _kb_parser(commands: Any) -> None:
+    kb = commands.add_parser(
+        "kb",
+        help="the runbook index: build it, search it",
+        description="Index Markdown runbooks and postmortems (chunked by headings) in the "
+        "configured database, and search them as lookup_knowledge does.",
+    )
+    kb_commands = kb.add_subparsers(dest="kb_command", metavar="ACTION")
+    kb_commands.required = True
+    index = kb_commands.add_parser(
+        "index",
+        help="bring the index in line with runbook folders (default SUPERBIZ_RUNBOOKS)",
+        description="Index every *.md / *.markdown file below the folders: unchanged files are "
+        "skipped (size, modification time, content hash), changed ones re-chunked, deleted ones "
+        "and those of folders not named removed. Progress goes to stderr.",
+    )
+    index.add_argument("folders", nargs="*", metavar="DIR", help="runbook folders")
+    index.add_argument("--db", metavar="URL", help=DB_HELP)
+    search = kb_commands.add_parser(
+        "search", help="look a query up in the index (the folders of SUPERBIZ_RUNBOOKS)"
+    )
+    search.add_argument("query", help='what to look for, e.g. "KubePodCrashLooping"')
+    search.add_argument("--top-k", type=int, default=3, help="documents at most (1-10, default 3)")
+    search.add_argument("--json", action="store_true", help="print the documents as JSON")
+    search.add_argument("--db", metavar="URL", help=DB_HELP)
+
+
+def kb_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """``kb index`` and ``kb search``."""
+    from apps.knowledge import KnowledgeUsageError, kb_index_command, kb_search_command
+
+    try:
+        if args.kb_command == "index":
+            return kb_index_command(args.folders, args.db, out, err)
+        return kb_search_command(args.query, args.top_k, args.db, args.json, out, err)
+    except KnowledgeUsageError as exc:
+        raise UsageError(str(exc)) from exc
 
 
 _OPTIONS = (
@@ -377,7 +418,7 @@ def diagnose(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     ctx = _context(args)
     try:
         environment = load_environment(args.env) if args.env else None
-        backend = configured_backend(environment=environment)
+        backend = configured_backend(environment=environment, database=args.db)
         env_ref = environment_ref(args.env)
     except (EnvironmentFileError, ConfigError) as exc:
         raise UsageError(str(exc)) from exc
@@ -401,7 +442,7 @@ def diagnose(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                         "continues it on the same evidence, so drop --env"
                     )
                 ctx, env_ref = plan.context, plan.environment
-                backend = backend_for(env_ref)
+                backend = backend_for(env_ref, database=args.db)
             app = build_graph(
                 backend=backend,
                 ledger=persistence.ledger,
@@ -872,7 +913,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "serve":
             return serve_command(args, sys.stdout, sys.stderr)
         if args.command == "doctor":
-            return doctor_command(args.json, sys.stdout, sys.stderr)
+            return doctor_command(args.json, sys.stdout, sys.stderr, database=args.db)
+        if args.command == "kb":
+            return kb_command(args, sys.stdout, sys.stderr)
         if args.command == "config":
             return config_show_command(sys.stdout, sys.stderr)
     except UsageError as exc:

@@ -28,7 +28,7 @@ def _line(report: BackendReport) -> str:
     return f"{report['backend']:<13} {status:<4}{url}  {report['detail']}"
 
 
-def doctor_command(as_json: bool, out: TextIO, err: TextIO) -> int:
+def doctor_command(as_json: bool, out: TextIO, err: TextIO, *, database: str | None = None) -> int:
     """Check every configured backend, one line each; 0 when all answer, else 1."""
     try:
         settings = load_settings()
@@ -38,7 +38,7 @@ def doctor_command(as_json: bool, out: TextIO, err: TextIO) -> int:
         else:
             out.write(f"config        FAIL  {exc}\n")
         return 1
-    reports = check_backends(configured_backend(settings))
+    reports = check_backends(configured_backend(settings, database=database, progress=None))
     secrets = settings.secrets()
     for report in reports:
         report["detail"] = redact(report["detail"], secrets)
@@ -67,5 +67,6 @@ def config_show_command(out: TextIO, err: TextIO) -> int:
     width = max(len(name) for name, _, _ in rows)
     for name, value, origin in rows:
         out.write(f"{name:<{width}}  {value}  ({origin})\n")
-    out.write("evidence: " + "; ".join(part_names(configured_backend(settings))) + "\n")
+    backend = configured_backend(settings, progress=None)
+    out.write("evidence: " + "; ".join(part_names(backend)) + "\n")
     return 0

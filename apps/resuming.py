@@ -43,8 +43,8 @@ def environment_ref(path: str | None) -> dict[str, Any]:
     return ref
 
 
-def backend_for(environment: Mapping[str, Any]) -> EvidenceBackend:
-    """The evidence backend of a recorded environment.
+def backend_for(environment: Mapping[str, Any], *, database: str | None = None) -> EvidenceBackend:
+    """The evidence backend of a recorded environment (``database`` holds the runbook index).
 
     Raises:
         ResumeRefused: when the environment file cannot be read any more, the real backends the
@@ -63,11 +63,13 @@ def backend_for(environment: Mapping[str, Any]) -> EvidenceBackend:
             f"now {', '.join(now) or 'none'} are configured: configure the same ones to resume"
         )
     if kind == "sample":
-        return configured_backend(settings)
+        return configured_backend(settings, database=database)
     if kind == "file":
         path = str(environment.get("path", ""))
         try:
-            return configured_backend(settings, environment=load_environment(path))
+            return configured_backend(
+                settings, environment=load_environment(path), database=database
+            )
         except EnvironmentFileError as exc:
             raise ResumeRefused(
                 f"the diagnosis ran on the environment file {path}, which cannot be used now: {exc}"

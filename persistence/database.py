@@ -169,6 +169,15 @@ class Transaction:
             return []
         return [_plain_row(row) for row in self._cursor.fetchall()]
 
+    def execute_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        """Execute one statement once per parameter row (no result rows)."""
+        if not rows:
+            return
+        if self.dialect == "sqlite":
+            self._cursor.executemany(sql.replace("%s", "?"), [tuple(r) for r in rows])
+            return
+        self._cursor.executemany(sql, [tuple(r) for r in rows])
+
     def json(self, value: Any) -> Any:
         """A JSON parameter for this dialect."""
         if value is None:

@@ -131,6 +131,7 @@ class AlertEntry(TypedDict, total=False):
     threshold: JSONScalar
     summary: str
     active_at: str
+    runbook_url: str
 
 
 class SeriesEntry(TypedDict, total=False):
@@ -162,11 +163,13 @@ class ToolOutput(TypedDict, total=False):
 
     ``total``, ``alerts_total`` and ``series_total`` count matches before any bound (the totals
     of ``query_metrics`` are present when the backend reported them or the runner cut entries).
-    ``window_start`` / ``window_end``: the absolute window a metrics backend queried.
+    ``window_start`` / ``window_end``: the absolute window a metrics or log backend queried.
+    ``total_at_least``: ``total`` is a lower bound (the log source did not count every match).
     """
 
     logs: list[LogEntry]
     total: int
+    total_at_least: bool
     alerts: list[AlertEntry]
     alerts_total: int
     series: list[SeriesEntry]
@@ -194,6 +197,7 @@ class RetrievalDetails(TypedDict, total=False):
     relevance: list[str | None]
     source_docs: list[str | None]
     deduped: list[str]
+    runbook_urls: list[str]
 
 
 class InvocationDraft(TypedDict):
@@ -585,6 +589,9 @@ class QuestionFacets(TypedDict):
     status_codes: list[str]
     about_alerts: bool
     about_errors: bool
+    error_level: str
+    """The log level that counts as "the errors" asked about: a level the question names as a
+    word (``FATAL``, ``PANIC``, ``CRITICAL``), else ``ERROR``."""
 
 
 class CoverageReport(TypedDict):

@@ -14,6 +14,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 
+from tests.opensearch_kit import opensearch_url  # noqa: F401  (a session fixture)
 from tests.prometheus_kit import prometheus_stack  # noqa: F401  (a session fixture)
 
 _real_connect = socket.socket.connect
@@ -51,9 +52,18 @@ def _no_backend_configuration(
 ) -> None:
     """No real backend unless a test configures one: an empty config file, no backend variable."""
     for name in list(os.environ):
-        if name.startswith(("SUPERBIZ_PROMETHEUS_", "SUPERBIZ_ALERTMANAGER_")) or name in {
+        if name.startswith(
+            (
+                "SUPERBIZ_PROMETHEUS_",
+                "SUPERBIZ_ALERTMANAGER_",
+                "SUPERBIZ_LOKI_",
+                "SUPERBIZ_OPENSEARCH_",
+            )
+        ) or name in {
             "SUPERBIZ_QUERY_TIMEOUT_S",
             "SUPERBIZ_SERVICE_LABEL",
+            "SUPERBIZ_LOG_FILES",
+            "SUPERBIZ_RUNBOOKS",
         }:
             monkeypatch.delenv(name)
     empty = tmp_path_factory.getbasetemp() / "superbiz-empty.toml"
@@ -100,6 +110,8 @@ _TABLES = (
     "checkpoint_writes",
     "thread_owner",
     "diagnosis_lease",
+    "kb_chunk",
+    "kb_file",
     "superbiz_schema",
 )
 

@@ -122,6 +122,9 @@ class AlertmanagerAlerts:
             text = annotations.get("summary") or annotations.get("description")
             if isinstance(text, str) and text.strip():
                 entry["summary"] = one_line(text, 500)
+            url = annotations.get("runbook_url")
+            if isinstance(url, str) and url.strip():
+                entry["runbook_url"] = one_line(url, 500)
         starts_at = _time(raw.get("startsAt"))
         if starts_at is not None:
             entry["active_at"] = starts_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -51,11 +51,18 @@ def parse_timestamp(value: str) -> datetime:
 
 
 class LogsOutput(TypedDict):
-    """What ``query_logs`` returns: ``total`` counts the matches before the limit."""
+    """What ``query_logs`` returns: ``total`` counts the matches before the limit.
+
+    A real source reports the absolute window it searched (``window_start``, ``window_end``) and,
+    when it knows only a lower bound of the matches, ``total_at_least: true``.
+    """
 
     logs: list[LogEntry]
     total: int
     truncated: bool
+    total_at_least: NotRequired[bool]
+    window_start: NotRequired[str]
+    window_end: NotRequired[str]
 
 
 class MetricsOutput(TypedDict):

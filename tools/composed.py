@@ -4,13 +4,14 @@
 
 - nothing configured: the sample backend over ``--env FILE`` or the bundled sample incident, as
   before;
-- a real backend configured (``tools.config``): ``ComposedBackend`` with metrics (and alerts) from
-  Prometheus / Alertmanager, and logs and knowledge from the environment file when one is given.
-  Without one, logs and knowledge are *unavailable* (an ``error`` invocation saying so): the
-  bundled sample incident is never mixed into answers about real systems.
+- a real source configured (``tools.config``): ``ComposedBackend``, one part per kind of
+  evidence, each served by its configured source: metrics (and alerts) by Prometheus /
+  Alertmanager, logs by Loki, OpenSearch or local log files (at most one), knowledge by the
+  runbook index. A kind without a configured source is served by the environment file when one
+  is given, else it is *unavailable* (an ``error`` invocation saying so): the bundled sample
+  incident is never mixed into answers about real systems.
 
-Each kind (logs, metrics, knowledge, time) is one part, so a later log or runbook backend is one
-more part. ``services()`` joins the services every part knows.
+``services()`` joins the services every part knows.
 """
 
 from __future__ import annotations
@@ -36,7 +37,11 @@ from tools.backend import (
 )
 from tools.config import ConfigError, Settings, load_settings
 from tools.environment import Environment, default_environment
+from tools.logfiles import FileLogs
+from tools.loki import LokiLogs
+from tools.opensearch import OpenSearchLogs
 from tools.prometheus import PrometheusMetrics
+from tools.runbooks import Progress, RunbookIndex, stderr_progress
 from tools.sample import SampleBackend
 
 
@@ -125,8 +130,19 @@ class ComposedBackend:
         """Alerts and series from the metrics part."""
         return self.metrics.query_metrics(**query)
 
-    def lookup_knowledge(self, *, query: str, top_k: int = 3) -> KnowledgeOutput:
-        """Documents from the knowledge part."""
+    @property
+    def follows_runbook_urls(self) -> bool:
+        """Whether the knowledge part puts the runbooks alerts point at first."""
+        return bool(getattr(self.knowledge, "follows_runbook_urls", False))
+
+    def lookup_knowledge(
+        self, *, query: str, top_k: int = 3, runbook_urls: Sequence[str] = ()
+    ) -> KnowledgeOutput:
+        """Documents from the knowledge part (``runbook_urls`` when it follows them)."""
+        if runbook_urls and isinstance(self.knowledge, RunbookIndex):
+            return self.knowledge.lookup_knowledge(
+                query=query, top_k=top_k, runbook_urls=runbook_urls
+            )
         return self.knowledge.lookup_knowledge(query=query, top_k=top_k)
 
     def get_current_time(self, *, timezone: str | None = None) -> TimeOutput:
@@ -182,13 +198,19 @@ def check_backends(backend: EvidenceBackend) -> list[BackendReport]:
 
 
 def configured_backend(
-    settings: Settings | None = None, *, environment: Environment | None = None
+    settings: Settings | None = None,
+    *,
+    environment: Environment | None = None,
+    database: str | None = None,
+    progress: Progress | None = stderr_progress,
 ) -> EvidenceBackend:
     """The evidence backend the configuration names (see the module docstring).
 
     Args:
         settings: The configuration; None reads it (``tools.config.load_settings``).
         environment: An environment file's content (``--env FILE``); None when not given.
+        database: Where the runbook index lives (``--db``; None: the configured database).
+        progress: Where the runbook index reports indexing on first use (default stderr).
 
     Raises:
         ConfigError: When the configuration cannot be used.
@@ -196,33 +218,79 @@ def configured_backend(
     settings = settings if settings is not None else load_settings()
     if not settings.real:
         return SampleBackend(environment if environment is not None else default_environment())
+    metrics = _metrics(settings)
+    file_backend: SampleBackend | None = None
+    if environment is not None:
+        # Only the kinds no configured source serves; its `now` gives way to the real time.
+        kept: Environment = Environment(
+            logs=environment.get("logs", []), documents=environment.get("documents", [])
+        )
+        if metrics is None:
+            kept["alerts"] = environment.get("alerts", [])
+            kept["series"] = environment.get("series", [])
+        file_backend = SampleBackend(kept)
+    fix = "set {} or pass --env FILE to serve an environment file's {}"
+    logs: _Logs = (
+        _logs(settings)
+        or file_backend
+        or Unavailable(
+            "log",
+            fix.format("SUPERBIZ_LOKI_URL, SUPERBIZ_OPENSEARCH_URL or SUPERBIZ_LOG_FILES", "logs"),
+        )
+    )
+    knowledge: _Knowledge
+    if settings.runbooks:
+        knowledge = RunbookIndex(settings.runbooks, database=database, progress=progress)
+    else:
+        knowledge = file_backend or Unavailable(
+            "runbook", fix.format("SUPERBIZ_RUNBOOKS", "documents")
+        )
+    return ComposedBackend(
+        logs=logs,
+        metrics=metrics
+        or file_backend
+        or Unavailable(
+            "metrics",
+            fix.format(
+                "SUPERBIZ_PROMETHEUS_URL (or SUPERBIZ_ALERTMANAGER_URL)", "alerts and series"
+            ),
+        ),
+        knowledge=knowledge,
+        clock=RealClock(),
+    )
+
+
+def _metrics(settings: Settings) -> PrometheusMetrics | None:
     prometheus = settings.backend("prometheus")
     alertmanager_settings = settings.backend("alertmanager")
+    if prometheus is None and alertmanager_settings is None:
+        return None
     alertmanager = (
         AlertmanagerAlerts(alertmanager_settings, timeout_s=settings.query_timeout_s)
         if alertmanager_settings is not None
         else None
     )
-    metrics = PrometheusMetrics(
+    return PrometheusMetrics(
         prometheus,
         alertmanager=alertmanager,
         service_labels=settings.service_labels,
         timeout_s=settings.query_timeout_s,
     )
-    if environment is not None:
-        # Its alerts and series give way to the real ones, its `now` to the real time.
-        logs, documents = environment.get("logs", []), environment.get("documents", [])
-        file_backend = SampleBackend(Environment(logs=logs, documents=documents))
-        return ComposedBackend(
-            logs=file_backend, metrics=metrics, knowledge=file_backend, clock=RealClock()
+
+
+def _logs(settings: Settings) -> _Logs | None:
+    source = settings.log_source
+    if source == "log_files":
+        return FileLogs(settings.log_files)
+    loki = settings.backend("loki")
+    if source == "loki" and loki is not None:
+        return LokiLogs(
+            loki, service_labels=settings.service_labels, timeout_s=settings.query_timeout_s
         )
-    fix = "pass --env FILE to serve an environment file's {}"
-    return ComposedBackend(
-        logs=Unavailable("log", fix.format("logs")),
-        metrics=metrics,
-        knowledge=Unavailable("runbook", fix.format("documents")),
-        clock=RealClock(),
-    )
+    opensearch = settings.backend("opensearch")
+    if source == "opensearch" and opensearch is not None:
+        return OpenSearchLogs(opensearch, timeout_s=settings.query_timeout_s)
+    return None
 
 
 def part_names(backend: EvidenceBackend) -> Sequence[str]:
@@ -234,9 +302,21 @@ def part_names(backend: EvidenceBackend) -> Sequence[str]:
         if isinstance(part, Unavailable):
             return "none"
         if isinstance(part, PrometheusMetrics):
+            if part.client is None:
+                return "alertmanager"
             return "prometheus" + (" + alertmanager" if part.alertmanager is not None else "")
         if isinstance(part, SampleBackend):
             return "environment file"
+        if isinstance(part, LokiLogs):
+            return "loki"
+        if isinstance(part, OpenSearchLogs):
+            return f"opensearch (index {part.index})"
+        if isinstance(part, FileLogs):
+            return "log files (" + ", ".join(part.services()) + ")"
+        if isinstance(part, RunbookIndex):
+            count = len(part.folders)
+            folders = f"{count} folder{'s' if count != 1 else ''}"
+            return f"runbook index ({folders}, {part.db.target.display})"
         return "real time"
 
     return [

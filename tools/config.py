@@ -11,6 +11,10 @@ Each backend has the same connection keys: ``url``, ``token`` (bearer), ``user``
 of its own (``BACKEND_SPECS``). A backend is configured when its ``url`` is set. Secrets (token,
 password, header values) never appear in a message, a ``repr`` or ``describe``: errors name the
 variable or key, never a secret's value.
+
+Two sources are no HTTP backends: local log files (``SUPERBIZ_LOG_FILES``, ``service=glob`` pairs
+separated by ``;``) and runbook folders (``SUPERBIZ_RUNBOOKS``, folders separated by ``;``). At most
+one log source (Loki, OpenSearch, log files) may be configured.
 """
 
 from __future__ import annotations
@@ -34,6 +38,15 @@ DEFAULT_FILE = "superbiz.toml"
 DEFAULT_SERVICE_LABELS: tuple[str, ...] = ("service", "job", "app")
 DEFAULT_QUERY_TIMEOUT_S = 20.0
 MASK = "****"
+DEFAULT_OPENSEARCH_INDEX = "logs-*"
+DEFAULT_OPENSEARCH_FIELDS: dict[str, str] = {
+    "timestamp": "@timestamp",
+    "level": "level",
+    "service": "service",
+    "instance": "host",
+    "message": "message",
+}
+"""The document field of each role, unless ``SUPERBIZ_OPENSEARCH_FIELDS`` names another."""
 
 CONNECTION_KEYS = ("url", "token", "user", "password", "headers", "ca_file", "insecure")
 SECRET_KEYS = frozenset({"token", "password"})
@@ -84,6 +97,10 @@ class Settings:
     """The TOML file that was read, if any."""
     origins: Mapping[str, str] = field(default_factory=dict)
     """Where each set variable came from: ``environment`` or the file's path."""
+    log_files: tuple[tuple[str, str], ...] = ()
+    """``(service, glob)`` pairs of local log files, in the order given."""
+    runbooks: tuple[str, ...] = ()
+    """Folders of Markdown runbooks (absolute paths)."""
 
     def backend(self, name: str) -> BackendSettings | None:
         """One configured backend, or None."""
@@ -91,8 +108,15 @@ class Settings:
 
     @property
     def real(self) -> bool:
-        """Whether any real backend is configured (else the bundled sample is used)."""
-        return bool(self.backends)
+        """Whether any real source is configured (else the bundled sample is used)."""
+        return bool(self.backends or self.log_files or self.runbooks)
+
+    @property
+    def log_source(self) -> str | None:
+        """The configured log source (``loki``, ``opensearch``, ``log_files``), or None."""
+        if self.log_files:
+            return "log_files"
+        return next((name for name in LOG_SOURCES if name in self.backends), None)
 
     def secrets(self) -> list[str]:
         """Every secret value of every backend, longest first."""
@@ -111,6 +135,34 @@ def _positive_int(low: int, high: int) -> Callable[[object], int]:
         return number
 
     return check
+
+
+def _tenant(value: object) -> str:
+    if not isinstance(value, str) or not value.strip() or any(c in value for c in "\r\n"):
+        raise ValueError("must be a tenant name (one line of text)")
+    return value.strip()
+
+
+def _index_pattern(value: object) -> str:
+    text = value.strip() if isinstance(value, str) else ""
+    if not text or not re.fullmatch(r'[^\s/\\?"<>|#]+', text):
+        raise ValueError(
+            "must be an index name or pattern without spaces, / or ?, e.g. logs-* or app-*,web-*"
+        )
+    return text
+
+
+def _log_fields(value: object) -> dict[str, str]:
+    data = _json_object(value)
+    unknown = sorted(str(k) for k in data if k not in DEFAULT_OPENSEARCH_FIELDS)
+    if unknown:
+        raise ValueError(
+            f"has unknown field role(s) {', '.join(unknown)}; the roles are "
+            + ", ".join(DEFAULT_OPENSEARCH_FIELDS)
+        )
+    if not all(isinstance(v, str) and v.strip() for v in data.values()):
+        raise ValueError("must map each role to a field name (a non-empty string)")
+    return {**DEFAULT_OPENSEARCH_FIELDS, **{str(k): str(v).strip() for k, v in data.items()}}
 
 
 def _string_map(value: object) -> dict[str, str]:
@@ -142,13 +194,35 @@ BACKEND_SPECS: dict[str, dict[str, OptionSpec]] = {
         ),
     },
     "alertmanager": {},
+    "loki": {
+        "tenant": OptionSpec(
+            _tenant, None, "tenant sent as X-Scope-OrgID (a multi-tenant Loki, Grafana Cloud)"
+        ),
+    },
+    "opensearch": {
+        "index": OptionSpec(
+            _index_pattern, DEFAULT_OPENSEARCH_INDEX, "index pattern searched (default logs-*)"
+        ),
+        "fields": OptionSpec(
+            _log_fields,
+            dict(DEFAULT_OPENSEARCH_FIELDS),
+            "JSON object naming the document fields: timestamp, level, service, instance, "
+            "message (defaults @timestamp, level, service, host, message)",
+        ),
+    },
 }
 """The backends this version knows, with their own keys besides ``CONNECTION_KEYS``."""
+
+LOG_SOURCES = ("loki", "opensearch", "log_files")
+"""The log sources; at most one may be configured."""
 
 TOP_LEVEL_HELP = {
     "config": "TOML file with these settings (default ./superbiz.toml when it exists)",
     "query_timeout_s": "seconds one backend request may take (default 20)",
     "service_label": "labels naming a service, tried in order (default service,job,app)",
+    "log_files": "local log files: service=glob pairs separated by ; "
+    "(e.g. postgres=/var/log/postgresql/*.log;api=/srv/api/*.jsonl)",
+    "runbooks": "folders of Markdown runbooks and postmortems, separated by ;",
 }
 CONNECTION_HELP = {
     "url": "base URL of the API",
@@ -359,6 +433,14 @@ def load_settings(
     labels = DEFAULT_SERVICE_LABELS
     if labels_raw is not None:
         labels = _labels(labels_raw, origin.name(None, "service_label", labels_env))
+    files_raw, files_env = pick(None, "log_files", document)
+    log_files: tuple[tuple[str, str], ...] = ()
+    if files_raw is not None:
+        log_files = _log_files(files_raw, origin.name(None, "log_files", files_env), base)
+    runbooks_raw, runbooks_env = pick(None, "runbooks", document)
+    runbooks: tuple[str, ...] = ()
+    if runbooks_raw is not None:
+        runbooks = _runbooks(runbooks_raw, origin.name(None, "runbooks", runbooks_env), base)
 
     backends: dict[str, BackendSettings] = {}
     for name, options in BACKEND_SPECS.items():
@@ -377,13 +459,96 @@ def load_settings(
                 f"{name} URL, or remove the other {name} settings"
             )
         backends[name] = _backend(name, values, options, origin)
+    sources = [
+        name for name in LOG_SOURCES if name in backends or (name == "log_files" and log_files)
+    ]
+    if len(sources) > 1:
+        named = [_setting_name(name, origins, path) for name in sources]
+        raise ConfigError(
+            f"{' and '.join(named)} are both set: at most one log source (Loki, OpenSearch or "
+            "local log files) can serve query_logs; unset all but one"
+        )
     return Settings(
         backends=backends,
         service_labels=labels,
         query_timeout_s=timeout,
         config_file=str(path) if path is not None else None,
         origins=origins,
+        log_files=log_files,
+        runbooks=runbooks,
     )
+
+
+def _setting_name(source: str, origins: Mapping[str, str], path: Path | None) -> str:
+    """How a log source is named in a message: its variable, or its key in the file."""
+    variable = (
+        variable_name(None, "log_files") if source == "log_files" else variable_name(source, "url")
+    )
+    if origins.get(variable, "environment") == "environment" or path is None:
+        return variable
+    key = "log_files" if source == "log_files" else f"{source}.url"
+    return f"{key} in {path}"
+
+
+def _log_files(value: object, where: str, base: Path) -> tuple[tuple[str, str], ...]:
+    """``service=glob;...`` (or a TOML table service -> glob or [globs]) as ``(service, glob)``."""
+    pairs: list[tuple[str, str]] = []
+    example = "e.g. postgres=/var/log/postgresql/*.log;api=/srv/api/*.jsonl"
+    if isinstance(value, dict):
+        for service, globs in value.items():
+            items = globs if isinstance(globs, list) else [globs]
+            for item in items:
+                if not isinstance(item, str):
+                    raise ConfigError(f"{where}: {service} must name a glob or a list of globs")
+                pairs.append((str(service).strip(), item.strip()))
+    elif isinstance(value, str):
+        for part in value.split(";"):
+            if not part.strip():
+                continue
+            service, sep, pattern = part.partition("=")
+            if not sep:
+                raise ConfigError(
+                    f"{where}: {part.strip()!r} is not service=glob; write service=glob pairs "
+                    f"separated by ; ({example})"
+                )
+            pairs.append((service.strip(), pattern.strip()))
+    else:
+        raise ConfigError(f"{where} must be service=glob pairs separated by ; ({example})")
+    checked: list[tuple[str, str]] = []
+    for service, pattern in pairs:
+        if not service or any(ch.isspace() for ch in service):
+            raise ConfigError(f"{where}: service name {service!r} must be one word ({example})")
+        if not pattern:
+            raise ConfigError(f"{where}: {service}= names no file ({example})")
+        path = Path(pattern).expanduser()
+        checked.append((service, str(path if path.is_absolute() else base / path)))
+    if not checked:
+        raise ConfigError(f"{where} names no file ({example})")
+    return tuple(checked)
+
+
+def _runbooks(value: object, where: str, base: Path) -> tuple[str, ...]:
+    """Folders separated by ``;`` (or a TOML array), each an existing directory."""
+    if isinstance(value, str):
+        items = [part.strip() for part in value.split(";")]
+    elif isinstance(value, list) and all(isinstance(part, str) for part in value):
+        items = [str(part).strip() for part in value]
+    else:
+        raise ConfigError(f"{where} must be folders separated by ; (or a TOML array of folders)")
+    folders: list[str] = []
+    for item in items:
+        if not item:
+            continue
+        path = Path(item).expanduser()
+        path = path if path.is_absolute() else base / path
+        if not path.is_dir():
+            raise ConfigError(
+                f"{where}: {item} is not a folder; name folders of Markdown runbooks separated by ;"
+            )
+        folders.append(str(path.resolve()))
+    if not folders:
+        raise ConfigError(f"{where} names no folder")
+    return tuple(dict.fromkeys(folders))
 
 
 def _refuse_unknown(env: Mapping[str, str], document: Mapping[str, Any], path: Path | None) -> None:
@@ -409,7 +574,8 @@ def _refuse_unknown(env: Mapping[str, str], document: Mapping[str, Any], path: P
         elif key not in TOP_LEVEL_HELP or key == "config":
             raise ConfigError(
                 f"unknown key {key} in {path}; top-level keys are query_timeout_s, "
-                f"service_label, and the tables {', '.join(f'[{n}]' for n in BACKEND_SPECS)}"
+                "service_label, log_files, runbooks, and the tables "
+                + ", ".join(f"[{n}]" for n in BACKEND_SPECS)
             )
 
 
@@ -529,6 +695,13 @@ def describe(settings: Settings) -> list[tuple[str, str, str]]:
     rows.append((timeout, f"{settings.query_timeout_s:g}", origin(timeout)))
     label = variable_name(None, "service_label")
     rows.append((label, ",".join(settings.service_labels), origin(label)))
+    files = variable_name(None, "log_files")
+    if settings.log_files:
+        shown_files = ";".join(f"{service}={glob}" for service, glob in settings.log_files)
+        rows.append((files, shown_files, origin(files)))
+    runbooks = variable_name(None, "runbooks")
+    if settings.runbooks:
+        rows.append((runbooks, ";".join(settings.runbooks), origin(runbooks)))
     for name in BACKEND_SPECS:
         backend = settings.backend(name)
         if backend is None:

@@ -257,6 +257,7 @@ class _Alert(_Entry):
     threshold: _Scalar = None
     summary: str | None = None
     active_at: str | None = None
+    runbook_url: str | None = None
 
 
 class _Series(_Entry):

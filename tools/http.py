@@ -123,15 +123,55 @@ class BackendClient:
             redact(message, self.settings.secrets()), kind=kind, setting=setting, status=status
         )
 
-    def get_json(self, path: str, params: Mapping[str, str] | None = None) -> Any:
+    def get_json(
+        self, path: str, params: Mapping[str, str] | None = None, *, not_found_key: str = "url"
+    ) -> Any:
         """GET ``<url>/<path>`` and decode its JSON answer.
+
+        Args:
+            path: Below the base URL.
+            params: Query parameters.
+            not_found_key: The setting a 404 points at (``url``; ``index`` for a search).
 
         Raises:
             BackendRequestError: For any failure (see the class).
         """
+        return self.request_json("GET", path, params=params, not_found_key=not_found_key)
+
+    def post_json(
+        self,
+        path: str,
+        body: object,
+        params: Mapping[str, str] | None = None,
+        *,
+        not_found_key: str = "url",
+    ) -> Any:
+        """POST a JSON body to ``<url>/<path>`` and decode its JSON answer (see ``get_json``)."""
+        return self.request_json(
+            "POST", path, params=params, body=body, not_found_key=not_found_key
+        )
+
+    def request_json(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        body: object = None,
+        not_found_key: str = "url",
+    ) -> Any:
+        """One request with an optional JSON body; its JSON answer (see ``get_json``)."""
+        content = None if body is None else json.dumps(body, ensure_ascii=False).encode("utf-8")
+        headers = {"Content-Type": "application/json"} if content is not None else None
         try:
-            with self._http().stream("GET", path.lstrip("/"), params=dict(params or {})) as answer:
-                body = self._read(answer)
+            with self._http().stream(
+                method,
+                path.lstrip("/"),
+                params=dict(params or {}),
+                content=content,
+                headers=headers,
+            ) as answer:
+                body_bytes = self._read(answer)
                 status = answer.status_code
         except httpx.TimeoutException:
             self._fail(
@@ -151,6 +191,7 @@ class BackendClient:
             self._fail("unreachable", f"cannot connect ({reason})", "url")
         except httpx.HTTPError as exc:
             self._fail("unreachable", f"request failed ({one_line(str(exc))})", "url")
+        body = body_bytes
         if status in (401, 403):
             said = self._error_reader(status, body)
             key = "user" if self.settings.user is not None else "token"
@@ -169,10 +210,12 @@ class BackendClient:
                 status,
             )
         if status == 404:
+            said = self._error_reader(status, body) if not_found_key != "url" else None
             self._fail(
                 "not_found",
-                f"HTTP 404 for /{path.lstrip('/')} (is this the API's base URL?)",
-                "url",
+                f"HTTP 404 for /{path.lstrip('/')}"
+                + (f": {said}" if said else " (is this the API's base URL?)"),
+                not_found_key,
                 status,
             )
         if not 200 <= status < 300:

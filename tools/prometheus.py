@@ -381,6 +381,10 @@ class PrometheusMetrics:
         summary = _summary(raw.get("annotations"))
         if summary is not None:
             entry["summary"] = summary
+        annotations = raw.get("annotations")
+        url = annotations.get("runbook_url") if isinstance(annotations, dict) else None
+        if isinstance(url, str) and url.strip():
+            entry["runbook_url"] = one_line(url, 500)
         active_at = _iso_text(raw.get("activeAt"))
         if active_at is not None:
             entry["active_at"] = active_at

@@ -127,8 +127,9 @@ def summary_text(tool_name: str, arguments: Mapping[str, object], output: ToolOu
     ``query_metrics`` counts alerts and series separately, ``... alerts <a> of <ta>, series <s>
     of <ts> (complete|truncated)``, each total the output's ``alerts_total`` / ``series_total``
     when it has one (never less than what was returned), after ``window=<start>/<end>`` when the
-    backend reports the absolute window it queried. ``truncated`` when fewer entries were
-    returned than matched or the output says ``truncated`` (a field was capped).
+    backend reports the absolute window it queried (``query_logs`` too). ``truncated`` when fewer
+    entries were returned than matched or the output says ``truncated`` (a field was capped). A
+    log total the source knows only as a lower bound reads ``matched <n> of at least <total>``.
     """
     parts = [tool_name]
     parts += [
@@ -150,13 +151,20 @@ def summary_text(tool_name: str, arguments: Mapping[str, object], output: ToolOu
         parts.append(f"alerts {alerts} of {alerts_total}, series {series} of {series_total}")
         parts[-1] += f" ({'truncated' if incomplete else 'complete'})"
         return " ".join(parts)
+    of = ""
     if tool_name == "query_logs":
         returned = len(output.get("logs", []))
         total = output.get("total", returned)
+        window = (output.get("window_start"), output.get("window_end"))
+        if window[0] and window[1]:
+            parts.append(f"window={window[0]}/{window[1]}")
+        if output.get("total_at_least") is True:
+            of = "at least "
     else:
         returned = total = len(output.get("documents", []))
     incomplete = returned < total or output.get("truncated") is True
-    parts.append(f"matched {returned} of {total} ({'truncated' if incomplete else 'complete'})")
+    state = "truncated" if incomplete else "complete"
+    parts.append(f"matched {returned} of {of}{total} ({state})")
     return " ".join(parts)
 
 

@@ -75,14 +75,18 @@ def _clean(value: JSONValue) -> JSONValue:
     return value
 
 
-def _cap_strings(value: JSONValue, cap: int) -> tuple[JSONValue, bool]:
-    """Cap every string inside ``value`` at ``cap`` characters; tell whether any was cut."""
+def _cap_strings(value: object, cap: int) -> tuple[object, bool]:
+    """Cap every string inside ``value`` at ``cap`` characters; tell whether any was cut.
+
+    Works on what a backend returned, before any copy into JSON: dicts, lists and tuples are
+    walked, other values are left as they are.
+    """
     if isinstance(value, str):
         return (value[:cap] + TRUNCATION_MARKER, True) if len(value) > cap else (value, False)
     if isinstance(value, dict):
         pairs = {key: _cap_strings(item, cap) for key, item in value.items()}
         return {key: item for key, (item, _) in pairs.items()}, any(c for _, c in pairs.values())
-    if isinstance(value, list):
+    if isinstance(value, list | tuple):
         items = [_cap_strings(item, cap) for item in value]
         return [item for item, _ in items], any(cut for _, cut in items)
     return value, False
@@ -171,6 +175,7 @@ class ToolRunner:
         output: ToolOutput | None = None
         error: str | None = None
         details = RetrievalDetails(evidence_refs=[])
+        urls: list[str] = []
 
         model = ARGUMENT_MODELS.get(name)
         if model is None:
@@ -190,7 +195,10 @@ class ToolRunner:
             else:
                 arguments = validated.model_dump(exclude_none=True, exclude_unset=True)
                 timeout = self._timeout_s if timeout_s is None else timeout_s
-                output, error = self._execute(name, validated, timeout)
+                if name == KNOWLEDGE_TOOL and getattr(self._backend, "follows_runbook_urls", False):
+                    urls = self._runbook_urls(diagnosis_id, str(arguments.get("query", "")))
+                extra = {"runbook_urls": urls} if urls else {}
+                output, error = self._execute(name, validated, timeout, extra)
 
         status: InvocationStatus = "error"
         if output is not None:
@@ -198,6 +206,8 @@ class ToolRunner:
             details = RetrievalDetails(evidence_refs=build_evidence_refs(name, arguments, output))
             if name == KNOWLEDGE_TOOL:
                 details.update(self._mark_deduped(diagnosis_id, output))
+                if urls:
+                    details["runbook_urls"] = urls
         return self._ledger.record(
             InvocationDraft(
                 diagnosis_id=diagnosis_id,
@@ -215,13 +225,36 @@ class ToolRunner:
             )
         )
 
+    def _runbook_urls(self, diagnosis_id: str, query: str) -> list[str]:
+        """Runbook URLs of the alerts returned earlier in this diagnosis that the query names.
+
+        An alert is named by its name or its service; the knowledge backend puts the runbooks
+        these URLs point at first.
+        """
+        wanted = query.casefold()
+        urls: list[str] = []
+        for row in self._ledger.list(diagnosis_id):
+            if row["tool_name"] != "query_metrics" or row["output"] is None:
+                continue
+            for alert in row["output"].get("alerts", []):
+                url = alert.get("runbook_url")
+                named = [alert.get("alert_name"), alert.get("service")]
+                if url and any(n and n.casefold() in wanted for n in named):
+                    urls.append(url)
+        return list(dict.fromkeys(urls))
+
     def _execute(
-        self, name: str, validated: BaseModel, timeout_s: float | None
+        self,
+        name: str,
+        validated: BaseModel,
+        timeout_s: float | None,
+        extra: Mapping[str, object] | None = None,
     ) -> tuple[ToolOutput | None, str | None]:
         """Call the backend; return ``(output, None)`` or ``(None, error text)``."""
         method: Callable[..., object] = getattr(self._backend, name)
         try:
-            result = self._call_with_timeout(method, validated.model_dump(), timeout_s)
+            kwargs = {**validated.model_dump(), **(extra or {})}
+            result = self._call_with_timeout(method, kwargs, timeout_s)
         except _Timeout:
             return None, f"timed out after {format_value(timeout_s)}s"
         except Exception as exc:  # any backend failure becomes an error row
@@ -229,13 +262,14 @@ class ToolRunner:
         if not isinstance(result, dict):
             return None, f"backend returned {type(result).__name__}, expected an object"
         try:
-            plain = _plain(result)
+            # Bounded first: a 10 MB message is cut before anything copies it (the JSON below).
+            plain = _plain(self._bound(name, result, validated))
         except (TypeError, ValueError) as exc:
             return None, f"backend returned data that is not JSON-compatible ({exc})"
         if not isinstance(plain, dict):
             return None, "backend returned data that is not a JSON object"
         try:
-            return _OUTPUT.validate_python(self._bound(name, plain, validated)), None
+            return _OUTPUT.validate_python(plain), None
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(part) for part in first["loc"])
@@ -258,10 +292,14 @@ class ToolRunner:
         except FutureTimeout:
             raise _Timeout() from None
 
-    def _bound(self, name: str, output: JSONObject, validated: BaseModel) -> JSONObject:
-        """Limit entry counts and cap string fields; set ``truncated`` when anything was cut."""
+    def _bound(self, name: str, output: Mapping[str, object], validated: BaseModel) -> JSONObject:
+        """Limit entry counts and cap string fields; set ``truncated`` when anything was cut.
+
+        Runs on the backend's own result, before it is copied into plain JSON, so the copy costs
+        what the bounded output costs whatever the backend returned.
+        """
         if name in HELPER_TOOLS:
-            capped, _ = _cap_strings(output, self._field_cap)
+            capped, _ = _cap_strings(dict(output), self._field_cap)
             return capped if isinstance(capped, dict) else {}
         limit = MAX_ENTRIES
         if name == "query_logs":
@@ -273,15 +311,16 @@ class ToolRunner:
         returned = 0
         for array in ENTRY_ARRAYS[name]:
             found = output.get(array)
-            entries = found[:limit] if isinstance(found, list) else []
-            cut_any = cut_any or (isinstance(found, list) and len(found) > limit)
+            listed = found if isinstance(found, list | tuple) else []
+            entries = list(listed[:limit])
+            cut_any = cut_any or len(listed) > limit
             capped, cut = _cap_strings(entries, self._field_cap)
-            bounded[array] = capped
+            bounded[array] = capped  # type: ignore[assignment]  # made plain by the caller
             cut_any = cut_any or cut
             returned = len(entries)
             if name == "query_metrics":
                 matched = _count(output.get(f"{array}_total"))
-                matched = max(matched or 0, len(found) if isinstance(found, list) else 0)
+                matched = max(matched or 0, len(listed))
                 if matched > returned or f"{array}_total" in output:
                     bounded[f"{array}_total"] = matched
         if name == "query_logs":
@@ -289,13 +328,19 @@ class ToolRunner:
             if not isinstance(total, int) or isinstance(total, bool) or total < returned:
                 total = returned
             bounded["total"] = total
-            bounded["truncated"] = bool(output.get("truncated")) or cut_any or total > returned
+            at_least = output.get("total_at_least") is True
+            if at_least:
+                bounded["total_at_least"] = True
+            bounded["truncated"] = (
+                bool(output.get("truncated")) or cut_any or total > returned or at_least
+            )
         elif cut_any or output.get("truncated") is True:
             bounded["truncated"] = True
-        if name == "query_metrics":
+        if name in ("query_metrics", "query_logs"):
             for key in ("window_start", "window_end"):
-                if isinstance(output.get(key), str):
-                    bounded[key] = output[key]
+                value = output.get(key)
+                if isinstance(value, str):
+                    bounded[key] = value[:64]
         return bounded
 
     def _mark_deduped(self, diagnosis_id: str, output: ToolOutput) -> RetrievalDetails:

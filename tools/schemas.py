@@ -123,8 +123,9 @@ ARGUMENT_MODELS: dict[str, type[BaseModel]] = {
 TOOL_DESCRIPTIONS: dict[str, str] = {
     "query_logs": (
         "Search log lines of the services. Filters combine: service (exact), level, text in the "
-        "message, and a time window. Returns the matching lines in time order, at most `limit`, "
-        "with how many matched in total."
+        "message, and a time window. Returns at most `limit` matching lines with how many "
+        "matched in total; a real log source searches the last hour unless start and end say "
+        "otherwise (24 h at most) and returns the newest lines first."
     ),
     "query_metrics": (
         "Get alerts (firing or resolved) and metric series summaries (min, max, last) for a "

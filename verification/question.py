@@ -258,7 +258,24 @@ def analyze_question(
         status_codes=codes,
         about_alerts=about_alerts,
         about_errors=about_errors,
+        error_level=error_level(text),
     )
+
+
+_SEVERE_LEVELS = (("fatal", "FATAL"), ("panic", "PANIC"), ("critical", "CRITICAL"))
+
+
+def error_level(question: str) -> str:
+    """The log level a question asks about as its errors: one it names as a word, else ERROR.
+
+    "postgres 最近有什么 FATAL 错误？" asks for ``FATAL`` entries (PostgreSQL logs a failed
+    connection as ``FATAL``, not ``ERROR``).
+    """
+    lowered = question.casefold()
+    for word, level in _SEVERE_LEVELS:
+        if re.search(rf"(?<![a-z]){word}(?![a-z])", lowered):
+            return level
+    return "ERROR"
 
 
 def is_percentile(name: str) -> bool:

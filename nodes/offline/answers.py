@@ -156,14 +156,15 @@ def confirm(
                 writer.claim("negative_observation", text, [summary_binding(result)])
         return
     for service in scopes(services, found["unknown_services"]):
-        logs = log_result(results, service, "ERROR")
+        level = found["error_level"]
+        logs = log_result(results, service, level)
         if logs is not None and logs.status == "ok":
             index = examples(logs, found)[0]
             writer.log_lines(logs, index, answer=t["yes"], counted=bool(service))
             messages = [str(e.get("message", "")) for e in logs.entries("logs")]
             for code in found["status_codes"]:
                 if service and not any(code in m for m in messages):
-                    writer.gap(t["code_missing"].format(service=service, level="ERROR", code=code))
+                    writer.gap(t["code_missing"].format(service=service, level=level, code=code))
         elif logs is not None and logs.status == "no_hit" and service:
             writer.no_logs(logs, answer=t["no"])
         metrics = metrics_result(results, service)
@@ -223,7 +224,8 @@ def why(
 ) -> None:
     """A why question: observations per service along the trail the messages name."""
     slow = bool(SLOW_SYMPTOMS & set(found["symptoms"] + found["metrics"]))
-    levels = ("WARN", "ERROR") if slow else LEVELS
+    error = found["error_level"]
+    levels = ("WARN", error) if slow else (error, *LEVELS[1:])
     order = list(services)
     for result in results:
         if result.tool == "query_logs" and result.service and result.service not in order:
@@ -232,7 +234,7 @@ def why(
     seen = frozenset(
         concept
         for result in results
-        if result.tool == "query_logs" and result.level == "ERROR"
+        if result.tool == "query_logs" and result.level == error
         for entry in result.entries("logs")
         for concept in concepts_in(str(entry.get("message", "")))
     )
@@ -354,7 +356,7 @@ def overview(writer: Writer, found: QuestionFacets, results: list[Result]) -> No
         for index in firing[:3]:
             writer.alert(metrics, index)
     covered: set[str] = set()
-    for level, limit in (("ERROR", 3), ("WARN", 2)):
+    for level, limit in ((found["error_level"], 3), ("WARN", 2)):
         logs = log_result(results, None, level)
         if logs is None:
             continue

@@ -80,7 +80,7 @@ class OfflineExecutor(OfflineModel):
         investigated = [r.service for r in results if r.tool == "query_logs" and r.service]
         new: list[str] = []
         for result in results:
-            if result.tool != "query_logs" or result.level not in LEVELS:
+            if result.tool != "query_logs" or result.level not in (found["error_level"], *LEVELS):
                 continue
             for entry in result.entries("logs"):
                 for name in names_in(str(entry.get("message", "")), known, result.service):
@@ -105,7 +105,7 @@ class OfflineExecutor(OfflineModel):
         steps: list[Step] = []
         if found["kind"] == "why" and found["services"] and turns <= MAX_HOPS:
             for service in self.hops(found, results, known):
-                steps.append(("query_logs", {"service": service, "level": "ERROR"}))
+                steps.append(("query_logs", {"service": service, "level": found["error_level"]}))
                 steps.append(("query_logs", {"service": service, "level": "WARN"}))
             if steps and not everything:
                 return steps
@@ -126,7 +126,7 @@ class OfflineExecutor(OfflineModel):
         terms = [c for c in found["metrics"] + found["symptoms"] if c not in _QUIET_CONCEPTS]
         if found["kind"] in ("why", "overview"):
             for result in results:
-                if result.tool == "query_logs" and result.level in LEVELS:
+                if result.tool == "query_logs" and result.level in (found["error_level"], *LEVELS):
                     for index in examples(result, found)[:2]:
                         entry = result.entries("logs")[index]
                         terms += concepts_in(str(entry.get("message", "")))

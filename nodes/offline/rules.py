@@ -7,7 +7,8 @@ evidence backend knows (``known_services`` of the task), so the rules work on an
 - a confirmation question queries exactly the thing asked: the named alert (everywhere, and for
   the named service), the alerts of a service, or its ERROR logs and metrics;
 - a why question queries the metrics, ERROR logs and WARN logs of each service it names, most
-  telling first (WARN first for slowness); the executor then follows the services the messages
+  telling first (WARN first for slowness); a level the question names (``FATAL``, ``PANIC``,
+  ``CRITICAL``) is queried instead of ERROR; the executor then follows the services the messages
   name, and looks up runbooks for the symptoms it saw;
 - an overview queries every alert and series, ERROR and WARN logs;
 - a service the backend does not know is queried for logs and metrics once, to show there are
@@ -65,9 +66,9 @@ def analysis(facts: dict[str, Any]) -> QuestionFacets:
     return analyze_question(str(facts.get("question", "")), known, stems=True)
 
 
-def _log_steps(service: str | None, slow: bool) -> list[Step]:
+def _log_steps(service: str | None, slow: bool, level: str = "ERROR") -> list[Step]:
     scope = {"service": service} if service else {}
-    error: Step = ("query_logs", {**scope, "level": "ERROR"})
+    error: Step = ("query_logs", {**scope, "level": level})
     warn: Step = ("query_logs", {**scope, "level": "WARN"})
     metrics: Step = ("query_metrics", dict(scope))
     return [warn, metrics, error] if slow else [error, metrics, warn]
@@ -99,7 +100,7 @@ def _confirm_steps(found: QuestionFacets) -> list[Step]:
         return steps
     for target in scopes(services, unknown):
         scope = {"service": target} if target else {}
-        steps.append(("query_logs", {**scope, "level": "ERROR"}))
+        steps.append(("query_logs", {**scope, "level": found["error_level"]}))
         steps.append(("query_metrics", dict(scope)))
     return steps
 
@@ -128,7 +129,7 @@ def plan_steps(facts: dict[str, Any]) -> list[Step]:
         steps = _confirm_steps(found)
     else:
         for target in scopes(services, unknown):
-            steps += _log_steps(target, slow)
+            steps += _log_steps(target, slow, found["error_level"])
     for service in unknown:
         steps.append(("query_logs", {"service": service}))
         steps.append(("query_metrics", {"service": service}))

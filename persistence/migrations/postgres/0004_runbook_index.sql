@@ -1,0 +1,34 @@
+-- The runbook library's index (superbiz kb index): one row per indexed Markdown file and one per
+-- chunk (a section under one heading path), searched by full text (tsvector + GIN, ts_rank_cd).
+-- The *_terms columns hold the text as the index tokenises it: words, identifiers split into
+-- their parts beside the whole, CJK text as overlapping bigrams.
+CREATE TABLE IF NOT EXISTS kb_file (
+    path       TEXT PRIMARY KEY,
+    root       TEXT NOT NULL,
+    source     TEXT NOT NULL,
+    sha256     TEXT NOT NULL,
+    size       BIGINT NOT NULL,
+    mtime_ns   BIGINT NOT NULL,
+    title      TEXT NOT NULL,
+    chunks     INTEGER NOT NULL,
+    indexed_at TIMESTAMPTZ NOT NULL DEFAULT now()
+);
+CREATE TABLE IF NOT EXISTS kb_chunk (
+    id            BIGSERIAL PRIMARY KEY,
+    path          TEXT NOT NULL REFERENCES kb_file (path) ON DELETE CASCADE,
+    ordinal       INTEGER NOT NULL,
+    doc_id        TEXT NOT NULL UNIQUE,
+    title         TEXT NOT NULL,
+    source        TEXT NOT NULL,
+    chunk         TEXT NOT NULL,
+    name_terms    TEXT NOT NULL,
+    heading_terms TEXT NOT NULL,
+    body_terms    TEXT NOT NULL,
+    search        TSVECTOR GENERATED ALWAYS AS (
+        setweight(to_tsvector('english', name_terms), 'A')
+        || setweight(to_tsvector('english', heading_terms), 'B')
+        || setweight(to_tsvector('english', body_terms), 'D')
+    ) STORED
+);
+CREATE INDEX IF NOT EXISTS kb_chunk_path ON kb_chunk (path, ordinal);
+CREATE INDEX IF NOT EXISTS kb_chunk_search ON kb_chunk USING GIN (search);
