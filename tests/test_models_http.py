@@ -604,10 +604,25 @@ def test_models_http_usage_fields_are_summed_and_recorded(model_env: FakeOpenAI)
     values, audit = _diagnose()
 
     # planner, executor twice, verifier: 10 prompt and 10 completion tokens each.
-    assert values["usage"] == {"calls": 4, "input_tokens": 40, "output_tokens": 40}
+    sent = sum(
+        len(message["content"])
+        for body in model_env.requests
+        for message in body["messages"]
+        if isinstance(message.get("content"), str)
+    )
+    assert values["usage"] == {
+        "calls": 4,
+        "input_tokens": 40,
+        "output_tokens": 40,
+        "input_chars": values["usage"]["input_chars"],
+    }
+    # The characters counted are the message texts the endpoint received (plus tool-call
+    # arguments, which these requests carry in the assistant messages).
+    assert sent <= values["usage"]["input_chars"] <= sent + 1000
     (record,) = audit.list()
     usage: Any = cast(Any, record["self_evaluation"])["usage"]
     assert (usage["calls"], usage["input_tokens"], usage["output_tokens"]) == (4, 40, 40)
+    assert usage["input_chars"] == values["usage"]["input_chars"]
     assert usage["budgets"]["max_model_calls"] == 40
     assert usage["stopped"] is None
 

@@ -1,10 +1,10 @@
 """What the offline executor has seen: its tool results as structured data.
 
 Each answered tool call becomes a ``Result``: the call's arguments and the invocation's output
-entries (from the tool message's ``artifact``, ``nodes.executor.tool_artifact``), and its refs
-(``raw_path`` -> exact text, from the tool message the model reads) to bind claims to. Entries
-are never recovered by re-reading rendered ref texts, so a log line without ``instance`` or a
-message with odd characters is read as it is.
+entries (from the tool message's ``artifact``, ``nodes.executor_context.tool_artifact``), and
+its refs (``raw_path`` -> exact text, from the tool message the model reads) to bind claims to.
+Entries are never recovered by re-reading rendered ref texts, so a log line without ``instance``
+or a message with odd characters is read as it is.
 """
 
 from __future__ import annotations
