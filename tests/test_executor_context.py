@@ -17,7 +17,7 @@ from nodes.executor_context import (
 )
 from nodes.offline import OfflineVerifier
 from state.context import Context
-from state.records import Invocation, LogEntry
+from state.records import Invocation, JSONObject, LogEntry
 from state.settings import SettingsError
 from tests.records import binding, claim, invocation
 from tests.records import log_entry as log
@@ -59,7 +59,7 @@ def ledger_row(index: int, lines: int) -> Invocation:
         log(f"line {n} of call {index}: HTTP 503 after 30000ms", service="svc-0")
         for n in range(lines)
     ]
-    args = {"service": "svc-0", "level": "ERROR", "limit": 100}
+    args: JSONObject = {"service": "svc-0", "level": "ERROR", "limit": 100}
     output: Any = {"logs": logs, "total": lines}
     refs = build_evidence_refs("query_logs", args, output)
     return invocation(

@@ -729,9 +729,10 @@ def test_models_http_cli_exits_1_with_the_reason_and_3_when_unavailable(
     import apps.cli as cli
 
     fast = _fast_policy(Waits())
-    monkeypatch.setattr(cli, "make_model_factory", lambda: make_model_factory(fast))
+    monkeypatch.setattr("graph.models.make_model_factory", lambda: make_model_factory(fast))
     monkeypatch.setattr(
-        cli, "build_graph", lambda **kw: build_graph(get_model=make_model_factory(fast), **kw)
+        "graph.builder.build_graph",
+        lambda **kw: build_graph(get_model=make_model_factory(fast), **kw),
     )
     db = f"sqlite:///{tmp_path / 'cli.sqlite'}"
 
