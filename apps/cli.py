@@ -534,7 +534,7 @@ def _interruptible(run: Callable[[], T]) -> T:
 
 def _failure_code(cause: BaseException) -> int:
     """Exit status of a failed run: 3 when its dependency is down, else 1."""
-    from graph.model_calls import ModelCallFailed
+    from graph.model_failures import ModelCallFailed
     from persistence.database import DatabaseUnavailable
 
     if isinstance(cause, DatabaseUnavailable):
