@@ -174,8 +174,20 @@ def _kind_of(message: str) -> str:
 
 
 def _same_kind(kind: str, seen: list[str]) -> bool:
-    """Messages that differ only in numbers, ids or a path are one kind."""
-    return any(difflib.SequenceMatcher(None, kind, other).ratio() >= SAME_KIND for other in seen)
+    """Messages that differ only in numbers, ids or a path are one kind.
+
+    ``real_quick_ratio`` and ``quick_ratio`` are upper bounds of ``ratio``: a pair they already
+    put below the threshold is not compared in full (the answer is the same, far cheaper).
+    """
+    for other in seen:
+        if kind == other:
+            return True
+        matcher = difflib.SequenceMatcher(None, kind, other)
+        if matcher.real_quick_ratio() < SAME_KIND or matcher.quick_ratio() < SAME_KIND:
+            continue
+        if matcher.ratio() >= SAME_KIND:
+            return True
+    return False
 
 
 def examples(
