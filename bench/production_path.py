@@ -316,7 +316,8 @@ def main(argv: list[str] | None = None) -> int:
             )
     if args.profile:
         profile(args.profile, 10, args.top)
-    return 0 if ok else 1
+    print("all targets met" if ok else "some targets missed (see above)")
+    return 0  # a benchmark reports; it never fails (see bench/README.md)
 
 
 if __name__ == "__main__":
