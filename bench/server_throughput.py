@@ -4,7 +4,8 @@ Both servers run as separate processes with two uvicorn workers on one throw-awa
 database, reached through a loopback proxy that counts round trips. The load is offline
 diagnoses, a new thread per request, 16 requests in flight:
 
-- **superbiz**: ``POST /api/chat`` ``{"question": ...}`` (no API keys, loopback);
+- **superbiz**: ``POST /api/chat`` ``{"question": ...}`` (no API keys, loopback, no rate limit:
+  the whole load is one caller);
 - **bare**: a minimal Starlette endpoint that runs a bare LangGraph graph of the same number of
   super-steps (14) on LangGraph's PostgresSaver over a psycopg pool with superbiz's settings
   (connection options and health check).
@@ -116,6 +117,7 @@ class Load:
     seconds: float = 0.0
     latencies: list[float] = field(default_factory=list)
     errors: int = 0
+    statuses: dict[int, int] = field(default_factory=dict)
     trips: int = 0
 
     @property
@@ -141,6 +143,7 @@ async def drive(url: str, body: dict[str, Any], requests: int, load: Load) -> No
                 load.latencies.append(elapsed)
             else:
                 load.errors += 1
+                load.statuses[response.status_code] = load.statuses.get(response.status_code, 0) + 1
 
     limits = httpx.Limits(max_connections=CONCURRENCY)
     async with httpx.AsyncClient(timeout=120.0, limits=limits) as client:
@@ -196,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
                 **os.environ,
                 "SUPERBIZ_OFFLINE": "1",
                 "LANGSMITH_TRACING": "false",
+                "SUPERBIZ_API_RATE_PER_MIN": "0",  # no rate limit: the load is one caller
             }
             env.pop("OPENAI_API_KEY", None)
             env.pop("SUPERBIZ_API_KEYS", None)
@@ -259,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
             fmt(percentile(load.latencies, 95), 0),
             fmt(percentile(load.latencies, 99), 0),
             fmt(load.trips / max(len(load.latencies) + load.errors, 1), 0),
-            str(load.errors),
+            str(load.errors) + (f" {load.statuses}" if load.statuses else ""),
         ]
         for load in (real, bare)
     ]
