@@ -196,6 +196,14 @@ class RunbookIndex:
         self._synced_at: float | None = None
         self._lock = threading.Lock()
 
+    @property
+    def title(self) -> str:
+        """What serves the knowledge, in words (``config show``)."""
+        count = len(self.folders)
+        return (
+            f"runbook index ({count} folder{'s' if count != 1 else ''}, {self.db.target.display})"
+        )
+
     def close(self) -> None:
         """Close the index's database connection."""
         self.db.close()
