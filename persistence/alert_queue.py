@@ -202,15 +202,19 @@ class AlertQueue:
                 )
                 if inserted:
                     created.add(item.diagnosis_id)
-        return [
-            Enqueued(
-                diagnosis_id=str(found[i]["diagnosis_id"]) if i in found else item.diagnosis_id,
-                thread_id=str(found[i]["thread_id"]) if i in found else item.thread_id,
-                group_key=item.group_key,
-                created=i not in found and item.diagnosis_id in created,
+        result: list[Enqueued] = []
+        for i, item in enumerate(items):
+            first = i not in found and item.diagnosis_id in created
+            created.discard(item.diagnosis_id)  # a repeat within the call is not new
+            result.append(
+                Enqueued(
+                    diagnosis_id=str(found[i]["diagnosis_id"]) if i in found else item.diagnosis_id,
+                    thread_id=str(found[i]["thread_id"]) if i in found else item.thread_id,
+                    group_key=item.group_key,
+                    created=first,
+                )
             )
-            for i, item in enumerate(items)
-        ]
+        return result
 
     def record_resolved(self, owner: str, group_key: str) -> list[str]:
         """Mark the group's investigations resolved (once); return their diagnosis ids."""
