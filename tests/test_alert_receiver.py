@@ -272,14 +272,15 @@ def test_receiver_full_queue_is_429_and_a_restart_runs_what_was_queued(
     database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("SUPERBIZ_ALERT_QUEUE_MAX", "2")
-    stopped = TestClient(create_app(database_url, api_keys=KEYS))  # no lifespan: no workers
+    app = create_app(database_url, api_keys=KEYS)
+    stopped = TestClient(app)  # no lifespan: no workers
     bodies = [group(f"g{n}", ("HighErrorRate", f"f{n}", "2026-12-01T10:00:00Z")) for n in range(3)]
     answers = [stopped.post("/api/alertmanager", json=b, headers=ALICE) for b in bodies]
 
     assert [a.status_code for a in answers] == [202, 202, 429]
     assert answers[2].headers["retry-after"] == "30"
     assert "the alert queue is full" in answers[2].json()["error"]
-    stopped.app.state.superbiz.close()
+    app.state.superbiz.close()
     with TestClient(create_app(database_url, api_keys=KEYS)) as restarted:
         rows = finished(restarted, ALICE, 2)
         assert {r["status"] for r in rows} == {"done"}
