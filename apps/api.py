@@ -869,7 +869,7 @@ def create_app(
             lambda: service.open()[0], partial(service.resume, None), sweep_interval()
         )
         sweeper.start()  # orphaned diagnoses: now, then periodically
-        alerts.start()  # the alert queue left by earlier runs, then each notification
+        await anyio.to_thread.run_sync(alerts.start)  # the queue earlier runs left, then new
         try:
             yield
         finally:
