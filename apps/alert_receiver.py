@@ -423,7 +423,9 @@ class AlertReceiver:
         while not self._stop.is_set():
             try:
                 queue = self._queue()
-                queue.renew(settings.claim_s)
+                with self._held_lock:
+                    held = sorted(self._held)
+                queue.renew(held, settings.claim_s)
                 queued, failed = queue.recover(settings.max_attempts)
                 if queued:
                     logger.info("alert investigations queued again: %s", ", ".join(queued))

@@ -277,14 +277,19 @@ class AlertQueue:
                     alerts=list(load_json(row["alerts"]) or []),
                 )
 
-    def renew(self, lease_s: float) -> None:
-        """Extend the claims this process holds (its heartbeat)."""
+    def renew(self, diagnosis_ids: Sequence[str], lease_s: float) -> None:
+        """Extend this process's claims on the rows its workers are running (its heartbeat).
+
+        A row this process took but no worker runs any more (its worker failed to record the
+        end) is not renewed: it expires and is taken again.
+        """
         with self._db.transaction() as tx:
-            tx.execute(
-                "UPDATE alert_investigation SET claim_expires = %s "
-                "WHERE holder = %s AND status = 'running'",
-                (time.time() + lease_s, self.holder),
-            )
+            for diagnosis_id in diagnosis_ids:
+                tx.execute(
+                    "UPDATE alert_investigation SET claim_expires = %s "
+                    "WHERE diagnosis_id = %s AND holder = %s AND status = 'running'",
+                    (time.time() + lease_s, diagnosis_id, self.holder),
+                )
 
     def finish(
         self,

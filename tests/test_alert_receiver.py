@@ -307,9 +307,14 @@ def test_queue_claim_of_a_stopped_process_is_queued_again_then_failed(database_u
         claimed = gone.claim(lease_s=-1)  # its heartbeat stops at once
         assert claimed is not None and claimed.diagnosis_id == "diag-x"
         assert survivor.claim(lease_s=30) is None  # never two holders
+        survivor.renew(["diag-x"], lease_s=30)  # only the holder's heartbeat counts
+        gone.renew([], lease_s=30)  # and only for rows its workers still run
         assert survivor.recover(max_attempts=2) == (["diag-x"], [])
         again = gone.claim(lease_s=-1)
         assert again is not None and again.attempts == 2
+        gone.renew(["diag-x"], lease_s=30)
+        assert survivor.recover(max_attempts=2) == ([], [])  # renewed: still running
+        gone.renew(["diag-x"], lease_s=-1)
         assert survivor.recover(max_attempts=2) == ([], ["diag-x"])
         row = survivor.get("diag-x")
         assert row is not None and row["status"] == "failed"
