@@ -72,6 +72,13 @@ def _env_number(env: Mapping[str, str], name: str, default: float, minimum: floa
     return value
 
 
+def _env_whole(env: Mapping[str, str], name: str, default: int, minimum: int) -> int:
+    raw = env.get(name, "").strip()
+    if raw and not raw.isdigit():
+        raise ConfigError(f"{name} must be a whole number, got {raw!r}")
+    return int(_env_number(env, name, default, minimum))
+
+
 def _env_url(env: Mapping[str, str], name: str) -> str | None:
     raw = env.get(name, "").strip()
     if not raw:
@@ -126,18 +133,16 @@ class AlertSettings:
         except Exception:  # a broken backend configuration is reported by the diagnosis
             labels = DEFAULT_SERVICE_LABELS
         return cls(
-            concurrency=int(_env_number(env, "SUPERBIZ_ALERT_CONCURRENCY", cls.concurrency, 1)),
-            queue_max=int(_env_number(env, "SUPERBIZ_ALERT_QUEUE_MAX", cls.queue_max, 1)),
+            concurrency=_env_whole(env, "SUPERBIZ_ALERT_CONCURRENCY", cls.concurrency, 1),
+            queue_max=_env_whole(env, "SUPERBIZ_ALERT_QUEUE_MAX", cls.queue_max, 1),
             margin_s=_env_number(env, "SUPERBIZ_ALERT_WINDOW_MARGIN_S", cls.margin_s, 0),
-            max_body_bytes=int(
-                _env_number(env, "SUPERBIZ_ALERT_MAX_BODY_BYTES", cls.max_body_bytes, 1024)
+            max_body_bytes=_env_whole(
+                env, "SUPERBIZ_ALERT_MAX_BODY_BYTES", cls.max_body_bytes, 1024
             ),
             claim_s=_env_number(env, "SUPERBIZ_ALERT_CLAIM_S", cls.claim_s, 1),
-            max_attempts=int(_env_number(env, "SUPERBIZ_ALERT_MAX_ATTEMPTS", cls.max_attempts, 1)),
+            max_attempts=_env_whole(env, "SUPERBIZ_ALERT_MAX_ATTEMPTS", cls.max_attempts, 1),
             notify_url=_env_url(env, "SUPERBIZ_NOTIFY_WEBHOOK_URL"),
-            notify_attempts=int(
-                _env_number(env, "SUPERBIZ_NOTIFY_ATTEMPTS", cls.notify_attempts, 1)
-            ),
+            notify_attempts=_env_whole(env, "SUPERBIZ_NOTIFY_ATTEMPTS", cls.notify_attempts, 1),
             notify_retry_s=_env_number(env, "SUPERBIZ_NOTIFY_RETRY_S", cls.notify_retry_s, 0),
             public_url=_env_url(env, "SUPERBIZ_PUBLIC_URL"),
             service_labels=labels,

@@ -347,3 +347,16 @@ def test_receiver_posts_the_composed_answer_to_the_notify_webhook_with_retries(
     assert text.endswith(f"Details: http://testserver/api/diagnoses/{diagnosis_id}")
     assert sink.refused == 1
     assert (row["notify_status"], row["notify_attempts"]) == ("sent", 2)
+
+
+def test_receiver_misconfigured_says_which_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SUPERBIZ_ALERT_CONCURRENCY", "two")
+    with TestClient(create_app(f"sqlite:///{tmp_path / 'db.sqlite'}", api_keys=KEYS)) as client:
+        response = client.post("/api/alertmanager", json=recorded("firing"), headers=ALICE)
+
+    assert response.status_code == 500
+    assert (
+        "SUPERBIZ_ALERT_CONCURRENCY must be a whole number, got 'two'" in response.json()["error"]
+    )
