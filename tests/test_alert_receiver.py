@@ -360,3 +360,25 @@ def test_receiver_misconfigured_says_which_variable(
     assert (
         "SUPERBIZ_ALERT_CONCURRENCY must be a whole number, got 'two'" in response.json()["error"]
     )
+
+
+def test_receiver_storm_runs_at_most_the_configured_concurrency(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SUPERBIZ_ALERT_CONCURRENCY", "1")
+    with TestClient(create_app(database_url, api_keys=KEYS)) as client:
+        answers = [
+            client.post(
+                "/api/alertmanager",
+                json=group(f"storm-{n}", ("HighErrorRate", f"f{n}", "2026-12-01T10:00:00Z")),
+                headers=ALICE,
+            )
+            for n in range(4)
+        ]
+        rows = finished(client, ALICE, 4)
+
+    assert [a.status_code for a in answers] == [202] * 4
+    assert {r["status"] for r in rows} == {"done"}
+    spans = sorted((str(r["started_at"]), str(r["finished_at"])) for r in rows)
+    for (_, end), (start, _) in zip(spans, spans[1:], strict=False):
+        assert end <= start, spans  # one at a time: each starts after the one before ended
