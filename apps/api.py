@@ -39,6 +39,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import Receive, Scope, Send
 
+from apps.alert_receiver import AlertReceiver
 from apps.auth import (
     ApiKeys,
     Caller,
@@ -136,6 +137,7 @@ class ChatRequest(NamedTuple):
     thread_id: str
     language: Language | None
     settings: dict[str, object] = {}
+    message_id: str | None = None
 
 
 def parse_chat(body: bytes, limits: Limits) -> ChatRequest:
@@ -381,6 +383,7 @@ class Service:
                 context=context,
                 audit=persistence.audit,
                 question=chat.question,
+                message_id=chat.message_id,
                 on_event=_started_then(on_started, on_event),
             )
         except ThreadBusy as exc:
@@ -826,6 +829,14 @@ def create_app(
     """
     service = Service(database_url, api_keys, limits, get_model, backend)
     api = Api(service, health_timeout_s)
+    alerts = AlertReceiver(
+        open_persistence=lambda: service.open()[0],
+        admit=api.admit,
+        diagnose=lambda owner, thread_id, message_id, question: service.diagnose(
+            owner, ChatRequest(question, thread_id, None, {}, message_id)
+        ),
+        resume=partial(service.resume, None),
+    )
 
     def route(path: str, handler: Handler, *methods: str, action: str = "request") -> Route:
         return Route(path, _Endpoint(handler, methods, action), methods=None)
@@ -837,6 +848,8 @@ def create_app(
         route("/diagnoses/{diagnosis_id}/resume", api.resume, "POST", action="resume"),
         route("/threads", api.threads, "GET"),
         route("/threads/{thread_id}/diagnoses", api.thread_diagnoses, "GET"),
+        route("/alertmanager", alerts.receive, "POST", action="alert notification"),
+        route("/alerts", alerts.list, "GET"),
         route("/{path:path}", api.not_found, "GET", "POST", "PUT", "PATCH", "DELETE"),
     ]
     routes: list[BaseRoute] = [
@@ -856,9 +869,11 @@ def create_app(
             lambda: service.open()[0], partial(service.resume, None), sweep_interval()
         )
         sweeper.start()  # orphaned diagnoses: now, then periodically
+        await anyio.to_thread.run_sync(alerts.start)  # the queue earlier runs left, then new
         try:
             yield
         finally:
+            await anyio.to_thread.run_sync(alerts.stop)
             await anyio.to_thread.run_sync(sweeper.stop)
             await anyio.to_thread.run_sync(service.close)
 
