@@ -157,7 +157,10 @@ def test_runbook_index_plain_words_and_scores(corpus_index: RunbookIndex) -> Non
 @pytest.mark.parametrize(
     ("question", "names"),
     [
-        ("节点磁盘空间快满了怎么办？", ("NodeFilesystemAlmostOutOfSpace.md", "NodeFilesystemSpaceFillingUp.md")),
+        (
+            "节点磁盘空间快满了怎么办？",
+            ("NodeFilesystemAlmostOutOfSpace.md", "NodeFilesystemSpaceFillingUp.md"),
+        ),
         ("pod 一直崩溃重启", ("KubePodCrashLooping.md",)),
         ("CPU 被限流", ("CPUThrottlingHigh.md",)),
     ],
