@@ -145,7 +145,7 @@ class SeriesEntry(TypedDict, total=False):
     last: float
     unit: str
     points: list[list[float]]
-    """``[[unix_seconds, value], ...]``, at most ``tools.points.MAX_POINTS``; never evidence text."""
+    """``[[unix_seconds, value], ...]``, at most ``tools.points.MAX_POINTS``; not evidence text."""
 
 
 class DocumentEntry(TypedDict, total=False):
