@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from persistence.ledger import InMemoryLedger
 from state.records import SeriesEntry
 from tools.environment import Environment, default_environment
@@ -62,3 +64,13 @@ def test_sample_series_points_agree_with_their_summaries() -> None:
         values = [value for _, value in entry["points"]]
         assert len(values) == entry["points_count"]
         assert (min(values), max(values), values[-1]) == (entry["min"], entry["max"], entry["last"])
+
+
+@pytest.mark.parametrize("count", [121, 122, 239, 240, 241, 250, 1000])
+def test_bounded_points_keeps_exactly_the_bound_whatever_the_count(count: int) -> None:
+    points = [[float(i), float((i * 37) % 101)] for i in range(count)]
+
+    kept = bounded_points(points)
+
+    assert len(kept) == MAX_POINTS
+    assert len({t for t, _ in kept}) == MAX_POINTS

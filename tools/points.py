@@ -43,9 +43,8 @@ def bounded_points(points: object, limit: int = MAX_POINTS) -> list[list[float]]
         return pairs[:limit] if limit < 4 else pairs
     values = [value for _, value in pairs]
     keep = {0, len(pairs) - 1, values.index(min(values)), values.index(max(values))}
-    step = (len(pairs) - 1) / (limit - len(keep) + 1)
-    position = step
-    while len(keep) < limit and position < len(pairs) - 1:
-        keep.add(round(position))
-        position += step
+    while len(keep) < limit:  # split the widest gap between kept samples until full
+        ordered = sorted(keep)
+        start, end = max(zip(ordered, ordered[1:], strict=False), key=lambda g: g[1] - g[0])
+        keep.add((start + end) // 2)
     return [pairs[index] for index in sorted(keep)]
