@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 import pytest
 import uvicorn
+from starlette.responses import JSONResponse
 
 from apps.api import create_app
 from apps.evaluation import script_replies
@@ -64,6 +65,25 @@ class Site:
     url: str
     ids: dict[str, str]
     shots: Path
+    alerts: _AlertsStandIn
+
+
+class _AlertsStandIn:
+    """Answers ``GET /api/alerts`` with ``body`` when set, else leaves it to the app (404).
+
+    The alert investigations endpoint is another part of the API; this stands in for its list so
+    the history page's merging can be checked with or without it.
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.body: Any = None
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if self.body is not None and scope["type"] == "http" and scope["path"] == "/api/alerts":
+            await JSONResponse(self.body)(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
 
 
 def _record(
@@ -144,8 +164,9 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
         finally:
             persistence.close()
         port = _free_port()
+        alerts = _AlertsStandIn(create_app(database, api_keys=KEYS))
         config = uvicorn.Config(
-            create_app(database, api_keys=KEYS),
+            alerts,
             host="127.0.0.1",
             port=port,
             log_level="warning",
@@ -160,7 +181,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
             time.sleep(0.05)
         shots = Path(os.environ.get("SUPERBIZ_SCREENSHOTS") or tmp_path_factory.mktemp("shots"))
         try:
-            yield Site(f"http://127.0.0.1:{port}", ids, shots)
+            yield Site(f"http://127.0.0.1:{port}", ids, shots, alerts)
         finally:
             server.should_exit = True
             thread.join(30)
@@ -452,6 +473,43 @@ def test_web_history_lists_newest_first_and_filters_by_verdict_and_service(
     assert items.evaluate_all("els => els.map(e => e.dataset.id)") == [site.ids["retry"]]
     page.screenshot(path=str(site.shots / "history.png"), full_page=True)
     assert page.problems == [] and page.failed == [f"{site.url}/api/alerts"]
+
+
+def test_web_history_includes_alert_investigations_when_the_endpoint_exists(
+    page: Any, site: Site
+) -> None:
+    site.alerts.body = {
+        "alerts": [
+            {
+                "group_key": '{}:{alertname="OrderServiceHigh5xxRate"}',
+                "thread_id": "alert-1",
+                "diagnosis_id": site.ids["reject"],
+                "alertname": "OrderServiceHigh5xxRate",
+            },
+            {
+                "group_key": '{}:{alertname="PaymentLatencyHigh"}',
+                "thread_id": "alert-2",
+                "diagnosis_id": "diag-queued",
+                "alerts": [{"alertname": "PaymentLatencyHigh"}],
+                "service": "payment-service",
+                "status": "queued",
+                "created_at": "2999-01-01T00:00:00Z",
+            },
+        ]
+    }
+    try:
+        _open(page, site, "/history")
+    finally:
+        site.alerts.body = None
+
+    items = page.locator("#history li[data-id]")
+    assert items.first.get_attribute("data-id") == "diag-queued"
+    assert "alert investigation: PaymentLatencyHigh" in items.first.inner_text()
+    reject = page.locator(f"#history li[data-id={site.ids['reject']}]")
+    assert reject.count() == 1
+    assert "alert investigation: OrderServiceHigh5xxRate" in reject.inner_text()
+    page.select_option("#filter-service", "payment-service")
+    assert items.evaluate_all("els => els.map(e => e.dataset.id)") == ["diag-queued"]
 
 
 def test_web_another_identity_cannot_reach_a_diagnosis(page: Any, site: Site) -> None:
