@@ -441,6 +441,8 @@ def test_web_chart_of_a_cited_series_marks_its_min_max_and_last(page: Any, site:
     assert description.startswith(f"Line chart of {series['metric']}")
     assert f"max {max(values):g}{unit}" in description and svg.get_attribute("role") == "img"
     assert page.locator("#metrics figure.chart").count() >= len(invocation["output"]["series"])
+    figure.scroll_into_view_if_needed()
+    page.screenshot(path=str(site.shots / "diagnosis-chart.png"))
 
 
 def test_web_narrow_screen_has_no_horizontal_scroll(browser: Any, site: Site) -> None:
@@ -466,12 +468,12 @@ def test_web_history_lists_newest_first_and_filters_by_verdict_and_service(
     ids = items.evaluate_all("els => els.map(e => e.dataset.id)")
     assert set(site.ids.values()) <= set(ids)
     assert ids.index(site.ids["hostile"]) < ids.index(site.ids["pass"])
+    page.screenshot(path=str(site.shots / "history.png"), full_page=True)
     page.select_option("#filter-verdict", "REJECT")
     assert items.evaluate_all("els => els.map(e => e.dataset.id)") == [site.ids["reject"]]
     page.select_option("#filter-verdict", "")
     page.select_option("#filter-service", "checkout-service")
     assert items.evaluate_all("els => els.map(e => e.dataset.id)") == [site.ids["retry"]]
-    page.screenshot(path=str(site.shots / "history.png"), full_page=True)
     assert page.problems == [] and page.failed == [f"{site.url}/api/alerts"]
 
 

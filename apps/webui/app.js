@@ -173,7 +173,7 @@ function stageText(event) {
     case "intake": return `Intake: diagnosis ${text(event.diagnosis_id)} started${event.offline ? " (offline rules)" : ""}`;
     case "planner": return `Planner${round}: planning the evidence to gather`;
     case "tool": return `Tool call ${text(event.invocation_id)} ${text(event.tool)}: ${text(event.status)}`;
-    case "executor": return `Executor${round}: ${text(event.tool_calls_used)} tool call(s) used`;
+    case "executor": return `Executor${round}: ${text(event.tool_calls_used)} tool call(s) so far`;
     case "evidence": return `Evidence${round}: parsed, trace summary and rule evaluation`;
     case "gatekeeper": return `Gatekeeper${round}: checking every binding against the evidence`;
     case "verifier": return `Verifier${round}: checking the claims`;
