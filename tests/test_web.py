@@ -45,7 +45,7 @@ from tools.sample import SampleBackend
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = ROOT / "tests" / "scenarios"
 CHROMIUM = "/usr/bin/chromium"
-KEYS = {"key-alice": "alice", "key-bob": "bob"}
+KEYS = {"key-alice": "alice", "key-bob": "bob", "key-carol": "carol"}
 HOSTILE = [
     "<script>window.__pwned = 'script'</script> HTTP 500 from payment",
     "<img src=x onerror=\"window.__pwned = 'img'\"> HTTP 500 upstream reset",
@@ -66,6 +66,7 @@ class Site:
     ids: dict[str, str]
     shots: Path
     alerts: _AlertsStandIn
+    database: str
 
 
 class _AlertsStandIn:
@@ -181,7 +182,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
             time.sleep(0.05)
         shots = Path(os.environ.get("SUPERBIZ_SCREENSHOTS") or tmp_path_factory.mktemp("shots"))
         try:
-            yield Site(f"http://127.0.0.1:{port}", ids, shots, alerts)
+            yield Site(f"http://127.0.0.1:{port}", ids, shots, alerts, database)
         finally:
             server.should_exit = True
             thread.join(30)
@@ -512,6 +513,25 @@ def test_web_history_includes_alert_investigations_when_the_endpoint_exists(
     assert "alert investigation: OrderServiceHigh5xxRate" in reject.inner_text()
     page.select_option("#filter-service", "payment-service")
     assert items.evaluate_all("els => els.map(e => e.dataset.id)") == ["diag-queued"]
+
+
+def test_web_history_reads_a_bounded_number_of_the_newest_threads(page: Any, site: Site) -> None:
+    persistence = open_persistence(site.database, origin="api")
+    try:
+        owners = ThreadOwners(persistence.db)
+        for i in range(30):
+            assert owners.claim(f"carol-{i:02d}-{uuid.uuid4().hex[:6]}", "carol")
+    finally:
+        persistence.close()
+    asked: list[str] = []
+    page.on("request", lambda r: asked.append(r.url) if "/api/threads/" in r.url else None)
+
+    _open(page, site, "/history", key="key-carol")
+
+    bound = page.locator("#history-bound").inner_text()
+    assert bound.startswith("Showing the 25 most recent of 30 threads")
+    assert len(asked) == 25 and all("/carol-" in url for url in asked)
+    assert not any("/carol-00-" in url or "/carol-04-" in url for url in asked)
 
 
 def test_web_another_identity_cannot_reach_a_diagnosis(page: Any, site: Site) -> None:

@@ -14,7 +14,7 @@ const LABEL_WORDS = {
   contradicted: "contradicted by the evidence",
   unchecked: "not checked",
 };
-const VERDICT_RANK = { REJECT: 0, LOW_CONFID: 1, PASS: 2 };
+const HISTORY_THREADS = 25;
 
 /* ---------------------------------------------------------------- DOM helpers */
 
@@ -607,11 +607,13 @@ async function renderHistory() {
   document.title = "History · superbiz";
   const [threads, alerts] = await Promise.all([getJson("/api/threads"), alertInvestigations()]);
   const entries = [];
-  const seen = new Set();
-  for (const thread of threads.threads || []) {
+  // Newest threads first, a bounded number of them: one request per thread counts against the
+  // key's rate limit.
+  const all = [...(threads.threads || [])].reverse();
+  const recent = all.slice(0, HISTORY_THREADS);
+  for (const thread of recent) {
     const body = await getJson(`/api/threads/${encodeURIComponent(text(thread.thread_id))}/diagnoses`);
     for (const d of body.diagnoses || []) {
-      seen.add(text(d.id));
       entries.push({ id: text(d.id), thread: text(d.thread_id), question: text(d.question), verdict: d.verdict,
         score: d.score, status: text(d.status), created: text(d.created_at), services: servicesOf(d), alert: false });
     }
@@ -648,6 +650,9 @@ async function renderHistory() {
   show(h("h1", {}, "History"),
     h("div", { class: "row" }, h("div", {}, h("label", { for: "filter-verdict" }, "Verdict"), verdict),
       h("div", {}, h("label", { for: "filter-service" }, "Service"), service)),
+    all.length > recent.length
+      ? h("p", { class: "muted", id: "history-bound" }, `Showing the ${recent.length} most recent of ${all.length} threads; older ones are listed by GET /api/threads.`)
+      : null,
     listing);
   draw();
 }
