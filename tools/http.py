@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 
 import httpx
 
-from tools.backend import BackendError
+from tools.backend import BackendError, BackendReport
 from tools.config import BackendSettings, redact
 
 MAX_RESPONSE_BYTES = 32 * 1024 * 1024
@@ -40,6 +40,14 @@ class BackendRequestError(BackendError):
         self.kind = kind
         self.setting = setting
         self.status = status
+
+
+def failed_report(backend: str, url: str | None, exc: BackendError) -> BackendReport:
+    """A doctor's ``error`` report of a backend, naming the setting to check when known."""
+    report = BackendReport(backend=backend, url=url, status="error", detail=str(exc))
+    if isinstance(exc, BackendRequestError):
+        report["setting"] = exc.setting
+    return report
 
 
 def one_line(text: str, limit: int = _SERVER_TEXT_CHARS) -> str:
