@@ -53,6 +53,7 @@ from apps.auth import (
 from apps.http_guard import ApiGuard, GuardSettings
 from apps.resuming import backend_for, environment_ref, plan_for
 from apps.sweeper import PeriodicSweeper, sweep_interval
+from apps.web import web_routes
 from graph.builder import build_graph
 from graph.failures import DiagnosisFailed
 from graph.model_calls import ModelCallFailed
@@ -855,6 +856,7 @@ def create_app(
     routes: list[BaseRoute] = [
         route("/healthz", api.healthz, "GET"),
         Mount("/api", routes=api_routes),
+        *web_routes(),
     ]
     if standalone:
         routes.append(route("/{path:path}", api.not_found, "GET", "POST", "PUT", "PATCH", "DELETE"))

@@ -144,6 +144,8 @@ class SeriesEntry(TypedDict, total=False):
     max: float
     last: float
     unit: str
+    points: list[list[float]]
+    """``[[unix_seconds, value], ...]``, at most ``tools.points.MAX_POINTS``; not evidence text."""
 
 
 class DocumentEntry(TypedDict, total=False):

@@ -238,6 +238,17 @@ def test_langgraph_mounted_api_has_no_wildcard_cors_while_studio_keeps_its_own(
     assert studio.headers.get("access-control-allow-origin") in ("*", "https://smith.langchain.com")
 
 
+def test_langgraph_mounted_api_serves_the_web_pages_with_their_policy(keyed: Server) -> None:
+    from apps.web import CSP
+
+    for path in ("/", "/history", "/diagnoses/diag-x", "/assets/app.js"):
+        response = httpx.get(f"{keyed.url}{path}", timeout=30)
+        assert response.status_code == 200, path
+        assert response.headers["content-security-policy"] == CSP
+    assert "/assets/app.js" in httpx.get(f"{keyed.url}/", timeout=30).text
+    assert httpx.get(f"{keyed.url}/api/threads", timeout=30).status_code == 401
+
+
 # --- a killed server --------------------------------------------------------------------------
 
 

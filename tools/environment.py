@@ -268,6 +268,7 @@ class _Series(_Entry):
     max: float | None = None
     last: float | None = None
     unit: str | None = None
+    points: list[list[float]] | None = None
 
 
 class _Document(_Entry):

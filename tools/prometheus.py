@@ -12,7 +12,8 @@ Series: with ``promql``, a range query of it over the window; for a service with
 the measured side of each active alert's expression (firing, pending, silenced or inhibited: a
 pending alert's measure is what is about to fire) and the standard queries (error ratio, p99
 latency, saturation) that return data. min, max and last are computed here from the returned
-points; the unit comes from the metric name (``tools.promql.unit_of``).
+points; the unit comes from the metric name (``tools.promql.unit_of``). The points themselves are
+kept with the entry, bounded (``tools.points``), for charts; they are never evidence text.
 
 Bounds are the client's, whatever the server does (Prometheus 2.42 ignores ``limit``): at most
 ``max_series`` series (``series_total`` says how many matched), at most 300 points per series
@@ -40,6 +41,7 @@ from state.records import AlertEntry, SeriesEntry
 from tools.backend import BackendError, BackendReport, MetricsOutput, parse_timestamp
 from tools.config import BackendSettings
 from tools.http import BackendClient, BackendRequestError, failed_report, one_line
+from tools.points import bounded_points
 from tools.promql import bare_selector, comparison, unit_of
 
 logger = logging.getLogger("superbiz.prometheus")
@@ -602,6 +604,9 @@ def _series(item: Mapping[str, Any], name: str, rated: bool) -> SeriesEntry:
     unit = unit_of(metric, rated=rated)
     if unit is not None:
         entry["unit"] = unit
+    kept = bounded_points([[p[0], v] for p, v in zip(points, values, strict=True)])
+    if kept:
+        entry["points"] = kept
     return entry
 
 
