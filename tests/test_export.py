@@ -467,3 +467,17 @@ def test_exported_scenario_text_is_one_json_object(tmp_path: Path) -> None:
     export: Export = export_scenario(record, invocations)
 
     assert json.loads(export.text()) == export.scenario
+
+
+REPLAY_CORPUS = sorted((ROOT / "tests" / "scenarios" / "replay").glob("*.json"))
+
+
+@pytest.mark.parametrize("path", REPLAY_CORPUS, ids=[p.stem for p in REPLAY_CORPUS])
+def test_exported_corpus_scenario_passes_with_its_edited_expect(path: Path) -> None:
+    scenario = load_scenario(path)
+    assert "replay" in scenario["environment"]
+
+    result = run_scenario(scenario)
+
+    assert result["ok"], result["mismatches"]
+    assert result["error"] is None
