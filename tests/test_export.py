@@ -244,28 +244,50 @@ def test_export_model_diagnosis_with_a_retry_round_replays_its_recorded_replies(
 def test_export_with_model_replies_off_notes_it_and_runs_the_offline_rules(
     model_env: FakeOpenAI,  # noqa: F811  (the fixture imported above)
     tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    record, invocations = _run(Context(offline=False, record_model_replies=False))
+    from apps.cli import main
+
+    monkeypatch.setenv("SUPERBIZ_RECORD_MODEL_REPLIES", "0")
+    db = f"sqlite:///{tmp_path / 'audit.sqlite'}"
+    assert main(["diagnose", "--json", "--db", db, QUESTION]) == 0
+    diagnosed = json.loads(capsys.readouterr().out)
+    assert diagnosed["offline"] is False
+    persistence = open_persistence(db)
+    try:
+        record = persistence.audit.get(diagnosed["diagnosis_id"])
+    finally:
+        persistence.close()
+    assert record is not None
     replay: Any = (record["self_evaluation"] or {})["replay"]
     assert replay["model_replies"] == "off"
-    assert replay["model_calls"] and all(
-        c["content"] is None and c["tool_calls"] is None for c in replay["model_calls"]
-    )
-    assert [c["role"] for c in replay["model_calls"]] == [
-        "planner",
-        "executor",
-        "executor",
-        "verifier",
+    assert [(c["role"], c["content"], c["tool_calls"]) for c in replay["model_calls"]] == [
+        ("planner", None, None),
+        ("executor", None, None),
+        ("executor", None, None),
+        ("verifier", None, None),
     ]
+    assert all(c["input_tokens"] == 10 for c in replay["model_calls"])
+    assert "HikariPool" not in json.dumps(replay)  # the executor's cited log line is not kept
+    file = tmp_path / "off.json"
 
-    export = export_scenario(record, invocations)
+    code = main(
+        ["sessions", "export", diagnosed["diagnosis_id"], "--scenario", str(file), "--db", db]
+    )
+    said = capsys.readouterr()
 
-    assert export.notes == [OFF_NOTE]
-    assert OFF_NOTE in export.scenario["description"]
-    assert export.scenario["offline"] is True and "script" not in export.scenario
-    result = run_scenario(load_scenario(_write(tmp_path, export.scenario)))
+    assert code == 0
+    assert f"note: {OFF_NOTE}" in said.err
+    assert "offline rules" in said.out
+    scenario = json.loads(file.read_text(encoding="utf-8"))
+    assert OFF_NOTE in scenario["description"]
+    assert scenario["offline"] is True and "script" not in scenario
+    requests = len(model_env.requests)
+    result = run_scenario(load_scenario(file))
     assert result["error"] is None
     assert result["verdict"] is not None and result["route"][-1] == "audit"
+    assert len(model_env.requests) == requests
 
 
 # --- the real Prometheus --------------------------------------------------------------------------
