@@ -50,6 +50,7 @@ from apps.auth import (
     presented_key,
     retry_after_header,
 )
+from apps.export import ExportError, export_scenario
 from apps.http_guard import ApiGuard, GuardSettings
 from apps.resuming import backend_for, environment_ref, plan_for
 from apps.sweeper import PeriodicSweeper, sweep_interval
@@ -65,7 +66,7 @@ from persistence.locks import ThreadBusy
 from persistence.ownership import ThreadOwners
 from persistence.store import Persistence, open_persistence
 from state.context import Context, Language
-from state.records import DiagnosisSummary
+from state.records import DiagnosisRecord, DiagnosisSummary
 from state.settings import SettingsError, check_settings
 from tools.backend import EvidenceBackend
 from tools.composed import backend_health, configured_backend
@@ -472,6 +473,19 @@ class Service:
             raise ApiError(404, f"no diagnosis {diagnosis_id!r}")
         return {**record, "invocations": persistence.ledger.list(diagnosis_id)}
 
+    def diagnosis_scenario(self, identity: str, diagnosis_id: str) -> dict[str, Any]:
+        """The scenario replaying one of the caller's finished diagnoses (blocking).
+
+        Raises:
+            ApiError: 404 as ``diagnosis``; 409 when it cannot be exported (not finished).
+        """
+        found = self.diagnosis(identity, diagnosis_id)
+        record = cast(DiagnosisRecord, {k: v for k, v in found.items() if k != "invocations"})
+        try:
+            return export_scenario(record, found["invocations"]).scenario
+        except ExportError as exc:
+            raise ApiError(409, str(exc)) from None
+
     def thread_diagnoses(self, identity: str, thread_id: str) -> dict[str, Any]:
         """The diagnoses of one of the caller's threads, oldest first (blocking).
 
@@ -721,6 +735,10 @@ class Api:
         """``GET /api/diagnoses/{diagnosis_id}``: the audit record and its invocations."""
         return await self._owned(request, self.service.diagnosis, "diagnosis_id")
 
+    async def diagnosis_scenario(self, request: Request) -> Response:
+        """``GET /api/diagnoses/{diagnosis_id}/scenario``: the diagnosis as a replay scenario."""
+        return await self._owned(request, self.service.diagnosis_scenario, "diagnosis_id")
+
     async def thread_diagnoses(self, request: Request) -> Response:
         """``GET /api/threads/{thread_id}/diagnoses``: the thread's records, oldest first."""
         return await self._owned(request, self.service.thread_diagnoses, "thread_id")
@@ -847,6 +865,7 @@ def create_app(
         route("/chat_stream", api.chat_stream, "POST", action="diagnosis"),
         route("/diagnoses/{diagnosis_id}", api.diagnosis, "GET"),
         route("/diagnoses/{diagnosis_id}/resume", api.resume, "POST", action="resume"),
+        route("/diagnoses/{diagnosis_id}/scenario", api.diagnosis_scenario, "GET"),
         route("/threads", api.threads, "GET"),
         route("/threads/{thread_id}/diagnoses", api.thread_diagnoses, "GET"),
         route("/alertmanager", alerts.receive, "POST", action="alert notification"),

@@ -712,6 +712,47 @@ def add_usage(left: ModelUsage | None, right: ModelUsage | None) -> ModelUsage:
     )
 
 
+class RecordedToolCall(TypedDict):
+    """A tool call of a recorded model reply, as the executor acted on it."""
+
+    name: str
+    args: JSONObject
+    id: str | None
+
+
+class ModelCallRecord(TypedDict):
+    """One model call of a diagnosis, as a replay needs it (``self_evaluation.replay``).
+
+    ``content`` and ``tool_calls`` are None when model replies were not recorded
+    (``record_model_replies`` off); ``truncated`` says the text was cut at the record's bound,
+    ``redacted`` that a secret was taken out of it.
+    """
+
+    role: str
+    round: int
+    content: str | None
+    tool_calls: list[RecordedToolCall] | None
+    input_tokens: int
+    output_tokens: int
+    truncated: bool
+    redacted: bool
+
+
+class ReplayRecord(TypedDict):
+    """The ``self_evaluation.replay`` channel: what a replay needs besides the ledger (§7, §9)."""
+
+    version: str
+    model_replies: Literal["recorded", "off"]
+    model_calls: list[ModelCallRecord]
+    calls_dropped: int
+    """Model calls past the record's bound, not kept."""
+    known_services: list[str]
+    route: list[str]
+    """The nodes the diagnosis ran, in order (``audit`` last)."""
+    confirmed_claims: list[str]
+    """The claim ids the answer presents as established (``nodes.recording.confirmed_claims``)."""
+
+
 class UsageRecord(ModelUsage):
     """The ``self_evaluation.usage`` channel: totals, the budgets, and why a round stopped early."""
 

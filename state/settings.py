@@ -146,6 +146,13 @@ RULES: tuple[Rule, ...] = (
         "Completion tokens one diagnosis may receive (as the endpoint reports them).",
         zero_means="no limit",
     ),
+    Rule(
+        "record_model_replies",
+        "SUPERBIZ_RECORD_MODEL_REPLIES",
+        "flag",
+        "Keep each model reply (text, tool calls) in the audit record, so the diagnosis can be "
+        "exported as a replayable scenario; off: only role, round and usage are kept.",
+    ),
 )
 BY_NAME: dict[str, Rule] = {rule.name: rule for rule in RULES}
 BY_VARIABLE: dict[str, Rule] = {rule.variable: rule for rule in RULES}

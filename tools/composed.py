@@ -41,6 +41,7 @@ from tools.logfiles import FileLogs
 from tools.loki import LokiLogs
 from tools.opensearch import OpenSearchLogs
 from tools.prometheus import PrometheusMetrics
+from tools.replay import ReplayBackend
 from tools.runbooks import Progress, RunbookIndex, stderr_progress
 from tools.sample import SampleBackend
 
@@ -225,6 +226,9 @@ def configured_backend(
     Raises:
         ConfigError: When the configuration cannot be used.
     """
+    if environment is not None and "replay" in environment:
+        # A recorded diagnosis's tool results serve every call; nothing else is mixed in.
+        return ReplayBackend(environment["replay"])
     settings = settings if settings is not None else load_settings()
     if not settings.real:
         return SampleBackend(environment if environment is not None else default_environment())

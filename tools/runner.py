@@ -266,7 +266,8 @@ class ToolRunner:
         except _Timeout:
             return None, f"timed out after {format_value(timeout_s)}s"
         except Exception as exc:  # any backend failure becomes an error row
-            return None, f"{type(exc).__name__}: {exc}"
+            verbatim = getattr(exc, "invocation_error", None)  # a replayed error, as recorded
+            return None, verbatim if isinstance(verbatim, str) else f"{type(exc).__name__}: {exc}"
         if not isinstance(result, dict):
             return None, f"backend returned {type(result).__name__}, expected an object"
         try:
