@@ -744,6 +744,7 @@ def coverage_lines(coverage: QuestionCoverage) -> list[str]:
         f"  unanswered: {', '.join(coverage['unanswered']) or 'none'}"
     ]
     lines += [f"  - not run (tool budget): {call}" for call in coverage["not_run"]]
+    lines += [f"  - failed: {call}" for call in coverage.get("failed", [])]
     return lines
 
 

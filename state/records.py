@@ -86,7 +86,13 @@ ComposerSection = Literal["pass", "uncertain", "degraded"]
 ComposerOutputMode = Literal["model", "template", "fallback"]
 DirectionKind = Literal["hypothesis", "overstated"]
 GapKind = Literal[
-    "unsupported", "external_unknown", "missing_info", "not_checked", "unanswered", "not_run"
+    "unsupported",
+    "external_unknown",
+    "missing_info",
+    "not_checked",
+    "unanswered",
+    "not_run",
+    "failed",
 ]
 
 DiagnosisStatus = Literal["running", "done", "failed", "abandoned"]
@@ -609,12 +615,14 @@ class QuestionCoverage(CoverageReport):
 
     The strictest of the deterministic ``floor`` and the Verifier's ``model`` report (None when
     its reply had none): a model can lower the coverage, never lift it. ``not_run`` lists the
-    tool calls the executor asked for that the tool budget cut (they make it at most partial).
+    tool calls the executor asked for that the tool budget cut, ``failed`` the calls that only
+    ever failed, with their error (either makes it at most partial).
     """
 
     floor: CoverageReport
     model: CoverageReport | None
     not_run: list[str]
+    failed: NotRequired[list[str]]
 
 
 # --------------------------------------------------------------------------- answer
