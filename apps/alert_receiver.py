@@ -392,6 +392,9 @@ class AlertReceiver:
         except DiagnosisFailed as exc:
             error = exc.reason
         except Exception as exc:
+            if isinstance(exc.__cause__, ThreadBusy):  # the API answered 409: the thread is busy
+                queue.requeue(claimed.diagnosis_id, delay_s=BUSY_RETRY_S, error=None)
+                return
             message = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
             if getattr(exc, "status", None) == 409 and "busy" not in message:
                 error = message  # e.g. a resume refused: it will not get better by waiting

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
+from apps import alert_receiver
 from apps.alert_payload import (
     PayloadError,
     build_question,
@@ -24,6 +25,7 @@ from apps.alert_payload import (
 from apps.alert_receiver import AlertSettings, notification_text
 from apps.api import create_app
 from persistence.alert_queue import AlertQueue, NewInvestigation
+from persistence.locks import thread_lock
 from persistence.store import open_persistence
 from tests.webhook_sink import WebhookSink
 
@@ -211,6 +213,31 @@ def test_receiver_repeat_of_a_group_starts_nothing_new(client: TestClient) -> No
     diagnoses = client.get(f"/api/threads/{thread}/diagnoses", headers=ALICE).json()["diagnoses"]
     assert len(diagnoses) == 1
     assert len(client.get("/api/alerts", headers=ALICE).json()["alerts"]) == 1
+
+
+def test_receiver_waits_while_another_run_holds_the_alert_thread(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(alert_receiver, "BUSY_RETRY_S", 0.2)
+    monkeypatch.setattr(alert_receiver, "ERROR_RETRY_S", 0.2)
+    thread = thread_id_for("alice", recorded("firing")["groupKey"])
+    holder = open_persistence(database_url, origin="cli")
+    try:
+        with TestClient(create_app(database_url, api_keys=KEYS)) as client:
+            with thread_lock(holder.db, thread):  # a CLI run on the same thread
+                accepted = client.post("/api/alertmanager", json=recorded("firing"), headers=ALICE)
+                assert accepted.status_code == 202, accepted.text
+                time.sleep(1.0)
+                (row,) = client.get("/api/alerts", headers=ALICE).json()["alerts"]
+                assert row["status"] == "queued" and row["verdict"] is None
+                diagnoses = client.get(f"/api/threads/{thread}/diagnoses", headers=ALICE)
+                assert diagnoses.status_code == 404 or diagnoses.json()["diagnoses"] == []
+            (row,) = finished(client, ALICE, 1)
+            assert (row["status"], row["verdict"]) == ("done", "PASS")
+            diagnoses = client.get(f"/api/threads/{thread}/diagnoses", headers=ALICE).json()
+            assert [d["id"] for d in diagnoses["diagnoses"]] == [row["diagnosis_id"]]
+    finally:
+        holder.close()
 
 
 def test_receiver_new_alert_in_a_group_continues_its_thread(client: TestClient) -> None:
