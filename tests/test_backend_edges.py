@@ -431,6 +431,7 @@ def tls_prometheus(prometheus_stack: Stack, certificates: Certificates) -> Itera
     yield from _serve(Proxy(prometheus_stack.prometheus_url), context)
 
 
+@pytest.mark.filterwarnings("error::DeprecationWarning")  # httpx deprecates verify=<path>
 def test_prometheus_over_tls_with_the_ca_file(
     tls_prometheus: str, certificates: Certificates, tmp_path: Path
 ) -> None:
@@ -459,6 +460,21 @@ def test_prometheus_over_tls_without_the_ca_is_an_error_naming_the_setting(
     assert "CERTIFICATE_VERIFY_FAILED" in error
     assert "set SUPERBIZ_PROMETHEUS_CA_FILE or SUPERBIZ_PROMETHEUS_INSECURE=1" in error
     assert error.endswith("check SUPERBIZ_PROMETHEUS_CA_FILE")
+
+
+def test_prometheus_ca_file_that_is_no_pem_bundle_is_an_error_naming_the_setting(
+    tls_prometheus: str, tmp_path: Path
+) -> None:
+    bundle = tmp_path / "ca.pem"
+    bundle.write_text("not a certificate\n")
+    env = {"SUPERBIZ_PROMETHEUS_URL": tls_prometheus, "SUPERBIZ_PROMETHEUS_CA_FILE": str(bundle)}
+    row = _call(_runner(env, tmp_path), "query_metrics", {"service": "order-service"})
+
+    assert row["status"] == "error"
+    assert f"Prometheus at {tls_prometheus}: cannot load the CA bundle {bundle} (" in str(
+        row["error"]
+    )
+    assert str(row["error"]).endswith("check SUPERBIZ_PROMETHEUS_CA_FILE")
 
 
 def test_prometheus_over_tls_insecure_skips_verification(
