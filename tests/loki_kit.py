@@ -68,12 +68,16 @@ _FILTER = re.compile(rf"\s*(\|=|!=|\|~|!~)\s*({_STRING})")
 def _unquote(token: str) -> str:
     if token.startswith("`"):
         return token[1:-1]
-    return str(json.loads(token))
+    return str(json.loads(token, strict=False))  # other raw control characters are fine
 
 
 def parse_logql(query: str) -> tuple[list[tuple[str, str, str]], list[tuple[str, str]]]:
     """The selector's matchers and the line filters of a log query."""
     text = query.strip()
+    unterminated = re.search(r'"(?:[^"\\\n]|\\.)*\n', text)
+    if unterminated:  # Loki's lexer ends a "..." string at a raw line break
+        col = unterminated.start() + 1
+        raise LogQLError(f"parse error at line 1, col {col}: literal not terminated")
     if not text.startswith("{"):
         raise LogQLError("parse error at line 1, col 1: syntax error: unexpected IDENTIFIER")
     close = text.find("}")

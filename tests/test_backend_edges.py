@@ -902,3 +902,24 @@ def test_loki_parse_error_is_an_error_invocation_quoting_it(tmp_path: Path) -> N
         assert row["status"] == "error"
         assert row["retrieval_details"]["evidence_refs"] == []
         assert f"Loki answered HTTP 400: {said}" in str(row["error"])
+
+
+def test_loki_text_query_with_a_line_break_is_valid_logql(tmp_path: Path) -> None:
+    fake = FakeLoki(
+        streams=[
+            Stream(
+                {"service": "order-service"},
+                [(NOW - timedelta(minutes=2), "Cannot acquire connection\ntimeout 30000 ms")],
+            )
+        ]
+    )
+    for url in serve_loki(fake):
+        row = _call(
+            _runner({"SUPERBIZ_LOKI_URL": url}, tmp_path),
+            "query_logs",
+            {"service": "order-service", "query": "connection\ntimeout"},
+        )
+        assert row["status"] == "ok", row["error"]
+        assert len((row["output"] or {})["logs"]) == 1
+        sent = next(r["query"] for r in fake.requests if r["path"].endswith("query_range"))
+        assert sent == '{service="order-service"} |~ "(?i)connection\\ntimeout"'
