@@ -10,6 +10,7 @@ redacted before it leaves this module, and URLs are shown without credentials.
 from __future__ import annotations
 
 import json
+import ssl
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
@@ -101,11 +102,11 @@ class BackendClient:
                 auth = None
                 if self.settings.user is not None and self.settings.password is not None:
                     auth = httpx.BasicAuth(self.settings.user, self.settings.password)
-                verify: bool | str = True
+                verify: bool | ssl.SSLContext = True
                 if self.settings.insecure:
                     verify = False
                 elif self.settings.ca_file:
-                    verify = self.settings.ca_file
+                    verify = self._ca_context(self.settings.ca_file)
                 self._client = httpx.Client(
                     base_url=self.settings.url + "/",
                     headers=headers,
@@ -116,6 +117,14 @@ class BackendClient:
                     trust_env=False,
                 )
             return self._client
+
+    def _ca_context(self, ca_file: str) -> ssl.SSLContext:
+        """A verifying TLS context trusting the CA bundle (httpx deprecates a path)."""
+        try:
+            return ssl.create_default_context(cafile=ca_file)
+        except (ssl.SSLError, OSError) as exc:
+            reason = one_line(str(exc)) or "unreadable"
+            self._fail("tls", f"cannot load the CA bundle {ca_file} ({reason})", "ca_file")
 
     def close(self) -> None:
         """Close the connection pool (a later request opens a new one)."""

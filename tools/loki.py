@@ -72,8 +72,9 @@ def loki_error(status: int, body: bytes) -> str | None:
 
 
 def _string(value: str) -> str:
-    """A LogQL double-quoted string literal."""
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    """A LogQL double-quoted string literal (a raw line break would end it: Loki refuses that)."""
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"')
+    return '"' + escaped.replace("\n", "\\n").replace("\r", "\\r") + '"'
 
 
 def re2_escape(text: str) -> str:
