@@ -39,6 +39,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import Receive, Scope, Send
 
+from apps.alert_receiver import AlertReceiver
 from apps.auth import (
     ApiKeys,
     Caller,
@@ -49,9 +50,11 @@ from apps.auth import (
     presented_key,
     retry_after_header,
 )
+from apps.export import ExportError, export_scenario
 from apps.http_guard import ApiGuard, GuardSettings
 from apps.resuming import backend_for, environment_ref, plan_for
 from apps.sweeper import PeriodicSweeper, sweep_interval
+from apps.web import web_routes
 from graph.builder import build_graph
 from graph.failures import DiagnosisFailed
 from graph.model_calls import ModelCallFailed
@@ -63,7 +66,7 @@ from persistence.locks import ThreadBusy
 from persistence.ownership import ThreadOwners
 from persistence.store import Persistence, open_persistence
 from state.context import Context, Language
-from state.records import DiagnosisSummary
+from state.records import DiagnosisRecord, DiagnosisSummary
 from state.settings import SettingsError, check_settings
 from tools.backend import EvidenceBackend
 from tools.composed import backend_health, configured_backend
@@ -136,6 +139,7 @@ class ChatRequest(NamedTuple):
     thread_id: str
     language: Language | None
     settings: dict[str, object] = {}
+    message_id: str | None = None
 
 
 def parse_chat(body: bytes, limits: Limits) -> ChatRequest:
@@ -381,6 +385,7 @@ class Service:
                 context=context,
                 audit=persistence.audit,
                 question=chat.question,
+                message_id=chat.message_id,
                 on_event=_started_then(on_started, on_event),
             )
         except ThreadBusy as exc:
@@ -467,6 +472,19 @@ class Service:
         if record is None or owners.owner_of(str(record["thread_id"])) != identity:
             raise ApiError(404, f"no diagnosis {diagnosis_id!r}")
         return {**record, "invocations": persistence.ledger.list(diagnosis_id)}
+
+    def diagnosis_scenario(self, identity: str, diagnosis_id: str) -> dict[str, Any]:
+        """The scenario replaying one of the caller's finished diagnoses (blocking).
+
+        Raises:
+            ApiError: 404 as ``diagnosis``; 409 when it cannot be exported (not finished).
+        """
+        found = self.diagnosis(identity, diagnosis_id)
+        record = cast(DiagnosisRecord, {k: v for k, v in found.items() if k != "invocations"})
+        try:
+            return export_scenario(record, found["invocations"]).scenario
+        except ExportError as exc:
+            raise ApiError(409, str(exc)) from None
 
     def thread_diagnoses(self, identity: str, thread_id: str) -> dict[str, Any]:
         """The diagnoses of one of the caller's threads, oldest first (blocking).
@@ -717,6 +735,10 @@ class Api:
         """``GET /api/diagnoses/{diagnosis_id}``: the audit record and its invocations."""
         return await self._owned(request, self.service.diagnosis, "diagnosis_id")
 
+    async def diagnosis_scenario(self, request: Request) -> Response:
+        """``GET /api/diagnoses/{diagnosis_id}/scenario``: the diagnosis as a replay scenario."""
+        return await self._owned(request, self.service.diagnosis_scenario, "diagnosis_id")
+
     async def thread_diagnoses(self, request: Request) -> Response:
         """``GET /api/threads/{thread_id}/diagnoses``: the thread's records, oldest first."""
         return await self._owned(request, self.service.thread_diagnoses, "thread_id")
@@ -826,6 +848,14 @@ def create_app(
     """
     service = Service(database_url, api_keys, limits, get_model, backend)
     api = Api(service, health_timeout_s)
+    alerts = AlertReceiver(
+        open_persistence=lambda: service.open()[0],
+        admit=api.admit,
+        diagnose=lambda owner, thread_id, message_id, question: service.diagnose(
+            owner, ChatRequest(question, thread_id, None, {}, message_id)
+        ),
+        resume=partial(service.resume, None),
+    )
 
     def route(path: str, handler: Handler, *methods: str, action: str = "request") -> Route:
         return Route(path, _Endpoint(handler, methods, action), methods=None)
@@ -835,13 +865,17 @@ def create_app(
         route("/chat_stream", api.chat_stream, "POST", action="diagnosis"),
         route("/diagnoses/{diagnosis_id}", api.diagnosis, "GET"),
         route("/diagnoses/{diagnosis_id}/resume", api.resume, "POST", action="resume"),
+        route("/diagnoses/{diagnosis_id}/scenario", api.diagnosis_scenario, "GET"),
         route("/threads", api.threads, "GET"),
         route("/threads/{thread_id}/diagnoses", api.thread_diagnoses, "GET"),
+        route("/alertmanager", alerts.receive, "POST", action="alert notification"),
+        route("/alerts", alerts.list, "GET"),
         route("/{path:path}", api.not_found, "GET", "POST", "PUT", "PATCH", "DELETE"),
     ]
     routes: list[BaseRoute] = [
         route("/healthz", api.healthz, "GET"),
         Mount("/api", routes=api_routes),
+        *web_routes(),
     ]
     if standalone:
         routes.append(route("/{path:path}", api.not_found, "GET", "POST", "PUT", "PATCH", "DELETE"))
@@ -856,9 +890,11 @@ def create_app(
             lambda: service.open()[0], partial(service.resume, None), sweep_interval()
         )
         sweeper.start()  # orphaned diagnoses: now, then periodically
+        await anyio.to_thread.run_sync(alerts.start)  # the queue earlier runs left, then new
         try:
             yield
         finally:
+            await anyio.to_thread.run_sync(alerts.stop)
             await anyio.to_thread.run_sync(sweeper.stop)
             await anyio.to_thread.run_sync(service.close)
 

@@ -151,6 +151,20 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("diagnosis_id", metavar="DIAGNOSIS_ID")
     show.add_argument("--json", action="store_true", help="print the full record as JSON")
     show.add_argument("--db", metavar="URL", help=DB_HELP)
+    export = session_commands.add_parser(
+        "export",
+        help="write a finished diagnosis as a replayable scenario file",
+        description="Write a scenario that replays the diagnosis without its real systems or "
+        "models: its question, its recorded tool results, its recorded model replies, and an "
+        "expect block filled from its outcome, to edit to what it should have been. Run it "
+        "with superbiz eval.",
+    )
+    export.add_argument("diagnosis_id", metavar="DIAGNOSIS_ID")
+    export.add_argument(
+        "--scenario", metavar="FILE", required=True, help="the scenario file to write"
+    )
+    export.add_argument("--id", metavar="ID", help="the scenario's id (default replay-<id>)")
+    export.add_argument("--db", metavar="URL", help=DB_HELP)
 
     recheck = commands.add_parser(
         "reverify",
@@ -582,8 +596,17 @@ def _table(rows: list[list[str]]) -> str:
 
 
 def sessions(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    """``sessions list`` and ``sessions show`` (read only: they never create a database)."""
+    """``sessions list``, ``show`` and ``export`` (read only: they never create a database)."""
     persistence = _open_records(args)
+    if args.sessions_command == "export":
+        from apps.export import ExportError, export_command
+
+        try:
+            return export_command(
+                persistence, args.diagnosis_id, args.scenario, scenario_id=args.id, out=out, err=err
+            )
+        except ExportError as exc:
+            raise UsageError(str(exc)) from exc
     if persistence is None:
         if args.sessions_command == "list":
             if args.json:
@@ -730,6 +753,7 @@ def coverage_lines(coverage: QuestionCoverage) -> list[str]:
         f"  unanswered: {', '.join(coverage['unanswered']) or 'none'}"
     ]
     lines += [f"  - not run (tool budget): {call}" for call in coverage["not_run"]]
+    lines += [f"  - failed: {call}" for call in coverage.get("failed", [])]
     return lines
 
 

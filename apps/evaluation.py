@@ -38,13 +38,16 @@ from graph.models import make_model_factory
 from graph.runner import Graph, state_of, summary_of
 from graph.scripted import ScriptedChatModel, ScriptExhausted, scripted_models
 from nodes.common import GetModel
+from nodes.recording import confirmed_claims as recorded_confirmed_claims
 from persistence.audit import InMemoryAuditStore
 from persistence.ledger import InMemoryLedger
 from state.context import Context
 from state.graph_state import DiagnosisState
-from state.records import CONFIRMED_LABELS, CoverageStatus, GatekeeperBrief, Verdict
+from state.records import CoverageStatus, GatekeeperBrief, Verdict
+from tools.backend import EvidenceBackend
+from tools.environment import Environment
+from tools.replay import ReplayBackend
 from tools.sample import SampleBackend
-from verification.answer import select_material
 
 SCORE_TOLERANCE = 0.001
 """How far the groundedness score may be from the expected one."""
@@ -152,24 +155,8 @@ def _empty_result(scenario_id: str) -> ScenarioResult:
 
 
 def confirmed_claims(state: DiagnosisState) -> list[str]:
-    """Final-round claim ids the answer presents as established.
-
-    A claim counts when its final label is direct_observation or reasonable_inference, the
-    answer material selects it as confirmed (``select_material``), and its text is in the answer
-    (a degraded answer leaves inferences out).
-    """
-    if "verifier_result" not in state:
-        return []
-    checks = state["verifier_result"]["claim_checks"]
-    labels = {check["claim_id"]: check["verification"] for check in checks}
-    material = select_material(checks, state["executor_answer"], state["gatekeeper_result"])
-    answer = state.get("answer", "")
-    found = [
-        item["claim_id"]
-        for item in material["confirmed"]
-        if labels.get(item["claim_id"]) in CONFIRMED_LABELS and item["claim_text"] in answer
-    ]
-    return sorted(set(found))
+    """Final-round claim ids the answer presents as established (``nodes.recording``)."""
+    return recorded_confirmed_claims(state)
 
 
 def _fill(result: ScenarioResult, state: DiagnosisState) -> None:
@@ -330,12 +317,19 @@ def _prepare(scenario: Scenario, checkpointer: Checkpointer | None) -> _Prepared
         context = dataclasses.replace(context, max_tool_calls_per_round=checked["max_tool_calls"])
     app = build_graph(
         get_model=get_model,
-        backend=SampleBackend(checked["environment"]),
+        backend=evaluation_backend(checked["environment"]),
         ledger=InMemoryLedger(),
         audit=InMemoryAuditStore(),
     ).compile(checkpointer=InMemorySaver() if checkpointer is None else checkpointer)
     config: RunnableConfig = {"configurable": {"thread_id": f"eval-{scenario_id}"}}
     return _Prepared(checked, app, config, context, get_model, list(replies))
+
+
+def evaluation_backend(environment: Environment) -> EvidenceBackend:
+    """What serves a scenario's tool calls: a replay's recorded calls, else the sample backend."""
+    if "replay" in environment:
+        return ReplayBackend(environment["replay"])
+    return SampleBackend(environment)
 
 
 def run_graph(scenario: Scenario, checkpointer: Checkpointer | None = None) -> DiagnosisState:

@@ -54,6 +54,7 @@ def run_diagnosis(
     context: Context,
     audit: AuditStore,
     question: str | None = None,
+    message_id: str | None = None,
     resume: bool = False,
     on_event: Callable[[dict[str, object]], None] | None = None,
 ) -> DiagnosisState:
@@ -62,6 +63,9 @@ def run_diagnosis(
     The graph guards the run itself (``graph/guard.py``): it takes the thread's lock, leases the
     diagnosis and records a failure, a cancellation or an interruption on it; ``audit`` is the
     store those records go to (the graph was built with it).
+
+    ``message_id`` fixes the question message's id, and so the diagnosis id (the alert
+    receiver answers with it before the run starts).
 
     Raises:
         NothingToResume: when ``resume`` is set and the thread has nothing interrupted.
@@ -80,7 +84,7 @@ def run_diagnosis(
         config["configurable"][RESUMED_AT_KEY] = time.time()  # the deadline counts anew
         payload = None
     else:
-        payload = InputState(messages=[HumanMessage(question or "")])
+        payload = InputState(messages=[HumanMessage(question or "", id=message_id)])
     try:
         for chunk in app.stream(payload, config, context=context, stream_mode="custom"):
             if on_event is not None and isinstance(chunk, dict):

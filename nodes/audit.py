@@ -7,6 +7,7 @@ from langgraph.runtime import Runtime
 from nodes.common import Node, context_of, emit
 from nodes.evidence import executor_final_text
 from nodes.prompts import prompt_audit
+from nodes.recording import replay_record
 from persistence.audit import AuditStore
 from state.context import Context
 from state.graph_state import DiagnosisState
@@ -80,7 +81,9 @@ def make_audit(audit: AuditStore) -> Node:
         diagnosis_id = state["diagnosis_id"]
         verdict: Verdict = state["verifier_result"]["verdict"]
         audit.update_channel(diagnosis_id, "verifier_evaluation", verifier_evaluation(state))
-        audit.update_channel(diagnosis_id, "usage", usage_record(state, context_of(runtime)))
+        ctx = context_of(runtime)
+        audit.update_channel(diagnosis_id, "usage", usage_record(state, ctx))
+        audit.update_channel(diagnosis_id, "replay", replay_record(state, ctx))
         audit.finish_diagnosis(
             diagnosis_id,
             DiagnosisOutcome(

@@ -14,9 +14,10 @@ from langgraph.config import get_config, get_stream_writer
 from langgraph.constants import TAG_NOSTREAM
 from langgraph.runtime import Runtime
 
+from nodes.recording import MAX_RECORDED_CALLS, call_record
 from state.context import Context, setting_names
 from state.graph_state import DiagnosisState
-from state.records import ModelUsage, add_usage
+from state.records import ModelCallRecord, ModelUsage, add_usage
 from tools.unicode import clean_text
 
 GetModel = Callable[[str, Context], BaseChatModel]
@@ -39,13 +40,18 @@ class Spend:
 
     ``invoke`` calls a model with the internal config (not streamed, carrying the deadline) and
     counts the call and the tokens the endpoint reported; ``stop`` says which budget is spent,
-    if any. Offline rule-based models are not counted: they call nothing.
+    if any. Offline rule-based models are not counted: they call nothing. Each counted call is
+    also recorded in ``calls`` (``nodes.recording``: what a replay needs), which the node returns
+    as ``model_calls``.
     """
 
     def __init__(self, state: DiagnosisState, ctx: Context) -> None:
         self._ctx = ctx
         self._before = state.get("usage") or ModelUsage(calls=0, input_tokens=0, output_tokens=0)
+        self._round = int(state.get("round") or 1)
+        self._recorded = len(state.get("model_calls") or [])
         self.added = ModelUsage(calls=0, input_tokens=0, output_tokens=0)
+        self.calls: list[ModelCallRecord] = []
         started = float(state.get("started_at") or time.time())
         resumed = _configurable().get(RESUMED_AT_KEY)
         if isinstance(resumed, int | float):
@@ -100,6 +106,15 @@ class Spend:
                     input_chars=content_chars(messages),
                 ),
             )
+            if self._recorded + len(self.calls) < MAX_RECORDED_CALLS:
+                self.calls.append(
+                    call_record(
+                        reply,
+                        role=_node_name(),
+                        round=self._round,
+                        record_replies=self._ctx.record_model_replies,
+                    )
+                )
         message: BaseMessage = reply
         return message
 
@@ -117,6 +132,15 @@ def content_chars(messages: Sequence[BaseMessage]) -> int:
         for call in getattr(message, "tool_calls", None) or []:
             total += len(call["name"]) + len(json.dumps(call.get("args") or {}, ensure_ascii=False))
     return total
+
+
+def _node_name() -> str:
+    """The graph node making the current call (its role: planner, executor, ...)."""
+    try:
+        metadata = get_config().get("metadata") or {}
+    except RuntimeError:
+        return "model"
+    return str(metadata.get("langgraph_node") or "model")
 
 
 def context_of(runtime: Runtime[Context] | None) -> Context:

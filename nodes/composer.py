@@ -90,6 +90,7 @@ def make_composer(get_model: GetModel) -> Node:
                 output["mode"], output["parse_status"] = "model", "valid"
         return {
             "usage": spend.added,
+            "model_calls": spend.calls,
             "answer": answer,
             "composer_output": output,
             "messages": [AIMessage(content=answer)],

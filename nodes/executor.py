@@ -171,9 +171,15 @@ def make_executor(get_model: GetModel, ledger: InvocationLedger) -> Node:
             return {
                 "executor_messages": [nudge, reply],
                 "usage": spend.added,
+                "model_calls": spend.calls,
                 "route": ["executor"],
             }
         reply = readable_tool_calls(spend.invoke(model.bind_tools(specs), history))
-        return {"executor_messages": [reply], "usage": spend.added, "route": ["executor"]}
+        return {
+            "executor_messages": [reply],
+            "usage": spend.added,
+            "model_calls": spend.calls,
+            "route": ["executor"],
+        }
 
     return executor

@@ -72,6 +72,8 @@ def make_intake(
             "round": 1,
             "started_at": time.time(),
             "usage": Overwrite(ModelUsage(calls=0, input_tokens=0, output_tokens=0)),
+            "model_calls": Overwrite([]),
+            "known_services": [],
             "budget_note": None,
             "plan": "",
             "tool_calls_used": 0,

@@ -47,6 +47,8 @@ def make_planner(get_model: GetModel, services: Callable[[], list[str]]) -> Node
             plan = message_text(reply).strip()
         return {
             "usage": spend.added,
+            "model_calls": spend.calls,
+            "known_services": list(task["known_services"]),
             **({"budget_note": stopped} if stopped else {}),
             "plan": plan,
             "tool_calls_used": 0,

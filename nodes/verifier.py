@@ -171,6 +171,7 @@ def make_verifier(get_model: GetModel, services: Callable[[], list[str]]) -> Nod
         emit("verdict", round=round_no, verdict=result["verdict"], score=score)
         return {
             "usage": spend.added,
+            "model_calls": spend.calls,
             **({"budget_note": stopped} if stopped and not state.get("budget_note") else {}),
             "verifier_result": result,
             "verdict": result["verdict"],

@@ -33,6 +33,7 @@ DEFAULTS: dict[str, object] = {
     "max_model_calls": 40,
     "max_input_tokens": 500_000,
     "max_output_tokens": 50_000,
+    "record_model_replies": True,
 }
 """Defaults when neither the caller nor an environment variable sets a value."""
 
@@ -80,6 +81,7 @@ class Context:
     max_model_calls: int = _setting("max_model_calls")
     max_input_tokens: int = _setting("max_input_tokens")
     max_output_tokens: int = _setting("max_output_tokens")
+    record_model_replies: bool = _setting("record_model_replies")
 
     def __init__(self, **values: Any) -> None:
         """Check ``values`` and fill the other settings from the environment.

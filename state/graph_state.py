@@ -21,6 +21,7 @@ from state.records import (
     ExecutorAnswer,
     GatekeeperResult,
     JSONObject,
+    ModelCallRecord,
     ModelUsage,
     ParseStatus,
     RetryContext,
@@ -79,6 +80,13 @@ class DiagnosisState(TypedDict, total=False):
 
     plan: str
     """Written by ``planner``: the plan text for the current round."""
+
+    model_calls: Annotated[list[ModelCallRecord], operator.add]
+    """Appended by every node that calls a model: each call's role, round, reply and usage
+    (bounded; what a replay needs); ``intake`` overwrites it with []."""
+
+    known_services: list[str]
+    """Written by ``planner``: the services the evidence backend knew (for a replay)."""
 
     executor_messages: Annotated[list[AnyMessage], add_messages]
     """The executor's private conversation; ``planner`` clears it each round (REMOVE_ALL)."""

@@ -86,7 +86,13 @@ ComposerSection = Literal["pass", "uncertain", "degraded"]
 ComposerOutputMode = Literal["model", "template", "fallback"]
 DirectionKind = Literal["hypothesis", "overstated"]
 GapKind = Literal[
-    "unsupported", "external_unknown", "missing_info", "not_checked", "unanswered", "not_run"
+    "unsupported",
+    "external_unknown",
+    "missing_info",
+    "not_checked",
+    "unanswered",
+    "not_run",
+    "failed",
 ]
 
 DiagnosisStatus = Literal["running", "done", "failed", "abandoned"]
@@ -144,6 +150,8 @@ class SeriesEntry(TypedDict, total=False):
     max: float
     last: float
     unit: str
+    points: list[list[float]]
+    """``[[unix_seconds, value], ...]``, at most ``tools.points.MAX_POINTS``; not evidence text."""
 
 
 class DocumentEntry(TypedDict, total=False):
@@ -607,12 +615,14 @@ class QuestionCoverage(CoverageReport):
 
     The strictest of the deterministic ``floor`` and the Verifier's ``model`` report (None when
     its reply had none): a model can lower the coverage, never lift it. ``not_run`` lists the
-    tool calls the executor asked for that the tool budget cut (they make it at most partial).
+    tool calls the executor asked for that the tool budget cut, ``failed`` the calls that only
+    ever failed, with their error (either makes it at most partial).
     """
 
     floor: CoverageReport
     model: CoverageReport | None
     not_run: list[str]
+    failed: NotRequired[list[str]]
 
 
 # --------------------------------------------------------------------------- answer
@@ -711,6 +721,47 @@ def add_usage(left: ModelUsage | None, right: ModelUsage | None) -> ModelUsage:
         output_tokens=a["output_tokens"] + b["output_tokens"],
         input_chars=a.get("input_chars", 0) + b.get("input_chars", 0),
     )
+
+
+class RecordedToolCall(TypedDict):
+    """A tool call of a recorded model reply, as the executor acted on it."""
+
+    name: str
+    args: JSONObject
+    id: str | None
+
+
+class ModelCallRecord(TypedDict):
+    """One model call of a diagnosis, as a replay needs it (``self_evaluation.replay``).
+
+    ``content`` and ``tool_calls`` are None when model replies were not recorded
+    (``record_model_replies`` off); ``truncated`` says the text was cut at the record's bound,
+    ``redacted`` that a secret was taken out of it.
+    """
+
+    role: str
+    round: int
+    content: str | None
+    tool_calls: list[RecordedToolCall] | None
+    input_tokens: int
+    output_tokens: int
+    truncated: bool
+    redacted: bool
+
+
+class ReplayRecord(TypedDict):
+    """The ``self_evaluation.replay`` channel: what a replay needs besides the ledger (§7, §9)."""
+
+    version: str
+    model_replies: Literal["recorded", "off"]
+    model_calls: list[ModelCallRecord]
+    calls_dropped: int
+    """Model calls past the record's bound, not kept."""
+    known_services: list[str]
+    route: list[str]
+    """The nodes the diagnosis ran, in order (``audit`` last)."""
+    confirmed_claims: list[str]
+    """The claim ids the answer presents as established (``nodes.recording.confirmed_claims``)."""
 
 
 class UsageRecord(ModelUsage):

@@ -18,6 +18,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from state import json_shape
+
 Kind = Literal["text", "optional_text", "flag", "choice", "count", "seconds"]
 
 TRUE_WORDS = ("1", "true", "yes", "on")
@@ -152,6 +154,13 @@ RULES: tuple[Rule, ...] = (
         "Completion tokens one diagnosis may receive (as the endpoint reports them).",
         zero_means="no limit",
     ),
+    Rule(
+        "record_model_replies",
+        "SUPERBIZ_RECORD_MODEL_REPLIES",
+        "flag",
+        "Keep each model reply (text, tool calls) in the audit record, so the diagnosis can be "
+        "exported as a replayable scenario; off: only role, round and usage are kept.",
+    ),
 )
 BY_NAME: dict[str, Rule] = {rule.name: rule for rule in RULES}
 BY_VARIABLE: dict[str, Rule] = {rule.variable: rule for rule in RULES}
@@ -180,14 +189,11 @@ class _Invalid(Exception):
 
 def _check(rule: Rule, value: object) -> object:
     """The value if the rule allows it (typed values: bodies, contexts, options)."""
-    if rule.kind == "text":
-        if isinstance(value, str) and value.strip():
-            return value.strip()
-    elif rule.kind == "optional_text":
-        if value is None:
+    if rule.kind in ("text", "optional_text"):
+        if rule.kind == "optional_text" and value is None:
             return None
-        if isinstance(value, str) and value.strip():
-            return value.strip()
+        if (given := json_shape.text(value)) is not None:
+            return given
     elif rule.kind == "flag":
         if isinstance(value, bool):
             return value
@@ -195,15 +201,10 @@ def _check(rule: Rule, value: object) -> object:
         if isinstance(value, str) and value in rule.choices:
             return value
     elif rule.kind == "count":
-        if isinstance(value, int) and not isinstance(value, bool) and value >= rule.minimum:
+        if json_shape.is_number(value) and isinstance(value, int) and value >= rule.minimum:
             return value
     elif rule.kind == "seconds":
-        if (
-            isinstance(value, int | float)
-            and not isinstance(value, bool)
-            and math.isfinite(value)
-            and value > 0
-        ):
+        if json_shape.is_number(value) and math.isfinite(value) and value > 0:
             return float(value)
     raise _Invalid
 

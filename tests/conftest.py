@@ -110,6 +110,7 @@ _TABLES = (
     "checkpoint_writes",
     "thread_owner",
     "diagnosis_lease",
+    "alert_investigation",
     "kb_chunk",
     "kb_file",
     "superbiz_schema",

@@ -49,6 +49,11 @@ class FakeLoki:
     max_entries_limit: int = 5000
     timeout: bool = False
     requests: list[dict[str, str]] = field(default_factory=list)
+    headers: list[dict[str, str]] = field(default_factory=list)
+    """The request headers of every request, names lower-cased (to check credentials arrive)."""
+    parse_error: str | None = None
+    """When set, ``query_range`` answers 400 with this plain text, as Loki answers a query it
+    cannot parse (the backend's own LogQL always parses here, so a test sets it)."""
 
 
 class LogQLError(ValueError):
@@ -63,12 +68,16 @@ _FILTER = re.compile(rf"\s*(\|=|!=|\|~|!~)\s*({_STRING})")
 def _unquote(token: str) -> str:
     if token.startswith("`"):
         return token[1:-1]
-    return str(json.loads(token))
+    return str(json.loads(token, strict=False))  # other raw control characters are fine
 
 
 def parse_logql(query: str) -> tuple[list[tuple[str, str, str]], list[tuple[str, str]]]:
     """The selector's matchers and the line filters of a log query."""
     text = query.strip()
+    unterminated = re.search(r'"(?:[^"\\\n]|\\.)*\n', text)
+    if unterminated:  # Loki's lexer ends a "..." string at a raw line break
+        col = unterminated.start() + 1
+        raise LogQLError(f"parse error at line 1, col {col}: literal not terminated")
     if not text.startswith("{"):
         raise LogQLError("parse error at line 1, col 1: syntax error: unexpected IDENTIFIER")
     close = text.find("}")
@@ -142,6 +151,8 @@ def _answer(fake: FakeLoki, path: str, query: dict[str, str]) -> tuple[int, str,
         return 404, "text/plain", b"404 page not found\n"
     if fake.timeout:
         return 504, "text/plain", b"Gateway Timeout: query timed out\n"
+    if fake.parse_error is not None:
+        return 400, "text/plain", fake.parse_error.encode()
     limit = int(query.get("limit", "100"))
     if limit > fake.max_entries_limit:
         text = (
@@ -208,6 +219,7 @@ def _handler(fake: FakeLoki) -> type[BaseHTTPRequestHandler]:
             parts = urlsplit(self.path)
             query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
             fake.requests.append({"path": parts.path, **query})
+            fake.headers.append({k.lower(): v for k, v in self.headers.items()})
             if fake.tenant is not None and self.headers.get("X-Scope-OrgID") != fake.tenant:
                 status, kind, body = 401, "text/plain", b"no org id\n"
             else:

@@ -385,3 +385,150 @@ def test_check_claims_no_claims_scores_zero() -> None:
     assert result["groundedness_score"] == 0.0
     assert result["claim_checks"] == []
     assert result["verdict"] == "LOW_CONFID"
+
+
+# --- contradictions: opposite states and polarity ----------------------------------------------
+
+# (claim, log message): the message states the opposite of the claim.
+CONTRADICTED = [
+    pytest.param("the database orders-db is up", "database orders-db down", id="up-vs-down"),
+    pytest.param("the database orders-db is down", "database orders-db up", id="down-vs-up"),
+    pytest.param(
+        "the deploy of v2.3.1 succeeded", "deploy of v2.3.1 failed", id="succeeded-vs-failed"
+    ),
+    pytest.param(
+        "the deploy of v2.3.1 failed", "deploy of v2.3.1 succeeded", id="failed-vs-succeeded"
+    ),
+    pytest.param("the health check passed", "health check failed", id="passed-vs-failed"),
+    pytest.param(
+        "the index orders_by_customer is present",
+        "index orders_by_customer missing",
+        id="present-vs-missing",
+    ),
+    pytest.param(
+        "the index orders_by_customer is missing",
+        "index orders_by_customer present",
+        id="missing-vs-present",
+    ),
+    pytest.param(
+        "the index orders_by_customer exists",
+        "index orders_by_customer absent",
+        id="exists-vs-absent",
+    ),
+    pytest.param(
+        "the index orders_by_customer is present",
+        "index orders_by_customer not found",
+        id="present-vs-not-found",
+    ),
+    pytest.param(
+        "the index orders_by_customer was not found",
+        "index orders_by_customer present",
+        id="not-found-vs-present",
+    ),
+    pytest.param("数据库 orders-db 正常", "数据库 orders-db 异常", id="zh-normal-vs-abnormal"),
+    pytest.param("数据库 orders-db 异常", "数据库 orders-db 正常", id="zh-abnormal-vs-normal"),
+    pytest.param("v2.3.1 发布成功", "v2.3.1 发布失败", id="zh-succeeded-vs-failed"),
+    pytest.param("v2.3.1 发布失败", "v2.3.1 发布成功", id="zh-failed-vs-succeeded"),
+    pytest.param(
+        "索引 orders_by_customer 存在", "索引 orders_by_customer 缺失", id="zh-present-vs-missing"
+    ),
+    pytest.param(
+        "索引 orders_by_customer 存在",
+        "索引 orders_by_customer 不存在",
+        id="zh-present-vs-not-present",
+    ),
+    pytest.param(
+        "索引 orders_by_customer 不存在",
+        "索引 orders_by_customer 存在",
+        id="zh-not-present-vs-present",
+    ),
+]
+
+# (claim, log message, label): the same state on both sides, or states that do not exclude each
+# other; the claim is grounded, never contradicted.
+AGREEING = [
+    pytest.param(
+        "the database orders-db is up", "database orders-db up", "direct_observation", id="up"
+    ),
+    pytest.param(
+        "the database orders-db is down", "database orders-db down", "direct_observation", id="down"
+    ),
+    pytest.param("the deploy succeeded", "deploy succeeded", "direct_observation", id="succeeded"),
+    pytest.param("the deploy failed", "deploy failed", "direct_observation", id="failed"),
+    pytest.param(
+        "the index orders_by_customer is present",
+        "index orders_by_customer present",
+        "direct_observation",
+        id="present",
+    ),
+    pytest.param(
+        "the index orders_by_customer is missing",
+        "index orders_by_customer missing",
+        "direct_observation",
+        id="missing",
+    ),
+    pytest.param(
+        "the index orders_by_customer was not found",
+        "index orders_by_customer not found",
+        "direct_observation",
+        id="not-found",
+    ),
+    pytest.param(
+        "order-service is healthy",
+        "order-service alert resolved",
+        "direct_observation",
+        id="healthy-and-resolved",
+    ),
+    pytest.param(
+        "order-service 发布成功", "order-service 发布成功", "direct_observation", id="zh-succeeded"
+    ),
+    pytest.param(
+        "order-service 异常", "order-service 异常", "direct_observation", id="zh-abnormal"
+    ),
+    pytest.param(
+        "order-service 不存在", "order-service 不存在", "direct_observation", id="zh-not-present"
+    ),
+    pytest.param(
+        "order-service 正常",
+        "order-service 告警已恢复",
+        "direct_observation",
+        id="zh-normal-and-recovered",
+    ),
+    pytest.param(
+        "order-service 告警触发",
+        "order-service 异常",
+        "direct_observation",
+        id="zh-firing-and-abnormal",
+    ),
+]
+
+
+def _against(text: str, message: str) -> Decision:
+    """The offline decision on claim c1 bound to one log line whose message is ``message``."""
+    ref_text = f"2026-03-01T10:05:00Z ERROR order-service order-1: {message}"
+    output = executor_output(claim("c1", text, binding("inv-1", "logs[0]", message)))
+    gatekeeper = gatekeeper_result({"c1": [excerpt("inv-1", "query_logs", "logs[0]", ref_text)]})
+    return check(output, gatekeeper, TRACE)
+
+
+@pytest.mark.parametrize(("text", "message"), CONTRADICTED)
+def test_check_claims_opposite_state_in_the_evidence_is_contradicted(
+    text: str, message: str
+) -> None:
+    result = _against(text, message)
+    checked = result["claim_checks"][0]
+
+    assert checked["verification"] == "contradicted", checked["detail"]
+    assert result["verdict"] == "REJECT"
+    assert result["groundedness_score"] == 0.0
+
+
+@pytest.mark.parametrize(("text", "message", "label"), AGREEING)
+def test_check_claims_same_state_in_the_evidence_is_not_contradicted(
+    text: str, message: str, label: str
+) -> None:
+    result = _against(text, message)
+    checked = result["claim_checks"][0]
+
+    assert checked["verification"] == label, checked["detail"]
+    assert result["verdict"] == "PASS"

@@ -36,6 +36,7 @@ from langgraph_sdk.schema import StreamMode
 
 from graph.builder import NODES
 from state.context import Context
+from tests.test_alert_receiver import recorded
 
 ROOT = Path(__file__).resolve().parents[1]
 QUESTION = "order-service 为什么报 500？"
@@ -412,6 +413,23 @@ def test_langgraph_dev_mounts_the_http_api_beside_its_own_routes(server: Server)
     assert (health["status"], health["database"]) == ("ok", "ok")
     assert health["backends"]["sample"]["status"] == "ok"
     assert _superbiz_assistant(server.url)["graph_id"] == "superbiz"
+
+
+def test_langgraph_dev_mounted_api_takes_alertmanager_notifications(server: Server) -> None:
+    accepted = httpx.post(f"{server.url}/api/alertmanager", json=recorded("firing"), timeout=30)
+    assert accepted.status_code == 202, accepted.text
+    diagnosis_id = accepted.json()["accepted"][0]["diagnosis_id"]
+    rows: list[dict[str, Any]] = []
+    for _ in range(300):
+        with urllib.request.urlopen(f"{server.url}/api/alerts", timeout=30) as response:
+            rows = json.loads(response.read())["alerts"]
+        if rows and rows[0]["status"] in ("done", "failed"):
+            break
+        time.sleep(0.2)
+    assert [(r["diagnosis_id"], r["status"], r["verdict"]) for r in rows] == [
+        (diagnosis_id, "done", "PASS")
+    ], rows
+    _assert_no_blocking_error(server)
 
 
 @pytest.mark.postgres

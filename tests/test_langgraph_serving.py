@@ -1,9 +1,11 @@
 """``langgraph dev`` behind the HTTP API's keys, one writer per thread with ``/api``, no orphans.
 
 Real ``langgraph dev`` subprocesses (fixtures of ``tests/test_langgraph_dev.py``) on the embedded
-SQLite file of a throw-away data directory. Model mode talks to a local OpenAI-compatible
-endpoint (``tests/gated_openai.py``) whose answers wait behind a gate, so a run can be held in its
-planner for as long as a test needs; runs that should not wait are sent with ``offline: true``.
+SQLite file of a throw-away data directory; the cross-identity tests run again on a throw-away
+PostgreSQL database (checkpoints, owners and audit rows there). Model mode talks to a local
+OpenAI-compatible endpoint (``tests/gated_openai.py``) whose answers wait behind a gate, so a run
+can be held in its planner for as long as a test needs; runs that should not wait are sent with
+``offline: true``.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
 import pytest
 from langgraph_sdk import get_sync_client
 
@@ -61,6 +64,46 @@ def keyed(tmp_path_factory: pytest.TempPathFactory, endpoint: GatedOpenAI) -> It
         yield running
 
 
+@pytest.fixture(scope="module")
+def keyed_postgres(
+    tmp_path_factory: pytest.TempPathFactory, endpoint: GatedOpenAI, postgres_url: str
+) -> Iterator[Server]:
+    """The keyed server with ``SUPERBIZ_DATABASE_URL`` on a PostgreSQL database of its own."""
+    base, _, name = postgres_url.rpartition("/")
+    own = f"{name}_keyed_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(postgres_url, autocommit=True, connect_timeout=5) as conn:
+        conn.execute(f'CREATE DATABASE "{own}"')
+    try:
+        workdir = tmp_path_factory.mktemp("langgraph-keyed-postgres")
+        env = _offline_env(
+            XDG_DATA_HOME=str(workdir / "data"),
+            SUPERBIZ_DATABASE_URL=f"{base}/{own}",
+            SUPERBIZ_API_KEYS="key-alice=alice,key-bob=bob",
+            **endpoint.env(),
+        )
+        with _running_server(workdir, env) as running:
+            yield running
+    finally:
+        with psycopg.connect(postgres_url, autocommit=True, connect_timeout=5) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{own}" WITH (FORCE)')
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def any_keyed(request: pytest.FixtureRequest) -> Server:
+    """The keyed server on SQLite, then on PostgreSQL."""
+    server: Server = request.getfixturevalue(
+        "keyed" if request.param == "sqlite" else "keyed_postgres"
+    )
+    return server
+
+
+def _assert_checkpointer(server: Server, request: pytest.FixtureRequest) -> None:
+    """The server runs on the database its ``any_keyed`` parameter names (once it has run)."""
+    kind = request.node.callspec.params["any_keyed"]
+    saver = {"sqlite": "MaintainedAsyncSqliteSaver", "postgres": "MaintainedAsyncPostgresSaver"}
+    assert f"Using custom checkpointer: {saver[kind]}" in server.output()
+
+
 def _client(server: Server, headers: dict[str, str] | None) -> Any:
     return get_sync_client(url=server.url, headers=headers, timeout=120)
 
@@ -90,9 +133,9 @@ def test_langgraph_auth_without_or_with_a_wrong_key_is_401(keyed: Server) -> Non
 
 
 def test_langgraph_auth_another_identity_cannot_read_write_delete_or_find_a_thread(
-    keyed: Server,
+    any_keyed: Server, request: pytest.FixtureRequest
 ) -> None:
-    alice, bob = _client(keyed, ALICE), _client(keyed, BOB)
+    alice, bob = _client(any_keyed, ALICE), _client(any_keyed, BOB)
     thread = alice.threads.create(metadata={"owner": "bob", "topic": "password hunter2"})
     thread_id = thread["thread_id"]
     assert thread["metadata"]["owner"] == "alice"  # a client's own owner is overwritten
@@ -117,19 +160,20 @@ def test_langgraph_auth_another_identity_cannot_read_write_delete_or_find_a_thre
     assert thread_id in [t["thread_id"] for t in alice.threads.search(limit=100)]
     assert _status(lambda: alice.threads.update(thread_id, metadata={"owner": "bob"})) == 200
     assert alice.threads.get(thread_id)["metadata"]["owner"] == "alice"
+    _assert_checkpointer(any_keyed, request)
 
 
 def test_langgraph_auth_an_api_thread_of_another_identity_is_out_of_reach(
-    keyed: Server,
+    any_keyed: Server,
 ) -> None:
     thread_id = str(uuid.uuid4())
     question = {
         "question": "order-service 为什么报 500？我的密码是 hunter2",
         "thread_id": thread_id,
     }
-    chat = httpx.post(f"{keyed.url}/api/chat", json=question, headers=ALICE, timeout=120)
+    chat = httpx.post(f"{any_keyed.url}/api/chat", json=question, headers=ALICE, timeout=120)
     assert chat.status_code == 200, chat.text
-    bob = _client(keyed, BOB)
+    bob = _client(any_keyed, BOB)
 
     assert _status(lambda: bob.threads.create(thread_id=thread_id)) == 404
     assert (
@@ -143,7 +187,7 @@ def test_langgraph_auth_an_api_thread_of_another_identity_is_out_of_reach(
     assert _status(lambda: bob.threads.get_state(thread_id)) == 404
     assert thread_id not in [t["thread_id"] for t in bob.threads.search(limit=100)]
     # The owner may open it through the LangGraph endpoints too.
-    alice = _client(keyed, ALICE)
+    alice = _client(any_keyed, ALICE)
     assert alice.threads.create(thread_id=thread_id)["metadata"]["owner"] == "alice"
 
 
@@ -236,6 +280,17 @@ def test_langgraph_mounted_api_has_no_wildcard_cors_while_studio_keeps_its_own(
     assert "access-control-allow-private-network" not in refused.headers
     assert cross.status_code == 403
     assert studio.headers.get("access-control-allow-origin") in ("*", "https://smith.langchain.com")
+
+
+def test_langgraph_mounted_api_serves_the_web_pages_with_their_policy(keyed: Server) -> None:
+    from apps.web import CSP
+
+    for path in ("/", "/history", "/diagnoses/diag-x", "/assets/app.js"):
+        response = httpx.get(f"{keyed.url}{path}", timeout=30)
+        assert response.status_code == 200, path
+        assert response.headers["content-security-policy"] == CSP
+    assert "/assets/app.js" in httpx.get(f"{keyed.url}/", timeout=30).text
+    assert httpx.get(f"{keyed.url}/api/threads", timeout=30).status_code == 401
 
 
 # --- a killed server --------------------------------------------------------------------------

@@ -806,3 +806,30 @@ def test_models_http_a_spent_deadline_ends_the_round_without_model_calls(
     assert values["route"][-1] == "audit"
     (record,) = audit.list()
     assert record["status"] == "done"
+
+
+def test_models_http_the_diagnosis_deadline_is_300_s_when_nothing_sets_it(
+    model_env: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("SUPERBIZ_DIAGNOSIS_DEADLINE_S", raising=False)
+    assert Context().diagnosis_deadline_s == 300.0
+
+    # A Retry-After that ends inside the 300 s is waited (the sleep is recorded, not slept) ...
+    model_env.fail("planner", Fault("status", status=429, headers={"Retry-After": "280"}))
+    waits = Waits()
+    values, audit = _diagnose(waits)
+
+    assert waits.seconds == [280.0]
+    assert values["verdict"] == "PASS"
+    (record,) = audit.list()
+    usage: Any = cast(Any, record["self_evaluation"])["usage"]
+    assert usage["budgets"]["diagnosis_deadline_s"] == 300.0
+    assert cast(Any, record["run_settings"])["context"]["diagnosis_deadline_s"] == 300.0
+
+    # ... one that ends after it fails the diagnosis at once, naming the variable.
+    model_env.fail("planner", Fault("status", status=429, headers={"Retry-After": "320"}))
+    before = len(model_env.requests)
+    failed, _ = _failure()
+
+    assert len(model_env.requests) == before + 1
+    assert "SUPERBIZ_DIAGNOSIS_DEADLINE_S" in failed.reason

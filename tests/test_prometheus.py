@@ -33,6 +33,7 @@ from state.records import Invocation
 from tests.prometheus_kit import CART_LATENCY, Stack, free_port
 from tools.composed import configured_backend
 from tools.config import load_settings
+from tools.points import MAX_POINTS
 from tools.runner import ToolRunner
 
 TOKEN = "prom-token-5b8e-secret"
@@ -164,6 +165,13 @@ def test_prometheus_promql_series_min_max_last_are_computed_from_the_points(
     expected_points = ((len(CART_LATENCY) - 1) * 60 + 5 * 60) // 12
     assert abs(int(match.group(1)) - expected_points) <= 2
     assert refs["summary"].endswith(f"window={start}/{end} alerts 1 of 1, series 1 of 1 (complete)")
+    # the points are kept for charts, bounded, with the extremes and the last among them
+    points = (row["output"] or {})["series"][0]["points"]
+    values = [value for _, value in points]
+    assert len(points) == MAX_POINTS < int(match.group(1))
+    assert (min(values), max(values), values[-1]) == (0.2, 1.8, 0.4)
+    assert [t for t, _ in points] == sorted(t for t, _ in points)
+    assert start <= _iso(points[0][0]) and _iso(points[-1][0]) <= end
 
 
 def test_prometheus_counter_selector_is_shown_as_a_rate(

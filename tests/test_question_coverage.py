@@ -15,11 +15,18 @@ from state.records import (
     Decision,
     JSONObject,
     QuestionKind,
+    TraceItem,
     VerifierMode,
 )
 from tests import records
 from tests.records import VALID
-from verification.coverage import floor_coverage, question_coverage, strictest_status
+from verification.answer import select_material
+from verification.coverage import (
+    failed_calls,
+    floor_coverage,
+    question_coverage,
+    strictest_status,
+)
 from verification.executor_output import read_answer
 from verification.question import analyze_question, facet_label
 from verification.verdict import decide
@@ -362,6 +369,82 @@ def test_decide_not_run_calls_make_coverage_partial_and_keep_pass() -> None:
     )
     assert decision["question_coverage"]["status"] == "partial"
     assert decision["verdict"] == "PASS"
+
+
+def _failed_item(ref: str, args: str, *, calls: int = 1, errors: int = 1) -> TraceItem:
+    item = records.trace_item(
+        ref, "query_logs", [f"inv-{ref}"], input_summary=args, output_summary="no match"
+    )
+    item["success"] = False
+    if errors == calls:
+        item["output_summary"] = "error: BackendError: Loki answered HTTP 504"
+    if calls > 1:
+        item["repeat_count"] = calls
+        item["failed_count"] = errors
+    return item
+
+
+def test_failed_calls_are_the_calls_that_never_succeeded_with_their_error() -> None:
+    ok = records.trace_item("t1", "query_metrics", ["inv-1"], input_summary="service=a")
+    failed = _failed_item("t2", "level=ERROR service=a")
+    twice = _failed_item("t3", "level=WARN service=a", calls=2, errors=2)
+    no_hit = _failed_item("t4", "level=INFO service=a", errors=0)
+    mixed = _failed_item("t5", "level=DEBUG service=a", calls=2, errors=1)  # one error, no match
+    recovered = _failed_item("t6", "level=FATAL service=a", calls=2, errors=1)
+    recovered["success"] = True  # failed in round 1, answered in round 2
+
+    assert failed_calls([ok, failed, twice, no_hit, mixed, recovered]) == [
+        "query_logs level=ERROR service=a: error: BackendError: Loki answered HTTP 504",
+        "query_logs level=WARN service=a: error: BackendError: Loki answered HTTP 504",
+    ]
+
+
+def test_decide_a_failed_call_makes_coverage_partial_keeps_pass_and_is_a_gap() -> None:
+    output = records.executor_output(
+        records.claim(
+            "c1",
+            "order-service has HTTP 500 errors",
+            records.binding("inv-1", "logs[0]", "HTTP 500"),
+        )
+    )
+    raw: dict[str, object] = {
+        "verdict": "PASS",
+        "claim_checks": [
+            {
+                "claim_id": "c1",
+                "verification": "direct_observation",
+                "detail": "",
+                "evidence_refs": [
+                    {"trace_ref": "t1", "tool_name": "query_logs", "source_invocation_ids": []}
+                ],
+            }
+        ],
+    }
+    gatekeeper = records.gatekeeper_result(
+        {"c1": [records.excerpt("inv-1", "query_logs", "logs[0]", "ERROR order-service HTTP 500")]}
+    )
+    trace = [
+        records.trace_item("t1", "query_logs", ["inv-1"]),
+        _failed_item("t2", "level=WARN service=order-service"),
+    ]
+    decision = decide(
+        read_answer(VALID, output),
+        gatekeeper,
+        read_verifier_reply(raw),
+        parse_status=VALID,
+        trace=trace,
+        mode="model",
+        question="Why does order-service return 500?",
+        known_services=KNOWN,
+    )
+    coverage = decision["question_coverage"]
+    assert coverage["status"] == "partial" and decision["verdict"] == "PASS"
+    assert coverage.get("failed") == [
+        "query_logs level=WARN service=order-service: error: BackendError: Loki answered HTTP 504"
+    ]
+    answer = read_answer(VALID, output)
+    gaps = select_material(decision["claim_checks"], answer, gatekeeper, coverage=coverage)["gaps"]
+    assert [(g["kind"], g["text"]) for g in gaps] == [("failed", coverage["failed"][0])]
 
 
 def test_decide_fallback_ignores_a_coverage_it_could_not_read() -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,3 +56,52 @@ def test_readme_lists_every_run_setting_variable() -> None:
         if rule.name.endswith("_model") and rule.name != "model":
             continue  # the per-role overrides share one row
         assert f"`{rule.variable}" in readme, rule.variable
+
+
+def _bullet(section: str, start: str) -> str:
+    """The bullet of ``section`` that begins with ``start``, as one line of text."""
+    found = re.search(rf"^- {re.escape(start)}(.*?)(?=^- |^```|\Z)", section, re.M | re.S)
+    assert found is not None, f"the README has no bullet starting {start!r}"
+    return " ".join(found.group(1).split())
+
+
+def test_readme_says_what_a_keyless_non_loopback_server_exposes() -> None:
+    langgraph = _bullet(
+        _section("### LangGraph Studio and chat clients"), "**Without keys on a non-loopback"
+    )
+    for exposed in (
+        "`langgraph dev --host 0.0.0.0`",
+        "every thread",
+        "questions and answers",
+        "the store",
+    ):
+        assert exposed in langgraph, exposed
+    for verb in ("list", "read", "run", "change", "delete", "start diagnoses"):
+        assert verb in langgraph, verb
+    assert "`SUPERBIZ_API_KEYS`" in langgraph and "`SUPERBIZ_API_KEYS_FILE`" in langgraph
+
+    api = " ".join(_section("## HTTP API").split())
+    assert "With no key configured, access is open and every caller is `anonymous`" in api
+    assert "binds only to a loopback address" in api
+    assert "refuses any other `--host` (exit 2)" in api
+
+
+def test_readme_states_the_langgraph_dev_job_concurrency_and_what_a_crash_loses() -> None:
+    section = _section("### LangGraph Studio and chat clients")
+    jobs = _bullet(section, "**One run at a time.**")
+    assert "`--n-jobs-per-worker N`" in jobs
+    assert "the default is 10; for `dev` it is 1" in jobs
+    assert "`pending`" in jobs
+    # The flag and the default the README quotes are the installed CLI's.
+    script = Path(sys.executable).with_name("langgraph")
+    shown = subprocess.run(
+        [str(script), "dev", "--help"], capture_output=True, text=True, timeout=60, check=True
+    ).stdout
+    assert "--n-jobs-per-worker" in shown and "Default: 10" in " ".join(shown.split())
+
+    crash = _bullet(section, "**What a crash loses.**")
+    for lost in ("`.langgraph_api/`", "in-flight and queued runs", "thread created since"):
+        assert lost in crash, lost
+    for kept in ("Checkpoints", "audit rows", "tool invocations"):
+        assert kept in crash, kept
+    assert "`superbiz diagnose --resume --thread ID`" in crash

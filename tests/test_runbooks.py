@@ -154,6 +154,29 @@ def test_runbook_index_plain_words_and_scores(corpus_index: RunbookIndex) -> Non
     assert corpus_index.lookup_knowledge(query="zzqxv unknownword", top_k=3)["documents"] == []
 
 
+@pytest.mark.parametrize(
+    ("question", "names"),
+    [
+        (
+            "节点磁盘空间快满了怎么办？",
+            ("NodeFilesystemAlmostOutOfSpace.md", "NodeFilesystemSpaceFillingUp.md"),
+        ),
+        ("pod 一直崩溃重启", ("KubePodCrashLooping.md",)),
+        ("CPU 被限流", ("CPUThrottlingHigh.md",)),
+    ],
+    ids=["disk-zh", "crash-zh", "cpu-zh"],
+)
+def test_runbook_index_answers_a_chinese_question_from_english_runbooks(
+    corpus_index: RunbookIndex, question: str, names: tuple[str, ...]
+) -> None:
+    corpus_index.sync()
+    documents = corpus_index.lookup_knowledge(query=question, top_k=3)["documents"]
+
+    assert documents, question
+    assert documents[0]["source"].rsplit("/", 1)[-1] in names, documents[0]
+    assert documents[0]["relevance"] in {"high", "medium"}, documents[0]
+
+
 def test_runbook_index_is_incremental_by_hash_and_drops_deleted_files(
     database_url: str, tmp_path: Path
 ) -> None:

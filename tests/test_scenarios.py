@@ -544,3 +544,21 @@ def test_eval_command_writes_the_json_report(tmp_path: Path) -> None:
         "failed_rules": ["evidence.raw_path_missing"],
     }
     assert second["route"][-2:] == ["composer", "audit"]
+
+
+def test_eval_command_on_the_whole_corpus_has_no_leak_and_no_false_reject(tmp_path: Path) -> None:
+    """What ``superbiz eval tests/scenarios`` reports: every scenario, the offline folder too."""
+    report_path = tmp_path / "report.json"
+    files = sorted(SCENARIOS.rglob("*.json"))
+
+    code, out, err = _eval([str(SCENARIOS)], str(report_path))
+
+    report = json.loads(report_path.read_text(encoding="utf-8"))
+    failed = [line for line in out.splitlines() if line.startswith("FAIL")]
+    assert (code, err, failed) == (0, "", [])
+    assert report["totals"] == {"passed": len(files), "failed": 0, "total": len(files)}
+    assert len(files) > len(FILES)  # the offline scenarios are part of it
+    metrics = report["metrics"]
+    assert metrics["leak_count"] == 0
+    assert metrics["false_reject_count"] == 0
+    assert metrics["verdict_accuracy"] == 1.0

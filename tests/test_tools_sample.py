@@ -431,7 +431,16 @@ def test_sample_default_environment_alerts_and_documents() -> None:
             "active_at",
         }
     for series in env["series"]:
-        assert set(series) == {"metric", "labels", "points_count", "min", "max", "last", "unit"}
+        assert set(series) == {
+            "metric",
+            "labels",
+            "points_count",
+            "min",
+            "max",
+            "last",
+            "unit",
+            "points",
+        }
         assert series["labels"]["service"]
     docs = env["documents"]
     assert len(docs) >= 5

@@ -15,10 +15,11 @@ import re
 from collections.abc import Callable
 from datetime import UTC, datetime
 
+from state.json_shape import at, obj, objects, text
 from state.records import AlertEntry
 from tools.backend import BackendError, BackendReport
 from tools.config import BackendSettings
-from tools.http import BackendClient, BackendRequestError, one_line
+from tools.http import BackendClient, BackendRequestError, failed_report, one_line
 
 
 def alertmanager_error(status: int, body: bytes) -> str | None:
@@ -29,8 +30,8 @@ def alertmanager_error(status: int, body: bytes) -> str | None:
         return one_line(body.decode("utf-8", errors="replace")) or None
     if isinstance(data, str):
         return one_line(data) or None
-    if isinstance(data, dict) and data.get("message"):
-        return one_line(str(data["message"]))
+    if at(data, "message"):
+        return one_line(str(at(data, "message")))
     return one_line(json.dumps(data)) or None
 
 
@@ -85,10 +86,8 @@ class AlertmanagerAlerts:
             )
         now = self._now()
         found: list[tuple[AlertEntry, dict[str, str]]] = []
-        for raw in answer:
-            if not isinstance(raw, dict):
-                continue
-            labels = {str(k): str(v) for k, v in (raw.get("labels") or {}).items()}
+        for raw in objects(answer):
+            labels = {str(k): str(v) for k, v in obj(raw.get("labels")).items()}
             found.append((self._entry(raw, labels, service_labels, now), labels))
         return found
 
@@ -105,8 +104,7 @@ class AlertmanagerAlerts:
             entry["service"] = service
         if labels.get("severity"):
             entry["severity"] = labels["severity"]
-        status = raw.get("status") if isinstance(raw.get("status"), dict) else {}
-        assert isinstance(status, dict)
+        status = obj(raw.get("status"))
         ends_at = _time(raw.get("endsAt"))
         if ends_at is not None and ends_at < now:
             state = "resolved"
@@ -117,14 +115,13 @@ class AlertmanagerAlerts:
         else:
             state = "firing"
         entry["state"] = state
-        annotations = raw.get("annotations")
-        if isinstance(annotations, dict):
-            text = annotations.get("summary") or annotations.get("description")
-            if isinstance(text, str) and text.strip():
-                entry["summary"] = one_line(text, 500)
-            url = annotations.get("runbook_url")
-            if isinstance(url, str) and url.strip():
-                entry["runbook_url"] = one_line(url, 500)
+        annotations = obj(raw.get("annotations"))
+        said = text(annotations.get("summary")) or text(annotations.get("description"))
+        if said is not None:
+            entry["summary"] = one_line(said, 500)
+        url = text(annotations.get("runbook_url"))
+        if url is not None:
+            entry["runbook_url"] = one_line(url, 500)
         starts_at = _time(raw.get("startsAt"))
         if starts_at is not None:
             entry["active_at"] = starts_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -137,14 +134,11 @@ class AlertmanagerAlerts:
             status = self.http.get_json("api/v2/status")
             if not isinstance(status, dict):
                 raise BackendError(f"Alertmanager at {url}: /api/v2/status is not an object")
-            version = (status.get("versionInfo") or {}).get("version") or "unknown"
-            cluster = (status.get("cluster") or {}).get("status") or "unknown"
+            version = at(status, "versionInfo", "version") or "unknown"
+            cluster = at(status, "cluster", "status") or "unknown"
             count = len(self.alerts(()))
         except BackendError as exc:
-            report = BackendReport(backend="alertmanager", url=url, status="error", detail=str(exc))
-            if isinstance(exc, BackendRequestError):
-                report["setting"] = exc.setting
-            return report
+            return failed_report("alertmanager", url, exc)
         return BackendReport(
             backend="alertmanager",
             url=url,

@@ -41,23 +41,31 @@ from tools.logfiles import FileLogs
 from tools.loki import LokiLogs
 from tools.opensearch import OpenSearchLogs
 from tools.prometheus import PrometheusMetrics
+from tools.replay import ReplayBackend
 from tools.runbooks import Progress, RunbookIndex, stderr_progress
 from tools.sample import SampleBackend
 
 
-class _Logs(Protocol):
+class _Part(Protocol):
+    @property
+    def title(self) -> str:
+        """What serves the tool, in words (``config show``)."""
+        ...
+
+
+class _Logs(_Part, Protocol):
     def query_logs(self, **query: Unpack[LogsQuery]) -> LogsOutput: ...
 
 
-class _Metrics(Protocol):
+class _Metrics(_Part, Protocol):
     def query_metrics(self, **query: Unpack[MetricsQuery]) -> MetricsOutput: ...
 
 
-class _Knowledge(Protocol):
+class _Knowledge(_Part, Protocol):
     def lookup_knowledge(self, *, query: str, top_k: int = 3) -> KnowledgeOutput: ...
 
 
-class _Clock(Protocol):
+class _Clock(_Part, Protocol):
     def get_current_time(self, *, timezone: str | None = None) -> TimeOutput: ...
 
 
@@ -65,6 +73,8 @@ class Unavailable:
     """A kind of evidence no source is configured for: every call is an error saying so."""
 
     needs_timeout = False
+
+    title = "none"
 
     def __init__(self, what: str, fix: str) -> None:
         self.what = what
@@ -94,6 +104,7 @@ class RealClock:
     """The current UTC time (``get_current_time``) of a real environment."""
 
     needs_timeout = False
+    title = "real time"
 
     def get_current_time(self, *, timezone: str | None = None) -> TimeOutput:
         """The real time, in ``timezone`` when given."""
@@ -215,6 +226,9 @@ def configured_backend(
     Raises:
         ConfigError: When the configuration cannot be used.
     """
+    if environment is not None and "replay" in environment:
+        # A recorded diagnosis's tool results serve every call; nothing else is mixed in.
+        return ReplayBackend(environment["replay"])
     settings = settings if settings is not None else load_settings()
     if not settings.real:
         return SampleBackend(environment if environment is not None else default_environment())
@@ -298,32 +312,11 @@ def part_names(backend: EvidenceBackend) -> Sequence[str]:
     if not isinstance(backend, ComposedBackend):
         return ["sample: logs, metrics, knowledge, time"]
 
-    def name(part: object) -> str:
-        if isinstance(part, Unavailable):
-            return "none"
-        if isinstance(part, PrometheusMetrics):
-            if part.client is None:
-                return "alertmanager"
-            return "prometheus" + (" + alertmanager" if part.alertmanager is not None else "")
-        if isinstance(part, SampleBackend):
-            return "environment file"
-        if isinstance(part, LokiLogs):
-            return "loki"
-        if isinstance(part, OpenSearchLogs):
-            return f"opensearch (index {part.index})"
-        if isinstance(part, FileLogs):
-            return "log files (" + ", ".join(part.services()) + ")"
-        if isinstance(part, RunbookIndex):
-            count = len(part.folders)
-            folders = f"{count} folder{'s' if count != 1 else ''}"
-            return f"runbook index ({folders}, {part.db.target.display})"
-        return "real time"
-
     return [
-        f"logs: {name(backend.logs)}",
-        f"metrics: {name(backend.metrics)}",
-        f"knowledge: {name(backend.knowledge)}",
-        f"time: {name(backend.clock)}",
+        f"logs: {backend.logs.title}",
+        f"metrics: {backend.metrics.title}",
+        f"knowledge: {backend.knowledge.title}",
+        f"time: {backend.clock.title}",
     ]
 
 

@@ -32,6 +32,8 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from state import json_shape
+
 PREFIX = "SUPERBIZ_"
 CONFIG_VARIABLE = "SUPERBIZ_CONFIG"
 DEFAULT_FILE = "superbiz.toml"
@@ -138,13 +140,14 @@ def _positive_int(low: int, high: int) -> Callable[[object], int]:
 
 
 def _tenant(value: object) -> str:
-    if not isinstance(value, str) or not value.strip() or any(c in value for c in "\r\n"):
+    name = json_shape.text(value)
+    if name is None or any(c in name for c in "\r\n"):
         raise ValueError("must be a tenant name (one line of text)")
-    return value.strip()
+    return name
 
 
 def _index_pattern(value: object) -> str:
-    text = value.strip() if isinstance(value, str) else ""
+    text = json_shape.text(value) or ""
     if not text or not re.fullmatch(r'[^\s/\\?"<>|#]+', text):
         raise ValueError(
             "must be an index name or pattern without spaces, / or ?, e.g. logs-* or app-*,web-*"
@@ -160,16 +163,17 @@ def _log_fields(value: object) -> dict[str, str]:
             f"has unknown field role(s) {', '.join(unknown)}; the roles are "
             + ", ".join(DEFAULT_OPENSEARCH_FIELDS)
         )
-    if not all(isinstance(v, str) and v.strip() for v in data.values()):
+    fields = json_shape.string_map(data)
+    if fields is None:
         raise ValueError("must map each role to a field name (a non-empty string)")
-    return {**DEFAULT_OPENSEARCH_FIELDS, **{str(k): str(v).strip() for k, v in data.items()}}
+    return {**DEFAULT_OPENSEARCH_FIELDS, **{k: v.strip() for k, v in fields.items()}}
 
 
 def _string_map(value: object) -> dict[str, str]:
-    data = _json_object(value)
-    if not all(isinstance(v, str) and v.strip() for v in data.values()):
+    mapped = json_shape.string_map(_json_object(value))
+    if mapped is None:
         raise ValueError("must map each name to a non-empty string")
-    return {str(k): str(v) for k, v in data.items()}
+    return mapped
 
 
 @dataclass(frozen=True)
@@ -302,9 +306,9 @@ class _Connection(BaseModel):
     @field_validator("url", mode="before")
     @classmethod
     def _url(cls, value: object) -> str:
-        if not isinstance(value, str) or not value.strip():
+        text = json_shape.text(value)
+        if text is None:
             raise ValueError("must be a URL, e.g. http://127.0.0.1:9090")
-        text = value.strip()
         try:
             parts = urlsplit(text)
             parts.port  # noqa: B018 - raises on a bad port
@@ -529,10 +533,11 @@ def _log_files(value: object, where: str, base: Path) -> tuple[tuple[str, str], 
 
 def _runbooks(value: object, where: str, base: Path) -> tuple[str, ...]:
     """Folders separated by ``;`` (or a TOML array), each an existing directory."""
+    listed = json_shape.strings(value)
     if isinstance(value, str):
         items = [part.strip() for part in value.split(";")]
-    elif isinstance(value, list) and all(isinstance(part, str) for part in value):
-        items = [str(part).strip() for part in value]
+    elif listed is not None:
+        items = [part.strip() for part in listed]
     else:
         raise ConfigError(f"{where} must be folders separated by ; (or a TOML array of folders)")
     folders: list[str] = []
@@ -581,8 +586,8 @@ def _refuse_unknown(env: Mapping[str, str], document: Mapping[str, Any], path: P
 
 def _timeout(value: object, where: str) -> float:
     try:
-        number = float(value) if isinstance(value, int | float | str) else math.nan
-        number = math.nan if isinstance(value, bool) else number
+        given = json_shape.scalar_text(value)
+        number = float(given) if given is not None else math.nan
     except (TypeError, ValueError):
         number = math.nan
     if not math.isfinite(number) or not 0 < number <= 600:

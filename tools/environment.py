@@ -22,13 +22,14 @@ import json
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, NoReturn, TypeAlias, cast, get_args
+from typing import Annotated, NoReturn, NotRequired, Self, TypeAlias, cast, get_args
 
 from pydantic import (
     AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
+    Field,
     ValidationError,
     model_validator,
 )
@@ -36,8 +37,17 @@ from pydantic_core import PydanticCustomError
 from pydantic_core.core_schema import ErrorType
 from typing_extensions import TypedDict
 
-from state.records import AlertEntry, DocumentEntry, JSONScalar, LogEntry, SeriesEntry
+from state.records import (
+    AlertEntry,
+    DocumentEntry,
+    InvocationStatus,
+    JSONObject,
+    JSONScalar,
+    LogEntry,
+    SeriesEntry,
+)
 from tools.backend import parse_timestamp
+from tools.replay import ReplayEnvironment
 
 _SAMPLE_RESOURCE = "sample_environment.json"
 _BUILT_IN_ERRORS = frozenset(get_args(ErrorType))
@@ -61,13 +71,17 @@ class EnvironmentFileError(ValueError):
 
 
 class Environment(TypedDict, total=False):
-    """What the sample backend serves (every key optional)."""
+    """What the sample backend serves (every key optional), or a replay's recorded calls.
+
+    ``replay`` (alone) holds a recorded diagnosis's tool results, served by ``tools.replay``.
+    """
 
     logs: list[LogEntry]
     alerts: list[AlertEntry]
     series: list[SeriesEntry]
     documents: list[DocumentEntry]
     now: str
+    replay: NotRequired[ReplayEnvironment]
 
 
 # --------------------------------------------------------------------------- messages
@@ -268,6 +282,7 @@ class _Series(_Entry):
     max: float | None = None
     last: float | None = None
     unit: str | None = None
+    points: list[list[float]] | None = None
 
 
 class _Document(_Entry):
@@ -275,6 +290,29 @@ class _Document(_Entry):
     title: str
     source: str | None = None
     chunk: str
+
+
+class _ReplayCall(FileModel):
+    tool: Annotated[str, Field(min_length=1)]
+    arguments: JSONObject = {}
+    status: InvocationStatus
+    output: JSONObject | None = None
+    error: str | None = None
+
+    @model_validator(mode="after")
+    def _result(self) -> Self:
+        if self.status == "error" and self.error is None:
+            raise PydanticCustomError("no_error", "is an 'error' call without its 'error' text")
+        if self.status != "error" and self.output is None:
+            raise PydanticCustomError(
+                "no_output", "is an '{status}' call without its 'output'", {"status": self.status}
+            )
+        return self
+
+
+class _Replay(FileModel):
+    services: list[str] = []
+    calls: list[_ReplayCall] = []
 
 
 class EnvironmentFile(FileModel):
@@ -285,19 +323,31 @@ class EnvironmentFile(FileModel):
     series: list[_Series] = []
     documents: list[_Document] = []
     now: Timestamp | None = None
+    replay: _Replay | None = None
 
     @model_validator(mode="before")
     @classmethod
     def _absent_nulls(cls, data: object) -> object:
-        return _without_nulls(cls, data)
+        given = _without_nulls(cls, data)
+        if isinstance(given, dict) and "replay" in given and len(given) > 1:
+            others = ", ".join(sorted(str(key) for key in given if key != "replay"))
+            raise PydanticCustomError(
+                "replay_alone",
+                "has 'replay' and also {others}: a replay environment serves only the recorded "
+                "calls; remove one of them",
+                {"others": others},
+            )
+        return given
 
     def record(self) -> Environment:
-        """The environment as a record: the keys given, each entry with the fields given."""
+        """The environment as a record: the keys and entry fields given (a replay in full)."""
+        if self.replay is not None:
+            return cast(Environment, {"replay": self.replay.model_dump()})
         return cast(Environment, self.model_dump(exclude_unset=True))
 
 
-ENVIRONMENT_KEYS: tuple[str, ...] = tuple(EnvironmentFile.model_fields)
-"""The keys an environment may have."""
+ENVIRONMENT_KEYS: tuple[str, ...] = tuple(k for k in EnvironmentFile.model_fields if k != "replay")
+"""The keys a sample environment may have (a replay environment has ``replay`` alone)."""
 
 _KEYS = ", ".join(ENVIRONMENT_KEYS)
 
@@ -310,6 +360,8 @@ ENVIRONMENT_WORDING: dict[str, str] = {
     "series[].labels": (
         '{where} must be an object such as {{"service": "order-service"}}, got {got}'
     ),
+    "replay": "{where} must be an object with 'services' and 'calls', got {got}",
+    "replay.calls[].status": "{where} must be 'ok', 'no_hit' or 'error', got {value}",
 }
 """Messages for an environment's errors, by location (see ``validation_message``)."""
 
@@ -385,7 +437,7 @@ def parse_environment(text: str, *, origin: str, base: Path | None = None) -> En
         )
     in_scenario = "environment" in data
     data = environment_reference(data, base=base or Path("."), origin=origin)
-    if not in_scenario and not (data and set(data) <= set(ENVIRONMENT_KEYS)):
+    if not in_scenario and not (data and set(data) <= {*ENVIRONMENT_KEYS, "replay"}):
         found = ", ".join(sorted(data)) or "none"
         raise EnvironmentFileError(
             f"{origin} is neither a scenario (no 'environment' key) nor an environment (keys "

@@ -10,13 +10,14 @@ redacted before it leaves this module, and URLs are shown without credentials.
 from __future__ import annotations
 
 import json
+import ssl
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
 import httpx
 
-from tools.backend import BackendError
+from tools.backend import BackendError, BackendReport
 from tools.config import BackendSettings, redact
 
 MAX_RESPONSE_BYTES = 32 * 1024 * 1024
@@ -40,6 +41,14 @@ class BackendRequestError(BackendError):
         self.kind = kind
         self.setting = setting
         self.status = status
+
+
+def failed_report(backend: str, url: str | None, exc: BackendError) -> BackendReport:
+    """A doctor's ``error`` report of a backend, naming the setting to check when known."""
+    report = BackendReport(backend=backend, url=url, status="error", detail=str(exc))
+    if isinstance(exc, BackendRequestError):
+        report["setting"] = exc.setting
+    return report
 
 
 def one_line(text: str, limit: int = _SERVER_TEXT_CHARS) -> str:
@@ -93,11 +102,11 @@ class BackendClient:
                 auth = None
                 if self.settings.user is not None and self.settings.password is not None:
                     auth = httpx.BasicAuth(self.settings.user, self.settings.password)
-                verify: bool | str = True
+                verify: bool | ssl.SSLContext = True
                 if self.settings.insecure:
                     verify = False
                 elif self.settings.ca_file:
-                    verify = self.settings.ca_file
+                    verify = self._ca_context(self.settings.ca_file)
                 self._client = httpx.Client(
                     base_url=self.settings.url + "/",
                     headers=headers,
@@ -108,6 +117,14 @@ class BackendClient:
                     trust_env=False,
                 )
             return self._client
+
+    def _ca_context(self, ca_file: str) -> ssl.SSLContext:
+        """A verifying TLS context trusting the CA bundle (httpx deprecates a path)."""
+        try:
+            return ssl.create_default_context(cafile=ca_file)
+        except (ssl.SSLError, OSError) as exc:
+            reason = one_line(str(exc)) or "unreadable"
+            self._fail("tls", f"cannot load the CA bundle {ca_file} ({reason})", "ca_file")
 
     def close(self) -> None:
         """Close the connection pool (a later request opens a new one)."""

@@ -227,6 +227,11 @@ class FileLogs:
         self._now = now or (lambda: datetime.now(UTC))
         self.max_scan_bytes = max_scan_bytes
 
+    @property
+    def title(self) -> str:
+        """What serves the logs, in words (``config show``)."""
+        return "log files (" + ", ".join(self.services()) + ")"
+
     def services(self) -> list[str]:
         """The configured service names."""
         return sorted({service for service, _ in self.sources})

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, timezone, tzinfo
 from typing import Any
 
+from state import json_shape
 from tools.logquery import LEVEL_WORDS
 
 CONTINUATION_LABELS = frozenset({"DETAIL", "HINT", "CONTEXT", "STATEMENT", "QUERY", "LOCATION"})
@@ -131,13 +132,11 @@ def _epoch(value: float) -> datetime | None:
 
 def time_value(value: object, local: tzinfo) -> datetime | None:
     """A time field of a structured line (ISO-8601 text or an epoch number)."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int | float):
+    if json_shape.is_number(value):
         return _epoch(float(value))
-    if not isinstance(value, str) or not value.strip():
+    text = json_shape.text(value)
+    if text is None:
         return None
-    text = value.strip()
     if re.fullmatch(r"\d{9,19}(\.\d+)?", text):
         return _epoch(float(text))
     match = _ISO.match(text)
@@ -163,22 +162,19 @@ def _lookup(data: dict[str, Any], keys: tuple[str, ...]) -> object:
             return lowered[key]
         if "." in key:
             head, _, tail = key.partition(".")
-            inner = lowered.get(head)
-            if isinstance(inner, dict) and tail in inner and inner[tail] not in (None, ""):
-                return inner[tail]
+            inner = json_shape.at(lowered.get(head), tail)
+            if inner not in (None, ""):
+                return inner
     return None
 
 
-def _text(value: object) -> str | None:
-    if value is None:
-        return None
+def field_text(value: object) -> str | None:
+    """A structured field's text: an object's ``name``, an array's first item, or the value."""
     if isinstance(value, dict):
-        name = value.get("name")
-        return str(name) if name else None
-    if isinstance(value, str | int | float):
-        text = str(value).strip()
-        return text or None
-    return None
+        value = value.get("name")
+    if isinstance(value, list) and value:
+        value = value[0]
+    return json_shape.scalar_text(value)
 
 
 def _structured(data: dict[str, Any], line: str, local: tzinfo) -> Line | None:
@@ -188,9 +184,9 @@ def _structured(data: dict[str, Any], line: str, local: tzinfo) -> Line | None:
     message = _lookup(data, MESSAGE_KEYS)
     return Line(
         at=at,
-        level=_text(_lookup(data, LEVEL_KEYS)),
+        level=field_text(_lookup(data, LEVEL_KEYS)),
         message=message if isinstance(message, str) else line,
-        instance=_text(_lookup(data, INSTANCE_KEYS)),
+        instance=field_text(_lookup(data, INSTANCE_KEYS)),
     )
 
 
@@ -337,9 +333,9 @@ def describe_line(text: str) -> tuple[str | None, str, str | None]:
     if data is not None:
         message = _lookup(data, MESSAGE_KEYS)
         return (
-            _text(_lookup(data, LEVEL_KEYS)),
+            field_text(_lookup(data, LEVEL_KEYS)),
             message if isinstance(message, str) else stripped,
-            _text(_lookup(data, INSTANCE_KEYS)),
+            field_text(_lookup(data, INSTANCE_KEYS)),
         )
     rest = stripped
     for pattern in (_ISO, _SLASHED):

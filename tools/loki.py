@@ -35,10 +35,11 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from state.json_shape import at, is_number, items, obj, objects, texts
 from state.records import LogEntry
 from tools.backend import BackendError, BackendReport, LogsOutput
 from tools.config import BackendSettings
-from tools.http import BackendClient, BackendRequestError, one_line
+from tools.http import BackendClient, BackendRequestError, failed_report, one_line
 from tools.logformats import describe_line
 from tools.logquery import (
     MAX_LIMIT,
@@ -64,16 +65,16 @@ def loki_error(status: int, body: bytes) -> str | None:
         data = json.loads(text)
     except ValueError:
         return one_line(text) or None
-    if isinstance(data, dict):
-        said = data.get("error") or data.get("message")
-        if said:
-            return one_line(str(said))
+    said = at(data, "error") or at(data, "message")
+    if said:
+        return one_line(str(said))
     return one_line(text) or None
 
 
 def _string(value: str) -> str:
-    """A LogQL double-quoted string literal."""
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    """A LogQL double-quoted string literal (a raw line break would end it: Loki refuses that)."""
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"')
+    return '"' + escaped.replace("\n", "\\n").replace("\r", "\\r") + '"'
 
 
 def re2_escape(text: str) -> str:
@@ -109,6 +110,7 @@ class LokiLogs:
     """
 
     needs_timeout = True
+    title = "loki"
 
     def __init__(
         self,
@@ -148,13 +150,13 @@ class LokiLogs:
                     status=exc.status,
                 ) from None
             raise
-        if not isinstance(answer, dict) or answer.get("status") != "success":
+        if at(answer, "status") != "success":
             raise BackendRequestError(
                 f"Loki at {self.http.url}: unexpected answer for {path}",
                 kind="invalid",
                 setting=self.http.settings.variable("url"),
             )
-        return answer.get("data")
+        return obj(answer).get("data")
 
     def labels(self) -> list[str]:
         """The stream label names of the last 24 h (cached for a minute)."""
@@ -167,7 +169,7 @@ class LokiLogs:
             "loki/api/v1/labels",
             {"start": _nanoseconds(end - timedelta(hours=24)), "end": _nanoseconds(end)},
         )
-        names = sorted(str(n) for n in data or [] if isinstance(n, str))
+        names = sorted(texts(data))
         with self._lock:
             self._labels = (time.monotonic(), names)
         return names
@@ -198,7 +200,7 @@ class LokiLogs:
                 f"loki/api/v1/label/{name}/values",
                 {"start": _nanoseconds(end - timedelta(hours=24)), "end": _nanoseconds(end)},
             )
-            values = sorted(str(v) for v in data or [] if isinstance(v, str) and v)
+            values = sorted(texts(data))
             if values:
                 found = (name, values[:MAX_SERVICES])
                 break
@@ -281,18 +283,14 @@ class LokiLogs:
                 "direction": "backward",
             },
         )
-        if not isinstance(data, dict) or data.get("resultType") not in ("streams", None):
-            raise BackendError(
-                f"Loki answered a {data.get('resultType') if isinstance(data, dict) else '?'} "
-                "result for a log query"
-            )
+        kind = at(data, "resultType") if isinstance(data, dict) else "?"
+        if kind not in ("streams", None):
+            raise BackendError(f"Loki answered a {kind} result for a log query")
         found: list[tuple[datetime, int, LogEntry]] = []
-        for stream in data.get("result") or []:
-            if not isinstance(stream, dict):
-                continue
-            labels = {str(k): str(v) for k, v in (stream.get("stream") or {}).items()}
-            for value in stream.get("values") or []:
-                if not isinstance(value, list) or len(value) < 2:
+        for stream in objects(at(data, "result")):
+            labels = {str(k): str(v) for k, v in obj(stream.get("stream")).items()}
+            for value in map(items, items(stream.get("values"))):
+                if len(value) < 2:
                     continue
                 moment = _moment(value[0])
                 if moment is None:
@@ -303,7 +301,7 @@ class LokiLogs:
         entries = [entry for _, _, entry in found[:limit]]
         if len(found) <= limit:
             return logs_output(entries, total=len(found), window=window)
-        reported = _reported_total(data.get("stats"), filtered=filtered)
+        reported = _reported_total(at(data, "stats"), filtered=filtered)
         return logs_output(entries, total=max(limit + 1, reported), window=window, at_least=True)
 
     def _entry(self, moment: datetime, labels: Mapping[str, str], line: str) -> LogEntry:
@@ -331,10 +329,7 @@ class LokiLogs:
             labels = self.labels()
             found = self._label_values()
         except BackendError as exc:
-            report = BackendReport(backend="loki", url=url, status="error", detail=str(exc))
-            if isinstance(exc, BackendRequestError):
-                report["setting"] = exc.setting
-            return report
+            return failed_report("loki", url, exc)
         if found is None:
             return BackendReport(
                 backend="loki",
@@ -359,11 +354,9 @@ class LokiLogs:
 
 def _reported_total(stats: object, *, filtered: bool) -> int:
     """The lines Loki reports it matched (``stats.summary``), 0 when it does not say."""
-    summary = stats.get("summary") if isinstance(stats, dict) else None
-    if not isinstance(summary, dict):
-        return 0
+    summary = obj(at(stats, "summary"))
     for key in ("totalPostFilterLines", *(() if filtered else ("totalLinesProcessed",))):
         value = summary.get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
+        if is_number(value) and value > 0:
+            return int(value)
     return 0

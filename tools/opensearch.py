@@ -29,11 +29,12 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from state.json_shape import at, is_number, obj, objects, text
 from state.records import LogEntry
 from tools.backend import BackendError, BackendReport, LogsOutput
 from tools.config import DEFAULT_OPENSEARCH_FIELDS, DEFAULT_OPENSEARCH_INDEX, BackendSettings
-from tools.http import BackendClient, BackendRequestError, one_line
-from tools.logformats import time_value
+from tools.http import BackendClient, BackendRequestError, failed_report, one_line
+from tools.logformats import field_text, time_value
 from tools.logquery import MAX_LIMIT, LogWindow, iso, level_spellings, log_entry, logs_output
 
 TRACK_TOTAL_HITS = 10_000
@@ -47,13 +48,12 @@ def search_error(status: int, body: bytes) -> str | None:
         data = json.loads(body)
     except ValueError:
         return one_line(body.decode("utf-8", errors="replace")) or None
-    error = data.get("error") if isinstance(data, dict) else None
+    error = at(data, "error")
     if isinstance(error, str):
         return one_line(error)
     if not isinstance(error, dict):
         return one_line(json.dumps(data)) or None
-    causes = error.get("root_cause")
-    first = causes[0] if isinstance(causes, list) and causes and isinstance(causes[0], dict) else {}
+    first = next(iter(objects(error.get("root_cause"))), {})
     kind = first.get("type") or error.get("type")
     reason = first.get("reason") or error.get("reason")
     if error.get("type") and kind != error.get("type"):
@@ -65,39 +65,20 @@ def _field(source: Mapping[str, Any], name: str) -> object:
     """A document field by name: a flat key, else dotted into nested objects."""
     if name in source:
         return source[name]
-    current: object = source
-    for part in name.split("."):
-        if not isinstance(current, dict) or part not in current:
-            return None
-        current = current[part]
-    return current
-
-
-def _text(value: object) -> str | None:
-    if isinstance(value, dict):
-        value = value.get("name")
-    if isinstance(value, list) and value:
-        value = value[0]
-    if isinstance(value, str | int | float) and not isinstance(value, bool):
-        text = str(value).strip()
-        return text or None
-    return None
+    return at(source, *name.split("."))
 
 
 def _flatten(properties: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
     """Mapping properties as ``dotted name -> type`` (multi-fields as ``name.keyword``)."""
     found: dict[str, str] = {}
     for name, spec in properties.items():
-        if not isinstance(spec, dict):
-            continue
         path = f"{prefix}{name}"
-        if isinstance(spec.get("properties"), dict):
-            found.update(_flatten(spec["properties"], f"{path}."))
-        if isinstance(spec.get("type"), str):
-            found[path] = spec["type"]
-        for sub, sub_spec in (spec.get("fields") or {}).items():
-            if isinstance(sub_spec, dict) and isinstance(sub_spec.get("type"), str):
-                found[f"{path}.{sub}"] = sub_spec["type"]
+        found.update(_flatten(obj(at(spec, "properties")), f"{path}."))
+        if kind := text(at(spec, "type")):
+            found[path] = kind
+        for sub, sub_spec in obj(at(spec, "fields")).items():
+            if sub_kind := text(at(sub_spec, "type")):
+                found[f"{path}.{sub}"] = sub_kind
     return found
 
 
@@ -130,6 +111,11 @@ class OpenSearchLogs:
         self._mapping: tuple[float, dict[str, str], int] | None = None
         self._lock = threading.Lock()
 
+    @property
+    def title(self) -> str:
+        """What serves the logs, in words (``config show``)."""
+        return f"opensearch (index {self.index})"
+
     # ----------------------------------------------------------------------- mapping
 
     def mapping(self) -> tuple[dict[str, str], int]:
@@ -140,13 +126,10 @@ class OpenSearchLogs:
                 return cached[1], cached[2]
         answer = self.http.get_json(f"{self.index}/_mapping", not_found_key="index")
         fields: dict[str, str] = {}
-        indices = answer if isinstance(answer, dict) else {}
+        indices = obj(answer)
         for spec in indices.values():
-            mappings = spec.get("mappings") if isinstance(spec, dict) else None
-            properties = mappings.get("properties") if isinstance(mappings, dict) else None
-            if isinstance(properties, dict):
-                for name, kind in _flatten(properties).items():
-                    fields.setdefault(name, kind)
+            for name, kind in _flatten(obj(at(spec, "mappings", "properties"))).items():
+                fields.setdefault(name, kind)
         with self._lock:
             self._mapping = (time.monotonic(), fields, len(indices))
         return fields, len(indices)
@@ -210,21 +193,20 @@ class OpenSearchLogs:
 
     def _search(self, body: Mapping[str, Any]) -> dict[str, Any]:
         answer = self.http.post_json(f"{self.index}/_search", body, not_found_key="index")
-        if not isinstance(answer, dict) or not isinstance(answer.get("hits"), dict):
+        if not isinstance(at(answer, "hits"), dict):
             raise BackendRequestError(
                 f"OpenSearch at {self.http.url}: the _search answer has no hits",
                 kind="invalid",
                 setting=self.http.settings.variable("url"),
             )
-        shards = answer.get("_shards")
-        if isinstance(shards, dict) and shards.get("total") == 0:
+        if at(answer, "_shards", "total") == 0:
             raise BackendRequestError(
                 f"OpenSearch at {self.http.url}: no index matches {self.index}; check "
                 f"{self.http.settings.variable('index')}",
                 kind="not_found",
                 setting=self.http.settings.variable("index"),
             )
-        return answer
+        return obj(answer)
 
     def query_logs(
         self,
@@ -247,15 +229,15 @@ class OpenSearchLogs:
             window=window, service=service, query=query, level=level, size=limit + 1
         )
         hits = self._search(body)["hits"]
-        documents = [h for h in hits.get("hits") or [] if isinstance(h, dict)]
+        documents = objects(hits.get("hits"))
         entries = [e for e in (self._entry(h) for h in documents[: limit + 1]) if e is not None]
         total_field = hits.get("total")
         relation = "eq"
         if isinstance(total_field, dict):
             total = int(total_field.get("value") or 0)
             relation = str(total_field.get("relation") or "eq")
-        elif isinstance(total_field, int):
-            total = total_field
+        elif is_number(total_field):
+            total = int(total_field)
         else:
             total = len(documents)
         returned = entries[:limit]
@@ -267,8 +249,8 @@ class OpenSearchLogs:
         )
 
     def _entry(self, hit: Mapping[str, Any]) -> LogEntry | None:
-        source = hit.get("_source")
-        if not isinstance(source, dict):
+        source = obj(hit.get("_source"))
+        if not source:
             return None
         moment = time_value(_field(source, self.fields["timestamp"]), UTC)
         if moment is None:
@@ -276,9 +258,9 @@ class OpenSearchLogs:
         message = _field(source, self.fields["message"])
         return log_entry(
             at=moment,
-            level=_text(_field(source, self.fields["level"])),
-            service=_text(_field(source, self.fields["service"])),
-            instance=_text(_field(source, self.fields["instance"])),
+            level=field_text(_field(source, self.fields["level"])),
+            service=field_text(_field(source, self.fields["service"])),
+            instance=field_text(_field(source, self.fields["instance"])),
             message=message if isinstance(message, str) else json.dumps(message, default=str),
         )
 
@@ -303,8 +285,8 @@ class OpenSearchLogs:
             "aggs": {"services": {"terms": {"field": field, "size": MAX_SERVICES}}},
         }
         answer = self._search(body)
-        buckets = ((answer.get("aggregations") or {}).get("services") or {}).get("buckets") or []
-        return sorted(str(b["key"]) for b in buckets if isinstance(b, dict) and b.get("key"))
+        buckets = objects(at(answer, "aggregations", "services", "buckets"))
+        return sorted(str(b["key"]) for b in buckets if b.get("key"))
 
     def services(self) -> list[str]:
         """The values of the service field over the last 24 h (a terms aggregation)."""
@@ -318,11 +300,8 @@ class OpenSearchLogs:
         url = self.http.url
         try:
             info = self.http.get_json("")
-            version = info.get("version") if isinstance(info, dict) else None
-            number = version.get("number") if isinstance(version, dict) else None
-            distribution = (
-                version.get("distribution") if isinstance(version, dict) else None
-            ) or "elasticsearch"
+            number = at(info, "version", "number")
+            distribution = at(info, "version", "distribution") or "elasticsearch"
             with self._lock:
                 self._mapping = None
             fields, indices = self.mapping()
@@ -346,10 +325,7 @@ class OpenSearchLogs:
                 )
             services = self._service_values()
         except BackendError as exc:
-            report = BackendReport(backend="opensearch", url=url, status="error", detail=str(exc))
-            if isinstance(exc, BackendRequestError):
-                report["setting"] = exc.setting
-            return report
+            return failed_report("opensearch", url, exc)
         shown = ", ".join(services[:5]) + (", ..." if len(services) > 5 else "")
         return BackendReport(
             backend="opensearch",

@@ -12,7 +12,8 @@ Series: with ``promql``, a range query of it over the window; for a service with
 the measured side of each active alert's expression (firing, pending, silenced or inhibited: a
 pending alert's measure is what is about to fire) and the standard queries (error ratio, p99
 latency, saturation) that return data. min, max and last are computed here from the returned
-points; the unit comes from the metric name (``tools.promql.unit_of``).
+points; the unit comes from the metric name (``tools.promql.unit_of``). The points themselves are
+kept with the entry, bounded (``tools.points``), for charts; they are never evidence text.
 
 Bounds are the client's, whatever the server does (Prometheus 2.42 ignores ``limit``): at most
 ``max_series`` series (``series_total`` says how many matched), at most 300 points per series
@@ -35,10 +36,12 @@ from datetime import UTC, datetime, timedelta
 from string import Template
 from typing import Any, Protocol
 
+from state.json_shape import at, is_number, items, obj, objects, scalar_text, text, texts
 from state.records import AlertEntry, SeriesEntry
 from tools.backend import BackendError, BackendReport, MetricsOutput, parse_timestamp
 from tools.config import BackendSettings
-from tools.http import BackendClient, BackendRequestError, one_line
+from tools.http import BackendClient, BackendRequestError, failed_report, one_line
+from tools.points import bounded_points
 from tools.promql import bare_selector, comparison, unit_of
 
 logger = logging.getLogger("superbiz.prometheus")
@@ -82,7 +85,7 @@ def prometheus_error(status: int, body: bytes) -> str | None:
     except ValueError:
         text = one_line(body.decode("utf-8", errors="replace"))
         return text or None
-    if not isinstance(data, dict):
+    if not obj(data):
         return one_line(str(data)) or None
     error = one_line(str(data.get("error") or ""))
     kind = str(data.get("errorType") or "")
@@ -98,8 +101,8 @@ def iso(moment: datetime) -> str:
 
 def _iso_text(value: object) -> str | None:
     """An API timestamp (RFC 3339 with fractions, or unix seconds) as ``iso``."""
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return iso(datetime.fromtimestamp(float(value), UTC))
+    if is_number(value):
+        return iso(datetime.fromtimestamp(float(str(value)), UTC))
     if not isinstance(value, str) or not value:
         return None
     text = re.sub(r"\.\d+", "", value, count=1)  # Go writes nanoseconds; seconds suffice
@@ -111,11 +114,12 @@ def _iso_text(value: object) -> str | None:
 
 def number(value: object) -> float | None:
     """A sample value (Prometheus sends strings) as a finite float, or None."""
+    given = scalar_text(value)
     try:
-        parsed = float(value) if isinstance(value, str | int | float) else math.nan
+        parsed = float(given) if given is not None else math.nan
     except ValueError:
         return None
-    if isinstance(value, bool) or not math.isfinite(parsed):
+    if not math.isfinite(parsed):
         return None
     return _rounded(parsed)
 
@@ -128,9 +132,7 @@ def _rounded(value: float) -> float:
 
 
 def _labels(metric: object) -> dict[str, str]:
-    if not isinstance(metric, dict):
-        return {}
-    return {str(k): str(v) for k, v in metric.items()}
+    return {str(k): str(v) for k, v in obj(metric).items()}
 
 
 def service_of(labels: Mapping[str, str], service_labels: Iterable[str]) -> str | None:
@@ -181,7 +183,7 @@ class PrometheusClient:
 
     def _data(self, path: str, params: Mapping[str, str] | None = None) -> Any:
         answer = self.http.get_json(path, params)
-        if not isinstance(answer, dict) or answer.get("status") != "success":
+        if at(answer, "status") != "success":
             said = prometheus_error(200, json.dumps(answer).encode()) if answer else None
             raise BackendRequestError(
                 f"Prometheus at {self.http.url}: unexpected answer for {path}"
@@ -189,13 +191,12 @@ class PrometheusClient:
                 kind="invalid",
                 setting=self.http.settings.variable("url"),
             )
-        return answer.get("data")
+        return obj(answer).get("data")
 
     def range_query(self, query: str, window: Window) -> list[dict[str, Any]]:
         """The series of a range query (matrix), as returned."""
         data = self._data("api/v1/query_range", window.params(query))
-        result = data.get("result") if isinstance(data, dict) else None
-        return [item for item in result or [] if isinstance(item, dict)]
+        return objects(at(data, "result"))
 
     def instant_query(self, query: str) -> Any:
         """An instant query's ``data``."""
@@ -204,25 +205,22 @@ class PrometheusClient:
     def alerts(self) -> list[dict[str, Any]]:
         """The active alerts (firing and pending)."""
         data = self._data("api/v1/alerts")
-        alerts = data.get("alerts") if isinstance(data, dict) else None
-        return [a for a in alerts or [] if isinstance(a, dict)]
+        return objects(at(data, "alerts"))
 
     def alert_rules(self) -> list[dict[str, Any]]:
         """Every alerting rule (name, query, labels, annotations)."""
         data = self._data("api/v1/rules", {"type": "alert"})
-        groups = data.get("groups") if isinstance(data, dict) else None
         return [
             rule
-            for group in groups or []
-            if isinstance(group, dict)
-            for rule in group.get("rules") or []
-            if isinstance(rule, dict) and rule.get("type", "alerting") == "alerting"
+            for group in objects(at(data, "groups"))
+            for rule in objects(group.get("rules"))
+            if rule.get("type", "alerting") == "alerting"
         ]
 
     def label_values(self, label: str, start: datetime) -> list[str]:
         """The values of one label seen since ``start``."""
         data = self._data(f"api/v1/label/{label}/values", {"start": str(int(start.timestamp()))})
-        return sorted(str(v) for v in data or [] if isinstance(v, str) and v)
+        return sorted(texts(data))
 
     def build_version(self) -> str | None:
         """The server's version (None when it does not say)."""
@@ -232,7 +230,7 @@ class PrometheusClient:
             if exc.kind in {"not_found", "invalid", "server"}:
                 return None
             raise
-        version = data.get("version") if isinstance(data, dict) else None
+        version = at(data, "version")
         return str(version) if version else None
 
 
@@ -283,6 +281,13 @@ class PrometheusMetrics:
         )
         self._services: tuple[float, dict[str, list[str]]] | None = None
         self._services_lock = threading.Lock()
+
+    @property
+    def title(self) -> str:
+        """What serves the metrics, in words (``config show``)."""
+        if self.client is None:
+            return "alertmanager"
+        return "prometheus" + (" + alertmanager" if self.alertmanager is not None else "")
 
     # ----------------------------------------------------------------------- the tool
 
@@ -381,9 +386,8 @@ class PrometheusMetrics:
         summary = _summary(raw.get("annotations"))
         if summary is not None:
             entry["summary"] = summary
-        annotations = raw.get("annotations")
-        url = annotations.get("runbook_url") if isinstance(annotations, dict) else None
-        if isinstance(url, str) and url.strip():
+        url = text(at(raw, "annotations", "runbook_url"))
+        if url is not None:
             entry["runbook_url"] = one_line(url, 500)
         active_at = _iso_text(raw.get("activeAt"))
         if active_at is not None:
@@ -407,7 +411,7 @@ class PrometheusMetrics:
             rule = _rule_for(labels, rules)
             raw = {
                 "state": "resolved",
-                "activeAt": points[0][0] if isinstance(points[0], list) else None,
+                "activeAt": next(iter(items(points[0])), None),
                 "annotations": rule.get("annotations") if rule else None,
             }
             entry = self._entry(labels, raw, rules)
@@ -519,13 +523,13 @@ class PrometheusMetrics:
         try:
             version = client.build_version()
             data = client.instant_query("vector(1)")
-            if not isinstance(data, dict) or not data.get("result"):
+            if not at(data, "result"):
                 raise BackendError(f"Prometheus at {url}: the query vector(1) returned nothing")
             with self._services_lock:
                 self._services = None
             values = self._label_values()
         except BackendError as exc:
-            return _failed("prometheus", url, exc)
+            return failed_report("prometheus", url, exc)
         if values:
             label, names = next(iter(values.items()))
             shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
@@ -541,13 +545,6 @@ class PrometheusMetrics:
             status="ok",
             detail=f"version {version or 'unknown'}; query vector(1) ok; {services}",
         )
-
-
-def _failed(backend: str, url: str | None, exc: BackendError) -> BackendReport:
-    report = BackendReport(backend=backend, url=url, status="error", detail=str(exc))
-    if isinstance(exc, BackendRequestError):
-        report["setting"] = exc.setting
-    return report
 
 
 def _key(labels: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
@@ -581,12 +578,10 @@ def _threshold(labels: Mapping[str, str], rules: list[dict[str, Any]]) -> float 
 
 
 def _summary(annotations: object) -> str | None:
-    if not isinstance(annotations, dict):
-        return None
     for key in ("summary", "description", "message"):
-        text = annotations.get(key)
-        if isinstance(text, str) and text.strip() and "{{" not in text:
-            return one_line(text, 500)
+        said = text(at(annotations, key))
+        if said is not None and "{{" not in said:
+            return one_line(said, 500)
     return None
 
 
@@ -597,7 +592,7 @@ def _rate_range(window: Window) -> str:
 def _series(item: Mapping[str, Any], name: str, rated: bool) -> SeriesEntry:
     labels = _labels(item.get("metric"))
     metric = labels.pop("__name__", None) or name
-    points = [p for p in item.get("values") or [] if isinstance(p, list) and len(p) == 2]
+    points = [items(p) for p in items(item.get("values")) if len(items(p)) == 2]
     values = [number(p[1]) for p in points]
     finite = [v for v in values if v is not None]
     entry = SeriesEntry(metric=metric, labels=labels, points_count=len(points))
@@ -609,6 +604,9 @@ def _series(item: Mapping[str, Any], name: str, rated: bool) -> SeriesEntry:
     unit = unit_of(metric, rated=rated)
     if unit is not None:
         entry["unit"] = unit
+    kept = bounded_points([[p[0], v] for p, v in zip(points, values, strict=True)])
+    if kept:
+        entry["points"] = kept
     return entry
 
 

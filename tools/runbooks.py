@@ -44,9 +44,15 @@ from tools.runbook_text import (
     read_runbook,
     slug,
     terms,
+    tokens,
 )
+from tools.vocabulary import CONCEPTS, concepts_in
 
 SUFFIXES = (".md", ".markdown")
+WIDENED_CANDIDATES = 4
+"""A question widened by concepts reads this many times the candidates, then ranks them by how
+many of its units each covers (``query_units``)."""
+_CJK_TEXT = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]+")
 RESYNC_S = 60.0
 MAX_TOP_K = 10
 MAX_FOLLOWED_CHUNKS = 50
@@ -140,12 +146,43 @@ def _stem(token: str) -> str:
     return token
 
 
-def relevance(query: Sequence[str], found_terms: str) -> tuple[float, str]:
-    """The share of the query's tokens a chunk has, and its level (high, medium, low)."""
+def query_units(query: str) -> list[tuple[str, ...]]:
+    """What a query asks for: each unit is the index tokens any one of which satisfies it.
+
+    A word is a unit of itself. A concept the query names in CJK text (``tools.vocabulary``:
+    磁盘 for disk) is one unit satisfied by any of its one-word forms in either language, so a
+    Chinese question finds an English runbook; the query's other CJK bigrams (the rest of the
+    sentence) are then left out of the units. English words stay as they are: a runbook written
+    in English already has them, and widening them would only blur an alert name.
+    """
+    words = query_tokens(query)
+    concepts = concepts_in(" ".join(_CJK_TEXT.findall(query)))
+    if not concepts:
+        return [(word,) for word in words]
+    units: list[tuple[str, ...]] = []
+    covered: set[str] = set()
+    for concept in concepts:
+        forms = [concept, *CONCEPTS[concept]] if "_" not in concept else list(CONCEPTS[concept])
+        alternatives = [
+            token
+            for form in forms
+            for token in tokens(form)
+            if not form.isascii() or " " not in form  # "response time" is no one-word form
+        ]
+        alternatives = [t for t in dict.fromkeys(alternatives) if t.isalnum()]
+        covered.update(alternatives)
+        if alternatives:
+            units.append(tuple(alternatives))
+    units += [(w,) for w in words if w.isascii() and w not in covered]
+    return units
+
+
+def relevance(query: Sequence[tuple[str, ...]], found_terms: str) -> tuple[float, str]:
+    """The share of the query's units a chunk has, and its level (high, medium, low)."""
     if not query:
         return 0.0, "low"
     have = {_stem(t) for t in found_terms.split()}
-    share = sum(1 for t in query if _stem(t) in have) / len(query)
+    share = sum(1 for unit in query if any(_stem(t) in have for t in unit)) / len(query)
     level = "high" if share >= 0.66 else "medium" if share >= 0.33 else "low"
     return share, level
 
@@ -195,6 +232,14 @@ class RunbookIndex:
         self.progress = progress
         self._synced_at: float | None = None
         self._lock = threading.Lock()
+
+    @property
+    def title(self) -> str:
+        """What serves the knowledge, in words (``config show``)."""
+        count = len(self.folders)
+        return (
+            f"runbook index ({count} folder{'s' if count != 1 else ''}, {self.db.target.display})"
+        )
 
     def close(self) -> None:
         """Close the index's database connection."""
@@ -297,8 +342,23 @@ class RunbookIndex:
 
     def _lookup(self, query: str, top_k: int, runbook_urls: Sequence[str]) -> KnowledgeOutput:
         urls = [*runbook_urls, *_URL.findall(query)]
-        words = query_tokens(_URL.sub(" ", query))
-        found = self.store.search(words, limit=top_k + MAX_FOLLOWED_CHUNKS)
+        text = _URL.sub(" ", query)
+        units = query_units(text)
+        words = [*query_tokens(text), *(token for unit in units for token in unit)]
+        widened = any(len(unit) > 1 for unit in units)
+        found = self.store.search(
+            words, limit=(top_k + MAX_FOLLOWED_CHUNKS) * (WIDENED_CANDIDATES if widened else 1)
+        )
+        if widened:  # many forms of one concept must not outweigh covering more of the question
+            found.sort(
+                key=lambda c: (
+                    -relevance(units, c.terms)[0],
+                    -relevance(units, " ".join(tokens(c.title)))[0],
+                    -c.score,
+                    c.doc_id,
+                )
+            )
+            found = found[: top_k + MAX_FOLLOWED_CHUNKS]
         followed = self._followed(urls)
         ranked: list[FoundChunk] = []
         if followed:
@@ -309,7 +369,7 @@ class RunbookIndex:
         ranked += [c for c in found if c.path not in followed]
         documents: list[DocumentEntry] = []
         for chunk in ranked[:top_k]:
-            _, level = relevance(words, chunk.terms)
+            _, level = relevance(units, chunk.terms)
             documents.append(
                 DocumentEntry(
                     doc_id=chunk.doc_id,

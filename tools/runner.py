@@ -35,6 +35,7 @@ from state.records import (
     ToolOutput,
 )
 from tools.backend import EvidenceBackend
+from tools.points import bounded_points
 from tools.refs import ENTRY_ARRAYS, build_evidence_refs, format_value
 from tools.schemas import ARGUMENT_MODELS
 from tools.unicode import clean_text
@@ -90,6 +91,13 @@ def _cap_strings(value: object, cap: int) -> tuple[object, bool]:
         items = [_cap_strings(item, cap) for item in value]
         return [item for item, _ in items], any(cut for _, cut in items)
     return value, False
+
+
+def _series_points(entry: object) -> object:
+    """A series entry with its ``points`` bounded (``tools.points``); other entries unchanged."""
+    if not isinstance(entry, Mapping) or "points" not in entry:
+        return entry
+    return {**entry, "points": bounded_points(entry["points"])}
 
 
 def _validation_message(tool_name: str, exc: ValidationError) -> str:
@@ -258,7 +266,8 @@ class ToolRunner:
         except _Timeout:
             return None, f"timed out after {format_value(timeout_s)}s"
         except Exception as exc:  # any backend failure becomes an error row
-            return None, f"{type(exc).__name__}: {exc}"
+            verbatim = getattr(exc, "invocation_error", None)  # a replayed error, as recorded
+            return None, verbatim if isinstance(verbatim, str) else f"{type(exc).__name__}: {exc}"
         if not isinstance(result, dict):
             return None, f"backend returned {type(result).__name__}, expected an object"
         try:
@@ -313,6 +322,8 @@ class ToolRunner:
             found = output.get(array)
             listed = found if isinstance(found, list | tuple) else []
             entries = list(listed[:limit])
+            if array == "series":
+                entries = [_series_points(entry) for entry in entries]
             cut_any = cut_any or len(listed) > limit
             capped, cut = _cap_strings(entries, self._field_cap)
             bounded[array] = capped  # type: ignore[assignment]  # made plain by the caller

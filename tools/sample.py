@@ -90,6 +90,7 @@ class SampleBackend:
 
     needs_timeout = False
     """In-memory and bounded: the runner calls it directly instead of on a timed worker thread."""
+    title = "environment file"
 
     def __init__(self, environment: Environment) -> None:
         env = copy.deepcopy(environment)

@@ -66,6 +66,7 @@ _TEXT: dict[str, dict[str, str]] = {
         "not_checked": "（未经校验：超出了校验器的输入范围）",
         "unanswered": "（问题问到了这一点，但没有已确认的事实回答它）",
         "not_run": "（未执行：本轮的工具调用预算已用完）",
+        "failed": "（查询失败：数据源返回了错误，本回答不含它的结果）",
         "withheld_steps": "部分建议把未经核实的原因当作事实陈述，已略去。",
         "source": "（来源：{source}）",
         "footer": "校验结论：{verdict}（证据支撑度 {score}）",
@@ -99,6 +100,7 @@ _TEXT: dict[str, dict[str, str]] = {
         "not_checked": " (not checked: it did not fit the Verifier's input)",
         "unanswered": " (asked in the question; no confirmed fact answers it)",
         "not_run": " (not run: the tool budget of the round was spent)",
+        "failed": " (failed: the source answered an error; nothing from it is in this answer)",
         "withheld_steps": "Suggestions that stated an unverified cause as fact are left out.",
         "source": " (source: {source})",
         "footer": "Verification: {verdict} (groundedness {score})",
@@ -214,6 +216,11 @@ def select_material(
             for item in coverage["not_run"]
             if (text := safe_text(item))
         ]
+        gaps += [
+            GapItem(text=text, kind="failed", claim_id=None)
+            for item in coverage.get("failed", [])
+            if (text := safe_text(item))
+        ]
     steps = [(safe_text(item["text"]), item["source"]) for item in answer["recommended_actions"]]
     return Material(
         confirmed=confirmed,
@@ -275,9 +282,10 @@ def _direction_lines(t: dict[str, str], directions: Sequence[DirectionItem]) -> 
     return lines
 
 
-ALWAYS_SHOWN_GAPS: tuple[GapKind, ...] = ("unanswered", "not_run")
-"""Gaps shown under every verdict: what the question asked and no fact answers, and what was
-not looked at because the tool budget was spent."""
+ALWAYS_SHOWN_GAPS: tuple[GapKind, ...] = ("unanswered", "not_run", "failed")
+"""Gaps shown under every verdict: what the question asked and no fact answers, what was not
+looked at because the tool budget was spent, and what could not be looked at because the
+source failed."""
 
 
 def _gap_lines(t: dict[str, str], gaps: Sequence[GapItem], language: str) -> list[str]:

@@ -49,20 +49,28 @@ _MIN_WORD = 3
 _OVERLAP = 0.5
 
 # States that exclude each other: a claim stating one where its evidence states only the other
-# is contradicted.
+# is contradicted. Terms are separated by commas; an English term of several words is matched as
+# a phrase. Chinese terms have their own pairs (``异常`` is any error, not only "down", so it is
+# never weighed against English words such as "up").
 _OPPOSITE_STATES: tuple[tuple[frozenset[str], frozenset[str]], ...] = tuple(
-    (frozenset(a.split()), frozenset(b.split()))
+    (frozenset(t.strip() for t in a.split(",")), frozenset(t.strip() for t in b.split(",")))
     for a, b in (
-        ("firing triggered pending", "resolved inactive cleared"),
-        ("up running healthy available online", "down stopped unhealthy unavailable offline"),
-        ("success succeeded successful succeeds passed", "failure failed failing fails"),
-        ("present exists", "absent missing"),
+        ("firing, triggered, pending", "resolved, inactive, cleared"),
+        (
+            "up, running, healthy, available, online",
+            "down, stopped, unhealthy, unavailable, offline",
+        ),
+        ("success, succeeded, successful, succeeds, passed", "failure, failed, failing, fails"),
+        ("present, exists", "absent, missing, not found"),
         ("enabled", "disabled"),
-        ("open opened", "closed"),
-        ("触发 告警中 正常", "已恢复 已解决 异常"),
+        ("open, opened", "closed"),
+        ("触发, 告警中", "已恢复, 已解决"),
+        ("正常, 运行中", "异常, 宕机"),
         ("成功", "失败"),
+        ("存在", "缺失, 不存在"),
     )
 )
+_CJK_NEGATION_BEFORE = ("不", "未", "无", "没", "没有", "非")
 _NEGATED = re.compile(r"\b(?:no|not|without|never|zero)\s+(?:(?:a|an|any|the)\s+)?([a-z]{4,})")
 _CJK_WORD = re.compile("[\u4e00-\u9fff]+")
 
@@ -108,8 +116,28 @@ def _words(text: str) -> set[str]:
     return set(_WORD.findall(text)) | set(_CJK_WORD.findall(text))
 
 
+def _says(term: str, words: set[str], text: str) -> bool:
+    """Whether a normalised text states ``term`` (a word, an English phrase or a Chinese term).
+
+    A Chinese term right after a negation (``不存在``, ``没有异常``) is not stated, unless the
+    term itself begins with one.
+    """
+    if not term.isascii():
+        start = text.find(term)
+        while start != -1:
+            if term.startswith(_CJK_NEGATION_BEFORE) or not text[:start].endswith(
+                _CJK_NEGATION_BEFORE
+            ):
+                return True
+            start = text.find(term, start + 1)
+        return False
+    if " " in term:
+        return re.search(rf"(?<![a-z0-9]){re.escape(term)}(?![a-z0-9])", text) is not None
+    return term in words
+
+
 def _states(words: set[str], text: str, side: frozenset[str]) -> bool:
-    return bool(words & side) or any(not w.isascii() and w in text for w in side)
+    return any(_says(term, words, text) for term in side)
 
 
 def _negated(text: str) -> set[str]:

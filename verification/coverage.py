@@ -10,8 +10,10 @@ A PASS means the question was answered, not only that every confirmed claim is g
 - **Model**: the Verifier's ``question_coverage`` (when its reply has one) can only make the
   coverage stricter: the status is the strictest of the two, its unanswered facets are added.
 - **Budget**: tool calls the tool budget cut (``not_run``) make the coverage at most ``partial``.
+- **Failures**: so do tool calls that failed every time they were made (``failed``, with the
+  error): what the source would have said is not in the answer.
 - **Effect**: ``unanswered`` caps the effective verdict at LOW_CONFID; ``partial`` keeps it, and
-  the answer lists the unanswered facets and the calls not run as gaps.
+  the answer lists the unanswered facets, the calls not run and the calls that failed as gaps.
 
 A facet appears in a claim when the claim text names the service or alert as a whole name, or
 names the metric's concept (``p99``, ``延迟`` and ``http_request_duration_p99_ms`` all name
@@ -33,6 +35,7 @@ from state.records import (
     ExecutorAnswer,
     Facet,
     QuestionCoverage,
+    TraceItem,
     Verdict,
 )
 from tools.vocabulary import concepts_in
@@ -96,6 +99,7 @@ def question_coverage(
     *,
     model: CoverageReport | None = None,
     not_run: Sequence[str] = (),
+    failed: Sequence[str] = (),
 ) -> QuestionCoverage:
     """The round's coverage: the floor, lowered (never lifted) by the model and the budget.
 
@@ -106,6 +110,7 @@ def question_coverage(
         checks: The final claim checks (their labels decide what is confirmed).
         model: The Verifier's own coverage report, when its reply had one.
         not_run: Tool calls the tool budget cut, rendered (``query_logs level=ERROR ...``).
+        failed: Tool calls that failed every time, rendered with their error (``failed_calls``).
     """
     floor = floor_coverage(question, known_services, confirmed_texts(answer, checks))
     asked = list(floor["asked"])
@@ -116,7 +121,7 @@ def question_coverage(
     status = strictest_status(
         floor["status"],
         model["status"] if model is not None else None,
-        "partial" if unanswered or not_run else None,
+        "partial" if unanswered or not_run or failed else None,
     )
     return QuestionCoverage(
         status=status,
@@ -125,7 +130,24 @@ def question_coverage(
         floor=floor,
         model=model,
         not_run=list(not_run),
+        failed=list(failed),
     )
+
+
+def failed_calls(trace: Sequence[TraceItem]) -> list[str]:
+    """The trace's calls that failed every time they were made, each with its error.
+
+    ``query_logs level=ERROR service=order-service: error: Loki ... answered 504``. A call that
+    failed once and then succeeded (a retry round) is not a gap.
+    """
+    failed: list[str] = []
+    for item in trace:
+        errors = item.get("failed_count", 1 if item["output_summary"].startswith("error") else 0)
+        if item["success"] or errors != item.get("repeat_count", 1):
+            continue
+        call = " ".join(part for part in (item["tool_name"], item["input_summary"]) if part)
+        failed.append(f"{call}: {item['output_summary']}")
+    return list(dict.fromkeys(failed))
 
 
 def coverage_cap(coverage: QuestionCoverage) -> Verdict | None:

@@ -51,7 +51,7 @@ from state.records import (
     VerifierReply,
 )
 from verification.catalog import UNBOUND_SPECIFICS
-from verification.coverage import coverage_cap, question_coverage
+from verification.coverage import coverage_cap, failed_calls, question_coverage
 from verification.gatekeeper import only_knowledge, verified_excerpts_of
 from verification.verifier_reply import short
 
@@ -351,6 +351,7 @@ def decide(
         checks,
         model=None if mode == "fallback" else reply.get("question_coverage"),
         not_run=not_run,
+        failed=failed_calls(trace),
     )
     if coverage["status"] != "answered":
         shown = ", ".join(coverage["unanswered"]) or "none"

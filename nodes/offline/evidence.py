@@ -18,6 +18,7 @@ from typing import Any, Final
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
 from nodes.executor import BUDGET_SPENT
+from state.json_shape import is_number, obj, objects
 from state.records import QuestionFacets
 from tools.vocabulary import concepts_in
 
@@ -53,15 +54,12 @@ class Result:
 
     def entries(self, array: str) -> list[dict[str, Any]]:
         """The output entries of one array (``logs``, ``alerts``, ``series``, ``documents``)."""
-        found = self.output.get(array)
-        return (
-            [entry for entry in found if isinstance(entry, dict)] if isinstance(found, list) else []
-        )
+        return objects(self.output.get(array))
 
     def total(self) -> int:
         """How many log lines matched (before the limit); entries returned otherwise."""
         total = self.output.get("total")
-        return total if isinstance(total, int) else len(self.entries("logs"))
+        return int(total) if is_number(total) else len(self.entries("logs"))
 
 
 def read_results(messages: list[BaseMessage]) -> list[Result]:
@@ -77,23 +75,21 @@ def read_results(messages: list[BaseMessage]) -> list[Result]:
                 data = json.loads(str(message.content))
             except json.JSONDecodeError:
                 continue
-            if not isinstance(data, dict) or not data.get("invocation_id"):
+            data = obj(data)
+            if not data.get("invocation_id"):
                 continue
             name, args = calls[message.tool_call_id]
-            artifact = message.artifact if isinstance(message.artifact, dict) else {}
-            output = artifact.get("output")
-            arguments = artifact.get("arguments")
+            artifact = obj(message.artifact)
             results.append(
                 Result(
                     tool=str(data.get("tool_name") or name),
-                    args=dict(arguments) if isinstance(arguments, dict) else args,
+                    args=dict(obj(artifact.get("arguments")) or args),
                     invocation_id=str(data["invocation_id"]),
                     status=str(data.get("status")),
-                    output=dict(output) if isinstance(output, dict) else {},
+                    output=dict(obj(artifact.get("output"))),
                     refs={
                         str(ref.get("raw_path")): str(ref.get("text"))
-                        for ref in data.get("evidence_refs", [])
-                        if isinstance(ref, dict)
+                        for ref in objects(data.get("evidence_refs"))
                     },
                 )
             )
