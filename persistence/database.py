@@ -516,6 +516,7 @@ def _open_pool(target: DatabaseTarget) -> ConnectionPool[Any]:
         target.conninfo,
         target=target,
         check=check_connection,
+        configure=note_returned,  # a new connection counts as just checked
         reset=note_returned,
         open=True,
         **pool_options("superbiz"),

@@ -37,7 +37,7 @@ _returned: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
 
 
 def note_returned(conn: Any) -> None:
-    """Pool ``reset`` hook: remember when the connection came back to the pool."""
+    """Pool ``configure`` and ``reset`` hook: when the connection was opened or given back."""
     _returned[conn] = time.monotonic()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import psycopg
@@ -23,6 +24,16 @@ def test_pool_replaces_a_connection_the_server_terminated(postgres_url: str) -> 
         (pid,) = _backend_pids(db)
         with psycopg.connect(db.target.conninfo, autocommit=True) as admin:
             admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            # The backend has gone (and closed its socket) once the server no longer lists it.
+            deadline = time.monotonic() + 10
+            while (
+                time.monotonic() < deadline
+                and admin.execute(
+                    "SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)
+                ).fetchone()
+            ):
+                time.sleep(0.01)
+            time.sleep(0.05)
         # The terminated connection is noticed at checkout and replaced: the read succeeds.
         (again,) = _backend_pids(db)
         assert again != pid
@@ -43,7 +54,8 @@ def test_pool_checks_with_a_query_only_connections_idle_for_long(
     monkeypatch.setattr(ConnectionPool, "check_connection", staticmethod(spy))
     db = open_database(postgres_url)
     try:
-        _backend_pids(db)
+        for _ in range(12):  # every pooled connection used and given back once
+            _backend_pids(db)
         checked.clear()
         for _ in range(5):
             _backend_pids(db)
