@@ -14,40 +14,22 @@ import traceback
 import uuid
 from collections.abc import Callable, Sequence
 from importlib import metadata
-from typing import Any, NoReturn, TextIO, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO, TypeVar
 
-from apps.doctor import config_show_command, doctor_command
-from apps.evaluation import eval_command
-from apps.export import ExportError, export_command
+# Only light modules at start-up: ``--help``, ``sessions list`` and ``db upgrade`` must not pay
+# for LangGraph, langchain or a model client. Each command imports what it needs when it runs.
 from apps.maintenance import PruneUsageError, add_prune_parser, prune_command
-from apps.resuming import backend_for, environment_ref, plan_for
-from apps.reverify import NotReverifiable, reverify
-from apps.sweeper import sweep_quietly
-from graph.builder import build_graph
-from graph.failures import DiagnosisFailed
-from graph.guard import RunGuard
-from graph.model_calls import ModelCallFailed
-from graph.models import make_model_factory
-from graph.resume import ResumeRefused
-from graph.runner import Graph, NothingToResume, run_diagnosis, summary_of
-from persistence.audit import StoredRecordError, verifier_evaluation_of
-from persistence.database import (
-    DatabaseError,
-    DatabaseUnavailable,
-    NoDatabase,
-    migrate,
-    migrations,
-    open_database,
-)
-from persistence.store import Persistence, Records, open_persistence, open_records
 from state.context import Context
-from state.records import DiagnosisRecord, Invocation, QuestionCoverage
 from state.settings import BY_NAME as RULES_BY_NAME
 from state.settings import SettingsError, check_environment, parse_value
-from tools.composed import configured_backend
-from tools.config import ConfigError
-from tools.environment import EnvironmentFileError, load_environment
 from verification.text import error_line, terminal_safe
+
+if TYPE_CHECKING:
+    from graph.failures import DiagnosisFailed
+    from graph.runner import Graph
+    from persistence.database import DatabaseError
+    from persistence.store import Persistence, Records
+    from state.records import DiagnosisRecord, Invocation, QuestionCoverage
 
 T = TypeVar("T")
 
@@ -359,12 +341,18 @@ def _progress(event: dict[str, Any], err: TextIO) -> None:
 
 def _database_problem(exc: DatabaseError) -> Exception:
     """A database error as the command's error: unavailable (exit 3) or bad setting (exit 2)."""
+    from persistence.database import DatabaseUnavailable
+
     if isinstance(exc, DatabaseUnavailable):
         return Unavailable(str(exc))
     return UsageError(str(exc))
 
 
 def _open(args: argparse.Namespace, *, sweep: bool = True) -> Persistence:
+    from apps.sweeper import sweep_quietly
+    from persistence.database import DatabaseError
+    from persistence.store import open_persistence
+
     try:
         persistence = open_persistence(args.db)
     except DatabaseError as exc:
@@ -376,6 +364,9 @@ def _open(args: argparse.Namespace, *, sweep: bool = True) -> Persistence:
 
 def _open_records(args: argparse.Namespace) -> Records | None:
     """The database for reading only (never created nor changed); None when there is none."""
+    from persistence.database import DatabaseError, NoDatabase
+    from persistence.store import open_records
+
     try:
         return open_records(args.db)
     except NoDatabase:
@@ -420,6 +411,17 @@ def _interrupted(app: Graph, thread: str, args: argparse.Namespace, err: TextIO)
 
 def diagnose(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """Run (or resume) one diagnosis and print it."""
+    from apps.resuming import backend_for, environment_ref, plan_for
+    from graph.builder import build_graph
+    from graph.failures import DiagnosisFailed
+    from graph.guard import RunGuard
+    from graph.resume import ResumeRefused
+    from graph.runner import NothingToResume, run_diagnosis, summary_of
+    from persistence.database import DatabaseError
+    from tools.composed import configured_backend
+    from tools.config import ConfigError
+    from tools.environment import EnvironmentFileError, load_environment
+
     question = (args.question or "").strip()
     if args.resume:
         if not args.thread:
@@ -546,6 +548,9 @@ def _interruptible(run: Callable[[], T]) -> T:
 
 def _failure_code(cause: BaseException) -> int:
     """Exit status of a failed run: 3 when its dependency is down, else 1."""
+    from graph.model_failures import ModelCallFailed
+    from persistence.database import DatabaseUnavailable
+
     if isinstance(cause, DatabaseUnavailable):
         return EXIT_UNAVAILABLE
     if isinstance(cause, ModelCallFailed) and cause.unavailable:
@@ -594,6 +599,8 @@ def sessions(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """``sessions list``, ``show`` and ``export`` (read only: they never create a database)."""
     persistence = _open_records(args)
     if args.sessions_command == "export":
+        from apps.export import ExportError, export_command
+
         try:
             return export_command(
                 persistence, args.diagnosis_id, args.scenario, scenario_id=args.id, out=out, err=err
@@ -673,6 +680,8 @@ def sessions(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 def render_session(record: DiagnosisRecord, invocations: list[Invocation]) -> str:
     """A readable view of one audit record."""
+    from persistence.audit import StoredRecordError, verifier_evaluation_of
+
     score = "-" if record["score"] is None else f"{record['score']:.2f}"
     note = f"  ({record['note']})" if record["note"] else ""
     try:
@@ -750,6 +759,9 @@ def coverage_lines(coverage: QuestionCoverage) -> list[str]:
 
 def reverify_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """``reverify DIAGNOSIS_ID``."""
+    from apps.reverify import NotReverifiable, reverify
+    from graph.models import make_model_factory
+
     ctx = _context(args)
     persistence = _open_records(args)
     if persistence is None:
@@ -788,6 +800,8 @@ def reverify_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 def db_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """``db upgrade`` and ``db prune``."""
+    from persistence.database import DatabaseError, migrate, migrations, open_database
+
     if args.db_command == "prune":
         try:
             return prune_command(args, out)
@@ -932,14 +946,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "reverify":
             return reverify_command(args, sys.stdout, sys.stderr)
         if args.command == "eval":
+            from apps.evaluation import eval_command
+
             return eval_command(args.paths, args.json, sys.stdout, sys.stderr)
         if args.command == "serve":
             return serve_command(args, sys.stdout, sys.stderr)
         if args.command == "doctor":
+            from apps.doctor import doctor_command
+
             return doctor_command(args.json, sys.stdout, sys.stderr, database=args.db)
         if args.command == "kb":
             return kb_command(args, sys.stdout, sys.stderr)
         if args.command == "config":
+            from apps.doctor import config_show_command
+
             return config_show_command(sys.stdout, sys.stderr)
     except UsageError as exc:
         _debug(exc)

@@ -5,10 +5,6 @@ from __future__ import annotations
 import argparse
 from typing import Any, TextIO
 
-from persistence.database import DatabaseError
-from persistence.retention import prune_finished
-from persistence.store import open_persistence
-
 
 class PruneUsageError(ValueError):
     """Bad input to ``db prune``; the message is the one-line reason."""
@@ -41,6 +37,10 @@ def prune_command(args: argparse.Namespace, out: TextIO) -> int:
     Raises:
         PruneUsageError: for a negative ``--keep-days`` or a database that cannot be used.
     """
+    from persistence.database import DatabaseError
+    from persistence.retention import prune_finished
+    from persistence.store import open_persistence
+
     if args.keep_days < 0:
         raise PruneUsageError(f"--keep-days must be at least 0, got {args.keep_days:g}")
     try:

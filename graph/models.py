@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from langchain_core.language_models import BaseChatModel
 
-from graph.model_calls import ModelCallFailed, ResilientChatOpenAI, RetryPolicy
+from graph.model_failures import ModelCallFailed, RetryPolicy
 from nodes.common import GetModel
 from nodes.offline import OfflineExecutor, OfflineModel, OfflinePlanner, OfflineVerifier
 from state.context import Context
@@ -69,7 +69,9 @@ def _build(role: str, ctx: Context, policy: RetryPolicy) -> BaseChatModel:
             "local endpoint); set it, or run offline"
         )
     # The client retries nothing itself: graph/model_calls.py is the one retry layer. Replies
-    # are never streamed (every call inside the graph is internal).
+    # are never streamed (every call inside the graph is internal). Loaded only in model mode.
+    from graph.model_calls import ResilientChatOpenAI
+
     return ResilientChatOpenAI(
         model=ctx.model_for(role),
         base_url=os.environ.get("OPENAI_BASE_URL") or None,

@@ -61,12 +61,14 @@ def usage_record(state: DiagnosisState, ctx: Context) -> UsageRecord:
         calls=usage["calls"],
         input_tokens=usage["input_tokens"],
         output_tokens=usage["output_tokens"],
+        input_chars=usage.get("input_chars", 0),
         budgets={
             "max_model_calls": ctx.max_model_calls,
             "max_input_tokens": ctx.max_input_tokens,
             "max_output_tokens": ctx.max_output_tokens,
             "diagnosis_deadline_s": ctx.diagnosis_deadline_s,
             "max_tool_calls_per_round": ctx.max_tool_calls_per_round,
+            "executor_context_chars": ctx.executor_context_chars,
         },
         stopped=state.get("budget_note"),
     )

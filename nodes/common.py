@@ -103,6 +103,7 @@ class Spend:
                     calls=1,
                     input_tokens=int(usage.get("input_tokens") or 0),
                     output_tokens=int(usage.get("output_tokens") or 0),
+                    input_chars=content_chars(messages),
                 ),
             )
             if self._recorded + len(self.calls) < MAX_RECORDED_CALLS:
@@ -116,6 +117,21 @@ class Spend:
                 )
         message: BaseMessage = reply
         return message
+
+
+def content_chars(messages: Sequence[BaseMessage]) -> int:
+    """Characters of the content a model receives (texts and tool-call arguments)."""
+    total = 0
+    for message in messages:
+        content = message.content
+        if isinstance(content, str):
+            total += len(content)
+        else:
+            for block in content:
+                total += len(block) if isinstance(block, str) else len(json.dumps(block))
+        for call in getattr(message, "tool_calls", None) or []:
+            total += len(call["name"]) + len(json.dumps(call.get("args") or {}, ensure_ascii=False))
+    return total
 
 
 def _node_name() -> str:

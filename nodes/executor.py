@@ -3,7 +3,9 @@
 The checkpointed conversation keeps each tool result as a small reference (its invocation id);
 before every model turn the references are expanded from the invocation ledger into what the
 model must read and cite (ids, raw paths, ref texts). The ref texts are thus stored once, in the
-ledger, instead of in every checkpoint.
+ledger, instead of in every checkpoint. What a chat model reads per turn is bounded
+(``nodes.executor_context``): results it has seen are compacted to their id, raw paths and
+summary line. A rule-based stand-in (offline) has no context window and reads every result.
 """
 
 from __future__ import annotations
@@ -22,14 +24,14 @@ from langchain_core.messages import (
 )
 from langgraph.runtime import Runtime
 
-from nodes.common import GetModel, Node, Spend, context_of, emit
+from nodes.common import GetModel, Node, Spend, content_chars, context_of, emit
+from nodes.executor_context import bounded_history, expand_tool_messages
 from nodes.prompts import load_prompt
 from persistence.ledger import InvocationLedger
 from state.context import Context
 from state.graph_state import DiagnosisState
 from state.records import Invocation
 from tools.refs import format_value
-from tools.runner import tool_message_content
 from tools.schemas import tool_specs
 
 DROPPED_CALLS = "dropped_tool_calls"
@@ -54,27 +56,6 @@ def tool_reference(invocation: Invocation) -> str:
         },
         ensure_ascii=False,
     )
-
-
-def expand_tool_messages(
-    messages: Sequence[AnyMessage], invocations: Sequence[Invocation]
-) -> list[AnyMessage]:
-    """Replace tool-result references by the full tool message content from the ledger."""
-    by_id = {row["invocation_id"]: row for row in invocations}
-    out: list[AnyMessage] = []
-    for message in messages:
-        if isinstance(message, ToolMessage) and isinstance(message.content, str):
-            try:
-                ref = json.loads(message.content)
-            except json.JSONDecodeError:
-                ref = None
-            row = by_id.get(str(ref.get("invocation_id"))) if isinstance(ref, dict) else None
-            if row is not None:
-                message = message.model_copy(
-                    update={"content": tool_message_content(row), "artifact": tool_artifact(row)}
-                )
-        out.append(message)
-    return out
 
 
 INVALID_ARGUMENTS = "__invalid_arguments__"
@@ -105,21 +86,6 @@ def readable_tool_calls(reply: BaseMessage) -> AIMessage:
             )
         )
     return AIMessage(content=reply.content, tool_calls=calls, id=reply.id)
-
-
-def tool_artifact(invocation: Invocation) -> dict[str, object]:
-    """The structured result of an invocation, carried beside its tool message.
-
-    A chat model never reads a message's ``artifact``; rule-based stand-ins (the offline
-    executor) read the entries from it instead of re-reading the rendered ref texts.
-    """
-    return {
-        "invocation_id": invocation["invocation_id"],
-        "tool_name": invocation["tool_name"],
-        "arguments": invocation["arguments"],
-        "status": invocation["status"],
-        "output": invocation["output"],
-    }
 
 
 def render_call(name: str, args: object) -> str:
@@ -179,11 +145,19 @@ def make_executor(get_model: GetModel, ledger: InvocationLedger) -> Node:
             }
         model = get_model("executor", ctx)
         messages = state.get("executor_messages", [])
+        spent = used >= ctx.max_tool_calls_per_round
+        nudge = HumanMessage(BUDGET_SPENT)
         if any(isinstance(m, ToolMessage) for m in messages):
-            messages = expand_tool_messages(messages, ledger.list(state["diagnosis_id"]))
+            rows = ledger.list(state["diagnosis_id"])
+            if getattr(model, "offline", False):
+                messages = expand_tool_messages(messages, rows)
+            else:
+                fixed = content_chars([SystemMessage(prompt.text), *([nudge] if spent else [])])
+                messages = bounded_history(
+                    messages, rows, limit_chars=ctx.executor_context_chars, fixed_chars=fixed
+                )
         history = [SystemMessage(prompt.text), *messages]
-        if used >= ctx.max_tool_calls_per_round:
-            nudge = HumanMessage(BUDGET_SPENT)
+        if spent:
             reply = readable_tool_calls(spend.invoke(model, [*history, nudge]))
             if reply.tool_calls:
                 # The budget is a hard bound: calls asked for after it are dropped, not run,

@@ -242,8 +242,21 @@ class SqlAuditStore:
 
     def update_channel(self, diagnosis_id: str, channel: str, value: Mapping[str, object]) -> None:
         """Replace one ``self_evaluation`` channel, preserving the others."""
+        if self._db.target.dialect == "postgres":
+            # One statement merges the channel in place: no read, no transaction round trips.
+            with self._db.transaction(single=True) as tx:
+                updated = tx.execute(
+                    "UPDATE diagnosis_session SET self_evaluation = "
+                    "(CASE WHEN jsonb_typeof(self_evaluation) = 'object' THEN self_evaluation "
+                    "ELSE '{}'::jsonb END) || jsonb_build_object(%s::text, %s::jsonb), "
+                    "updated_at = %s WHERE id = %s RETURNING id",
+                    (channel, tx.json(dict(value)), utcnow(), diagnosis_id),
+                )
+            if not updated:
+                raise KeyError(f"unknown diagnosis {diagnosis_id!r}")
+            return
         with self._db.transaction() as tx:
-            lock = " FOR UPDATE" if tx.dialect == "postgres" else ""
+            lock = ""
             rows = tx.execute(
                 f"SELECT self_evaluation FROM diagnosis_session WHERE id = %s{lock}",
                 (diagnosis_id,),
@@ -259,7 +272,7 @@ class SqlAuditStore:
 
     def finish_diagnosis(self, diagnosis_id: str, outcome: DiagnosisOutcome) -> None:
         """Record the outcome of a diagnosis."""
-        with self._db.transaction() as tx:
+        with self._db.transaction(single=True) as tx:
             tx.execute(
                 "UPDATE diagnosis_session SET status = %s, rounds = %s, verdict = %s, score = %s, "
                 "final_answer = %s, updated_at = %s WHERE id = %s",
@@ -276,7 +289,7 @@ class SqlAuditStore:
 
     def mark(self, diagnosis_id: str, *, status: DiagnosisStatus | None = None, note: str) -> None:
         """Set a note (and optionally the status) on a diagnosis, e.g. resumed or abandoned."""
-        with self._db.transaction() as tx:
+        with self._db.transaction(single=True) as tx:
             tx.execute(
                 "UPDATE diagnosis_session SET status = COALESCE(%s, status), note = %s, "
                 "updated_at = %s WHERE id = %s",
@@ -302,7 +315,7 @@ class SqlAuditStore:
 
     def get(self, diagnosis_id: str) -> DiagnosisRecord | None:
         """One diagnosis record, or None."""
-        with self._db.transaction() as tx:
+        with self._db.transaction(single=True) as tx:
             rows = tx.execute(
                 f"SELECT {_COLUMNS} FROM diagnosis_session WHERE id = %s", (diagnosis_id,)
             )
@@ -311,7 +324,7 @@ class SqlAuditStore:
     def list(self, thread_id: str | None = None) -> builtins.list[DiagnosisRecord]:
         """Diagnosis records, oldest first, optionally of one thread."""
         where, params = ("WHERE thread_id = %s", (thread_id,)) if thread_id else ("", ())
-        with self._db.transaction() as tx:
+        with self._db.transaction(single=True) as tx:
             rows = tx.execute(
                 f"SELECT {_COLUMNS} FROM diagnosis_session {where} ORDER BY created_at, id", params
             )

@@ -260,15 +260,20 @@ class Database:
             return self._opened
 
     @contextmanager
-    def transaction(self) -> Iterator[Transaction]:
+    def transaction(self, *, single: bool = False) -> Iterator[Transaction]:
         """One transaction: committed when the block ends, rolled back on an exception.
+
+        Args:
+            single: the block runs exactly one statement. On PostgreSQL (autocommit) that
+                statement is its own transaction, so no ``BEGIN`` and ``COMMIT`` are sent: two
+                round trips fewer for a lone read.
 
         Raises:
             DatabaseError: when the database cannot be opened.
         """
         opened = self._open()
         try:
-            with opened.transaction() as tx:
+            with opened.transaction(single=single) as tx:
                 yield tx
         except (psycopg.errors.UndefinedTable, sqlite3.OperationalError) as exc:
             if not _missing_table(exc):
@@ -398,14 +403,21 @@ class _Opened:
         return opened
 
     @contextmanager
-    def transaction(self) -> Iterator[Transaction]:
+    def transaction(self, *, single: bool = False) -> Iterator[Transaction]:
         if self.pool is not None:
+            if single:
+                with self.pool.connection() as conn, conn.cursor() as cur:
+                    yield Transaction("postgres", cur)
+                return
             with self.pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
                 yield Transaction("postgres", cur)
             return
         assert self._sqlite is not None
         with self._lock:
             cur = self._sqlite.cursor()
+            if single:  # autocommit: the one statement is its own transaction
+                yield Transaction("sqlite", cur)
+                return
             cur.execute("BEGIN" if self._read_only else "BEGIN IMMEDIATE")
             try:
                 yield Transaction("sqlite", cur)
@@ -498,12 +510,14 @@ def connect_postgres(target: DatabaseTarget) -> psycopg.Connection[Any]:
 def _open_pool(target: DatabaseTarget) -> ConnectionPool[Any]:
     # A direct probe gives the real reason (refused, unknown database, auth) at once.
     connect_postgres(target).close()
-    from persistence.pools import FailFastPool  # it builds on this module
+    from persistence.pools import FailFastPool, check_connection, note_returned
 
     pool: ConnectionPool[Any] = FailFastPool(
         target.conninfo,
         target=target,
-        check=ConnectionPool.check_connection,
+        check=check_connection,
+        configure=note_returned,  # a new connection counts as just checked
+        reset=note_returned,
         open=True,
         **pool_options("superbiz"),
     )
@@ -538,6 +552,10 @@ def connect_sqlite(target: DatabaseTarget, *, autocommit: bool) -> sqlite3.Conne
         if autocommit:
             conn.isolation_level = None
         conn.execute("PRAGMA journal_mode=WAL")
+        # In WAL mode NORMAL syncs at checkpoints, not at every commit: a crash of the process
+        # (or a kill) loses nothing committed; a power cut may lose the last commits, never
+        # corrupt the file. Every commit waited for an fsync before.
+        conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute(f"PRAGMA busy_timeout={int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
     except (OSError, sqlite3.Error) as exc:
         raise connect_error(target, exc) from exc

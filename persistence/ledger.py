@@ -113,55 +113,53 @@ class SqlLedger:
         return _row(rows[0]) if rows else None
 
     def record(self, draft: InvocationDraft) -> Invocation:
-        """Store an invocation once per idempotency key (see ``InvocationLedger.record``)."""
+        """Store an invocation once per idempotency key (see ``InvocationLedger.record``).
+
+        One ``INSERT ... SELECT`` numbers the row (the diagnosis's count + 1), skips it when the
+        key is already recorded and returns what it stored, so a new row costs one statement
+        besides the lock; only a repeated key reads the stored row.
+        """
         key = draft["idempotency_key"]
         with self._db.transaction() as tx:
             if tx.dialect == "postgres":
                 lock = zlib.crc32(draft["diagnosis_id"].encode("utf-8")) - 2**31
                 tx.execute("SELECT pg_advisory_xact_lock(%s::int4, %s::int4)", (_LEDGER_LOCK, lock))
-            existing = self._find(tx, key)
-            if existing is not None:
-                return existing
-            count = tx.execute(
-                "SELECT COUNT(*) AS n FROM tool_invocation WHERE diagnosis_id = %s",
-                (draft["diagnosis_id"],),
-            )[0]["n"]
-            seq = int(str(count)) + 1
-            row = _with_id(draft, f"inv-{seq}")
-            tx.execute(
+            inserted = tx.execute(
                 "INSERT INTO tool_invocation (diagnosis_id, invocation_id, seq, thread_id, round, "
                 "tool_name, arguments, status, output, retrieval_details, idempotency_key, "
                 "started_at, duration_ms, error) "
-                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                "SELECT %s, 'inv-' || (c.n + 1), c.n + 1, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, "
+                "%s FROM (SELECT COUNT(*) AS n FROM tool_invocation WHERE diagnosis_id = %s) AS c "
+                "WHERE true ON CONFLICT (idempotency_key) DO NOTHING "
+                f"RETURNING {_COLUMNS}",
                 (
-                    row["diagnosis_id"],
-                    row["invocation_id"],
-                    seq,
-                    row["thread_id"] or "-",
-                    row["round"],
-                    row["tool_name"],
-                    tx.json(row["arguments"]),
-                    row["status"],
-                    tx.json(row["output"]),
-                    tx.json(row["retrieval_details"]),
+                    draft["diagnosis_id"],
+                    draft["thread_id"] or "-",
+                    draft["round"],
+                    draft["tool_name"],
+                    tx.json(draft["arguments"]),
+                    draft["status"],
+                    tx.json(draft["output"]),
+                    tx.json(draft["retrieval_details"]),
                     key,
-                    row["started_at"],
-                    row["duration_ms"],
-                    row["error"],
+                    draft["started_at"],
+                    draft["duration_ms"],
+                    draft["error"],
+                    draft["diagnosis_id"],
                 ),
             )
-            stored = self._find(tx, key)
+            stored = _row(inserted[0]) if inserted else self._find(tx, key)
         assert stored is not None
         return stored
 
     def find(self, idempotency_key: str) -> Invocation | None:
         """The stored row with this idempotency key, if any."""
-        with self._db.transaction() as tx:
+        with self._db.transaction(single=True) as tx:
             return self._find(tx, idempotency_key)
 
     def list(self, diagnosis_id: str) -> builtins.list[Invocation]:
         """Every invocation of a diagnosis in call order."""
-        with self._db.transaction() as tx:
+        with self._db.transaction(single=True) as tx:
             rows = tx.execute(
                 f"SELECT {_COLUMNS} FROM tool_invocation WHERE diagnosis_id = %s ORDER BY seq",
                 (diagnosis_id,),

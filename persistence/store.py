@@ -10,16 +10,17 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass, field
-
-from langgraph.checkpoint.base import BaseCheckpointSaver
+from typing import TYPE_CHECKING
 
 from persistence.audit import SqlAuditStore
-from persistence.checkpoints import checkpoint_saver, setup_checkpoints
 from persistence.database import Database, DatabaseError, open_database
 from persistence.leases import Origin
 from persistence.ledger import SqlLedger
 from persistence.locks import thread_lock
 from persistence.runs import SqlRunLocks
+
+if TYPE_CHECKING:
+    from langgraph.checkpoint.base import BaseCheckpointSaver
 
 
 @dataclass
@@ -55,6 +56,9 @@ def open_persistence(value: str | None = None, *, origin: Origin = "cli") -> Per
     Raises:
         DatabaseError: when the database is unreachable, misconfigured or too new.
     """
+    # LangGraph's checkpointers load here, not with the module: reading records needs none.
+    from persistence.checkpoints import checkpoint_saver, setup_checkpoints
+
     db = open_database(value)
     db.add_setup(setup_checkpoints)
     resources = ExitStack()

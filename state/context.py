@@ -25,6 +25,7 @@ DEFAULTS: dict[str, object] = {
     "language": "zh",
     "composer_mode": "template",
     "max_tool_calls_per_round": 8,
+    "executor_context_chars": 48_000,
     "tool_timeout_s": 30.0,
     "model_timeout_s": 120.0,
     "model_retries": 4,
@@ -72,6 +73,7 @@ class Context:
     language: Language = _setting("language")
     composer_mode: ComposerMode = _setting("composer_mode")
     max_tool_calls_per_round: int = _setting("max_tool_calls_per_round")
+    executor_context_chars: int = _setting("executor_context_chars")
     tool_timeout_s: float = _setting("tool_timeout_s")
     model_timeout_s: float = _setting("model_timeout_s")
     model_retries: int = _setting("model_retries")

@@ -702,11 +702,13 @@ class RunInfo(TypedDict):
 
 
 class ModelUsage(TypedDict):
-    """Model calls of one diagnosis and the tokens the endpoint reported for them."""
+    """Model calls of one diagnosis, the characters sent and the tokens the endpoint reported."""
 
     calls: int
     input_tokens: int
     output_tokens: int
+    input_chars: NotRequired[int]
+    """Content characters sent to the models (absent in checkpoints written before it)."""
 
 
 def add_usage(left: ModelUsage | None, right: ModelUsage | None) -> ModelUsage:
@@ -717,6 +719,7 @@ def add_usage(left: ModelUsage | None, right: ModelUsage | None) -> ModelUsage:
         calls=a["calls"] + b["calls"],
         input_tokens=a["input_tokens"] + b["input_tokens"],
         output_tokens=a["output_tokens"] + b["output_tokens"],
+        input_chars=a.get("input_chars", 0) + b.get("input_chars", 0),
     )
 
 

@@ -101,6 +101,14 @@ RULES: tuple[Rule, ...] = (
         minimum=1,
     ),
     Rule(
+        "executor_context_chars",
+        "SUPERBIZ_EXECUTOR_CONTEXT_CHARS",
+        "count",
+        "Characters the executor model reads per turn at most; tool results it has seen are "
+        "shortened to their id, raw paths and summary line.",
+        minimum=4000,
+    ),
+    Rule(
         "tool_timeout_s",
         "SUPERBIZ_TOOL_TIMEOUT_S",
         "seconds",

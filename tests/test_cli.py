@@ -305,7 +305,8 @@ def test_cli_diagnose_reports_an_unexpected_failure_in_one_line(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(
-        cli, "build_graph", lambda **kwargs: build_graph(get_model=_failing_models, **kwargs)
+        "graph.builder.build_graph",
+        lambda **kwargs: build_graph(get_model=_failing_models, **kwargs),
     )
 
     code, out, err = run(capsys, "diagnose", ORDER_QUESTION, "--thread", "t-failed")
@@ -330,7 +331,8 @@ def test_cli_debug_variable_prints_the_traceback(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(
-        cli, "build_graph", lambda **kwargs: build_graph(get_model=_failing_models, **kwargs)
+        "graph.builder.build_graph",
+        lambda **kwargs: build_graph(get_model=_failing_models, **kwargs),
     )
     monkeypatch.setenv("SUPERBIZ_DEBUG", "1")
 
@@ -396,7 +398,7 @@ def test_cli_diagnose_exits_zero_on_a_reject_verdict(
 ) -> None:
     models = _rejecting_models()
     monkeypatch.setattr(
-        cli, "build_graph", lambda **kwargs: build_graph(get_model=models, **kwargs)
+        "graph.builder.build_graph", lambda **kwargs: build_graph(get_model=models, **kwargs)
     )
 
     code, out, _ = run(capsys, "diagnose", ORDER_QUESTION, "--json")

@@ -97,7 +97,7 @@ def test_cli_unexpected_failure_names_the_command_that_failed(
     db = f"sqlite:///{tmp_path / 'x.sqlite'}"
     code, out, _ = run(capsys, "diagnose", QUESTION, "--db", db, "--json")
     diagnosis = json.loads(out)["diagnosis_id"]
-    monkeypatch.setattr(cli, "make_model_factory", lambda: _broken_verifier)
+    monkeypatch.setattr("graph.models.make_model_factory", lambda: _broken_verifier)
 
     code, _, err = run(capsys, "reverify", diagnosis, "--db", db)
 
@@ -305,7 +305,9 @@ def test_cli_interrupted_run_prints_the_resume_command_that_finishes_it(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     models = _Interrupting()
-    monkeypatch.setattr(cli, "build_graph", lambda **kw: build_graph(get_model=models, **kw))
+    monkeypatch.setattr(
+        "graph.builder.build_graph", lambda **kw: build_graph(get_model=models, **kw)
+    )
     db = f"sqlite:///{tmp_path / 'x.sqlite'}"
 
     code, _, err = run(
@@ -326,7 +328,7 @@ def test_cli_run_interrupted_before_its_first_checkpoint_says_it_cannot_be_resum
     def interrupt(*args: Any, **kwargs: Any) -> Any:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli, "run_diagnosis", interrupt)
+    monkeypatch.setattr("graph.runner.run_diagnosis", interrupt)
 
     code, _, err = run(capsys, "diagnose", QUESTION, "--db", f"sqlite:///{tmp_path / 'x.sqlite'}")
 

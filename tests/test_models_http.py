@@ -604,10 +604,25 @@ def test_models_http_usage_fields_are_summed_and_recorded(model_env: FakeOpenAI)
     values, audit = _diagnose()
 
     # planner, executor twice, verifier: 10 prompt and 10 completion tokens each.
-    assert values["usage"] == {"calls": 4, "input_tokens": 40, "output_tokens": 40}
+    sent = sum(
+        len(message["content"])
+        for body in model_env.requests
+        for message in body["messages"]
+        if isinstance(message.get("content"), str)
+    )
+    assert values["usage"] == {
+        "calls": 4,
+        "input_tokens": 40,
+        "output_tokens": 40,
+        "input_chars": values["usage"]["input_chars"],
+    }
+    # The characters counted are the message texts the endpoint received (plus tool-call
+    # arguments, which these requests carry in the assistant messages).
+    assert sent <= values["usage"]["input_chars"] <= sent + 1000
     (record,) = audit.list()
     usage: Any = cast(Any, record["self_evaluation"])["usage"]
     assert (usage["calls"], usage["input_tokens"], usage["output_tokens"]) == (4, 40, 40)
+    assert usage["input_chars"] == values["usage"]["input_chars"]
     assert usage["budgets"]["max_model_calls"] == 40
     assert usage["stopped"] is None
 
@@ -714,9 +729,10 @@ def test_models_http_cli_exits_1_with_the_reason_and_3_when_unavailable(
     import apps.cli as cli
 
     fast = _fast_policy(Waits())
-    monkeypatch.setattr(cli, "make_model_factory", lambda: make_model_factory(fast))
+    monkeypatch.setattr("graph.models.make_model_factory", lambda: make_model_factory(fast))
     monkeypatch.setattr(
-        cli, "build_graph", lambda **kw: build_graph(get_model=make_model_factory(fast), **kw)
+        "graph.builder.build_graph",
+        lambda **kw: build_graph(get_model=make_model_factory(fast), **kw),
     )
     db = f"sqlite:///{tmp_path / 'cli.sqlite'}"
 
@@ -782,7 +798,9 @@ def test_models_http_api_answers_502_and_the_stream_ends_with_an_error_event(
 def test_models_http_a_spent_deadline_ends_the_round_without_model_calls(
     model_env: FakeOpenAI,
 ) -> None:
-    values, audit = _diagnose(diagnosis_deadline_s=0.001)
+    # One microsecond: spent before the planner checks it, however fast the steps before it run
+    # (a millisecond was sometimes not yet spent there).
+    values, audit = _diagnose(diagnosis_deadline_s=0.000001)
 
     assert model_env.requests == []
     assert "SUPERBIZ_DIAGNOSIS_DEADLINE_S" in values["budget_note"]

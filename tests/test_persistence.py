@@ -556,3 +556,9 @@ def test_persistence_concurrent_first_setups_of_postgres_all_succeed(postgres_ur
     finally:
         with psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def test_persistence_update_channel_of_an_unknown_diagnosis_raises(store: Persistence) -> None:
+    with pytest.raises(KeyError, match="unknown diagnosis 'nope'"):
+        store.audit.update_channel("nope", "usage", {"calls": 0})
+    assert store.audit.get("nope") is None

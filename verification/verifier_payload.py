@@ -212,6 +212,27 @@ def _fit_trace(items: list[JSONObject]) -> list[JSONObject]:
     ]
 
 
+def trace_block(items: Sequence[object]) -> JSONValue:
+    """The ``tool_trace_summary`` block: every item when they can be made to fit, else a prefix.
+
+    With more items than ``budget // _MIN_FIT_BYTES`` no output summary can be shortened enough
+    (``_fit_trace`` leaves them as they are) and the bound keeps a prefix. Then only growing
+    prefixes are sanitised, until the bound drops an item of one: the result is the same as for
+    the whole trace, at the cost of the items shown instead of all of them (10,000 items: the
+    few dozen that fit).
+    """
+    if len(items) <= BLOCK_BYTES["tool_trace_summary"] // _MIN_FIT_BYTES:
+        trace: list[JSONValue] = [*_fit_trace([_plain(item) for item in items])]
+        return _bounded_block("tool_trace_summary", trace, TRACE_TEXT_CHARS)
+    count = 64
+    while True:
+        prefix: list[JSONValue] = [_plain(item) for item in items[:count]]
+        shown = _bounded_block("tool_trace_summary", prefix, TRACE_TEXT_CHARS)
+        if count >= len(items) or (isinstance(shown, list) and len(shown) < len(prefix)):
+            return shown
+        count *= 4
+
+
 def _ordered(record: JSONObject, first: Sequence[str], leave_out: Sequence[str] = ()) -> JSONObject:
     """The record with ``first`` keys first, so a tight budget cuts the other fields first."""
     ordered = {key: record[key] for key in first if key in record}
@@ -249,8 +270,7 @@ def build_payload(inputs: VerifierInput) -> JSONObject:
             _ordered(_plain(structured), ("answer_version", "claims")),
             CLAIM_TEXT_CHARS,
         )
-    trace: list[JSONValue] = [*_fit_trace([_plain(item) for item in inputs["trace_summary"]])]
-    payload["tool_trace_summary"] = _bounded_block("tool_trace_summary", trace, TRACE_TEXT_CHARS)
+    payload["tool_trace_summary"] = trace_block(inputs["trace_summary"])
     # Without its rule catalog; verified excerpts before findings.
     first = ("status", "severity", "checked_bindings", "failed_rules", "verified_excerpts")
     gatekeeper = _ordered(_plain(inputs["gatekeeper_result"]), first, ("rules",))

@@ -1,10 +1,10 @@
 """What the offline executor has seen: its tool results as structured data.
 
 Each answered tool call becomes a ``Result``: the call's arguments and the invocation's output
-entries (from the tool message's ``artifact``, ``nodes.executor.tool_artifact``), and its refs
-(``raw_path`` -> exact text, from the tool message the model reads) to bind claims to. Entries
-are never recovered by re-reading rendered ref texts, so a log line without ``instance`` or a
-message with odd characters is read as it is.
+entries (from the tool message's ``artifact``, ``nodes.executor_context.tool_artifact``), and
+its refs (``raw_path`` -> exact text, from the tool message the model reads) to bind claims to.
+Entries are never recovered by re-reading rendered ref texts, so a log line without ``instance``
+or a message with odd characters is read as it is.
 """
 
 from __future__ import annotations
@@ -170,8 +170,20 @@ def _kind_of(message: str) -> str:
 
 
 def _same_kind(kind: str, seen: list[str]) -> bool:
-    """Messages that differ only in numbers, ids or a path are one kind."""
-    return any(difflib.SequenceMatcher(None, kind, other).ratio() >= SAME_KIND for other in seen)
+    """Messages that differ only in numbers, ids or a path are one kind.
+
+    ``real_quick_ratio`` and ``quick_ratio`` are upper bounds of ``ratio``: a pair they already
+    put below the threshold is not compared in full (the answer is the same, far cheaper).
+    """
+    for other in seen:
+        if kind == other:
+            return True
+        matcher = difflib.SequenceMatcher(None, kind, other)
+        if matcher.real_quick_ratio() < SAME_KIND or matcher.quick_ratio() < SAME_KIND:
+            continue
+        if matcher.ratio() >= SAME_KIND:
+            return True
+    return False
 
 
 def examples(
