@@ -348,12 +348,12 @@ def test_cli_db_upgrade_reports_the_migrations_it_applied(
     code, out, _ = run(capsys, "db", "upgrade", "--db", db)
     assert code == 0
     assert out.strip() == (
-        f"SQLite file {path}: schema version 5 (from 0); applied 0001_initial.sql, "
+        f"SQLite file {path}: schema version 6 (from 0); applied 0001_initial.sql, "
         "0002_thread_owner.sql, 0003_leases_and_run_settings.sql, 0004_runbook_index.sql, "
-        "0005_alert_queue.sql"
+        "0005_alert_queue.sql, 0006_invocation_seq.sql"
     )
     code, out, _ = run(capsys, "db", "upgrade", "--db", db)
-    assert out.strip() == f"SQLite file {path}: schema version 5 (up to date, nothing applied)"
+    assert out.strip() == f"SQLite file {path}: schema version 6 (up to date, nothing applied)"
     with sqlite3.connect(path) as conn:  # a database one version behind
         conn.execute("DROP TABLE diagnosis_lease")
         conn.execute("ALTER TABLE diagnosis_session DROP COLUMN run_settings")
@@ -361,7 +361,7 @@ def test_cli_db_upgrade_reports_the_migrations_it_applied(
     code, out, _ = run(capsys, "db", "upgrade", "--db", db)
     assert out.strip().endswith(
         "(from 2); applied 0003_leases_and_run_settings.sql, 0004_runbook_index.sql, "
-        "0005_alert_queue.sql"
+        "0005_alert_queue.sql, 0006_invocation_seq.sql"
     )
 
 
