@@ -116,9 +116,9 @@ class SqlLedger:
         """Store an invocation once per idempotency key (see ``InvocationLedger.record``).
 
         One ``INSERT ... SELECT`` numbers the row (the diagnosis's highest number + 1, read from
-        the ``(diagnosis_id, seq)`` index), skips it when the
-        key is already recorded and returns what it stored, so a new row costs one statement
-        besides the lock; only a repeated key reads the stored row.
+        the ``(diagnosis_id, seq)`` index), skips it when the key is already recorded and returns
+        what it stored, so a new row costs one statement besides the lock; only a repeated key
+        reads the stored row.
         """
         key = draft["idempotency_key"]
         with self._db.transaction() as tx:
@@ -130,8 +130,8 @@ class SqlLedger:
                 "tool_name, arguments, status, output, retrieval_details, idempotency_key, "
                 "started_at, duration_ms, error) "
                 "SELECT %s, 'inv-' || (c.n + 1), c.n + 1, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, "
-                "%s FROM (SELECT COALESCE(MAX(seq), 0) AS n FROM tool_invocation WHERE diagnosis_id = %s) "
-                "AS c "
+                "%s FROM (SELECT COALESCE(MAX(seq), 0) AS n FROM tool_invocation "
+                "WHERE diagnosis_id = %s) AS c "
                 "WHERE true ON CONFLICT (idempotency_key) DO NOTHING "
                 f"RETURNING {_COLUMNS}",
                 (
