@@ -976,6 +976,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("superbiz: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader of the output went away (`superbiz sessions list | head`): nothing to say.
+        # Standard output is pointed at /dev/null so the interpreter's last flush is quiet too.
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):  # a stream without a file descriptor (captured output)
+            pass
+        return EXIT_FAILED
     except Exception as exc:
         # An unexpected failure (a backend, a bug): one line, the traceback only when asked.
         _debug(exc)

@@ -51,6 +51,24 @@ def test_cli_version_prints_the_installed_version(capsys: pytest.CaptureFixture[
     assert cli.version() != "unknown"
 
 
+def test_cli_output_into_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
+    # `superbiz sessions list | head -3`: the reader goes away before the listing is written.
+    db = f"sqlite:///{tmp_path / 'x.sqlite'}"
+    assert cli.main(["diagnose", "--offline", "--db", db, "Why is order-service failing?"]) == 0
+    child = subprocess.Popen(
+        [sys.executable, "-m", "apps.cli", "sessions", "list", "--db", db],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert child.stdout is not None and child.stderr is not None
+    child.stdout.close()  # before the child has started, so its first write meets a closed pipe
+    err = child.stderr.read().decode()
+    child.wait(60)
+
+    assert err == "", err
+    assert child.returncode == cli.EXIT_FAILED
+
+
 @pytest.mark.parametrize(
     ("argv", "fragment", "hint"),
     [
