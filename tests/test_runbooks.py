@@ -18,10 +18,12 @@ import pytest
 from apps.cli import main
 from apps.doctor import doctor_command
 from persistence.ledger import InMemoryLedger
+from persistence.store import open_persistence
 from state.records import AlertEntry, InvocationDraft
 from tests.corpora import runbook_corpus
 from tools.composed import configured_backend
 from tools.config import load_settings
+from tools.environment import default_environment
 from tools.runbook_text import CHUNK_CHARS, read_runbook, tokens
 from tools.runbooks import RunbookIndex, chunk_rows
 from tools.runner import ToolRunner
@@ -299,6 +301,40 @@ def test_runbook_url_comes_from_the_alerts_of_the_same_diagnosis(
         "knowledge",
         "summary",
     }
+
+
+def test_offline_diagnosis_reads_the_runbook_its_question_names_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The question an alert notification builds names each alert's runbook_url; the sample's
+    # alerts carry none, so only the question can point at it (and at a runbook that matches
+    # none of the question's words).
+    db = f"sqlite:///{tmp_path / 'kb.sqlite'}"
+    environment = tmp_path / "sample.json"
+    environment.write_text(json.dumps(default_environment()))
+    monkeypatch.setenv("SUPERBIZ_RUNBOOKS", str(runbook_corpus()))
+    url = "https://runbooks.prometheus-operator.dev/runbooks/kubernetes/kubejobfailed"
+    question = (
+        "Alertmanager reports 1 firing alert(s):\n"
+        "- OrderServiceHigh5xxRate for order-service, firing since 2026-03-01T10:09:00Z; "
+        f"runbook: {url}\n"
+        "Why is OrderServiceHigh5xxRate firing and what is the cause? Read each alert's runbook "
+        "first."
+    )
+    argv = ["diagnose", "--offline", "--lang", "en", "--db", db, "--env", str(environment)]
+    assert main([*argv, question]) == 0
+    diagnosis = re.search(r"diagnosis: (diag-\w+)", capsys.readouterr().out)
+    assert diagnosis is not None
+
+    persistence = open_persistence(db, origin="cli")
+    try:
+        rows = persistence.ledger.list(diagnosis.group(1))
+    finally:
+        persistence.close()
+    (lookup,) = [r for r in rows if r["tool_name"] == "lookup_knowledge"]
+    assert url in str(lookup["arguments"]["query"])
+    documents = (lookup["output"] or {})["documents"]
+    assert documents[0]["source"].endswith("kubernetes/KubeJobFailed.md"), documents[0]
 
 
 # --- first use, dedup, command line, doctor --------------------------------------------------

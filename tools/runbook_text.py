@@ -34,6 +34,9 @@ _TOKEN = re.compile(rf"[A-Za-z0-9\u00c0-\u024f]+|[{_CJK}]+")
 _CJK_RUN = re.compile(rf"[{_CJK}]+")
 _CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
 _SENTENCE = re.compile(r"(?<=[.!?。！？])\s+")
+URL = re.compile(r"https?://[^\s<>\"';,)]+")
+"""A URL in a text (a runbook a query or a question names); trailing punctuation left out."""
+
 QUERY_STOPWORDS = frozenset(
     "a an and are as at be by can do does for from has have how i in is it its of on or our "
     "should the there this to was we were what when where which who why with".split()

@@ -39,6 +39,7 @@ from state.records import DocumentEntry
 from tools.backend import BackendError, BackendReport, KnowledgeOutput
 from tools.runbook_text import (
     TITLE_SEPARATOR,
+    URL,
     pieces,
     query_tokens,
     read_runbook,
@@ -57,7 +58,6 @@ RESYNC_S = 60.0
 MAX_TOP_K = 10
 MAX_FOLLOWED_CHUNKS = 50
 SETTING = "SUPERBIZ_RUNBOOKS"
-_URL = re.compile(r"https?://\S+")
 
 Progress = Callable[[str], None]
 
@@ -341,8 +341,8 @@ class RunbookIndex:
             raise BackendError(f"runbook index: {exc}") from None
 
     def _lookup(self, query: str, top_k: int, runbook_urls: Sequence[str]) -> KnowledgeOutput:
-        urls = [*runbook_urls, *_URL.findall(query)]
-        text = _URL.sub(" ", query)
+        urls = [*runbook_urls, *URL.findall(query)]
+        text = URL.sub(" ", query)
         units = query_units(text)
         words = [*query_tokens(text), *(token for unit in units for token in unit)]
         widened = any(len(unit) > 1 for unit in units)

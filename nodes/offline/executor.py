@@ -31,6 +31,7 @@ from nodes.offline.evidence import (
 )
 from nodes.offline.rules import Step, analysis, parse_steps, plan_steps
 from state.records import QuestionFacets
+from tools.runbook_text import URL
 from tools.vocabulary import concepts_in
 
 MAX_HOPS: Final = 2
@@ -110,6 +111,10 @@ class OfflineExecutor(OfflineModel):
             if steps and not everything:
                 return steps
         query = self.knowledge_query(found, results)
+        # Runbooks the question names (an alert's runbook_url): in the query, the index reads
+        # them first.
+        urls = URL.findall(str(task.get("question", ""))) if query else []
+        query = " ".join([query, *dict.fromkeys(urls)])
         if query and not any(r.tool == "lookup_knowledge" for r in results):
             steps.append(("lookup_knowledge", {"query": query, "top_k": 3}))
         return steps
