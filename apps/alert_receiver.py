@@ -386,17 +386,15 @@ class AlertReceiver:
                 )
             elif record["status"] == "running":  # left by a process that stopped
                 self._resume(claimed.diagnosis_id)
-        except ThreadBusy:
-            queue.requeue(claimed.diagnosis_id, delay_s=BUSY_RETRY_S, error=None)
-            return
         except DiagnosisFailed as exc:
             error = exc.reason
         except Exception as exc:
-            if isinstance(exc.__cause__, ThreadBusy):  # the API answered 409: the thread is busy
+            # Another run holds the thread: the lock itself, or the API's 409 made from it.
+            if isinstance(exc, ThreadBusy) or isinstance(exc.__cause__, ThreadBusy):
                 queue.requeue(claimed.diagnosis_id, delay_s=BUSY_RETRY_S, error=None)
                 return
             message = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
-            if getattr(exc, "status", None) == 409 and "busy" not in message:
+            if getattr(exc, "status", None) == 409:
                 error = message  # e.g. a resume refused: it will not get better by waiting
             elif claimed.attempts < settings.max_attempts:
                 logger.warning("alert investigation %s: %s", claimed.diagnosis_id, message)

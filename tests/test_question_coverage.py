@@ -13,6 +13,8 @@ from state.records import (
     ClaimLabel,
     CoverageReport,
     Decision,
+    ExecutorAnswer,
+    GatekeeperResult,
     JSONObject,
     QuestionKind,
     TraceItem,
@@ -263,6 +265,17 @@ def test_strictest_status() -> None:
 # --------------------------------------------------------------------------- in the verdict
 
 
+def _claimed(text: str) -> tuple[ExecutorAnswer, GatekeeperResult]:
+    """An answer of one claim ``c1`` bound to ``logs[0]`` of ``inv-1``, and its Gatekeeper pass."""
+    output = records.executor_output(
+        records.claim("c1", text, records.binding("inv-1", "logs[0]", "HTTP 500"))
+    )
+    gatekeeper = records.gatekeeper_result(
+        {"c1": [records.excerpt("inv-1", "query_logs", "logs[0]", "ERROR order-service HTTP 500")]}
+    )
+    return read_answer(VALID, output), gatekeeper
+
+
 def _decide(
     question: str,
     text: str,
@@ -271,10 +284,9 @@ def _decide(
     coverage: object = None,
     mode: VerifierMode = "model",
     not_run: tuple[str, ...] = (),
+    more_trace: tuple[TraceItem, ...] = (),
 ) -> Decision:
-    output = records.executor_output(
-        records.claim("c1", text, records.binding("inv-1", "logs[0]", "HTTP 500"))
-    )
+    answer, gatekeeper = _claimed(text)
     raw: dict[str, object] = {
         "verdict": "PASS",
         "claim_checks": [
@@ -290,12 +302,9 @@ def _decide(
     }
     if coverage is not None:
         raw["question_coverage"] = coverage
-    gatekeeper = records.gatekeeper_result(
-        {"c1": [records.excerpt("inv-1", "query_logs", "logs[0]", "ERROR order-service HTTP 500")]}
-    )
-    trace = [records.trace_item("t1", "query_logs", ["inv-1"])]
+    trace = [records.trace_item("t1", "query_logs", ["inv-1"]), *more_trace]
     return decide(
-        read_answer(VALID, output),
+        answer,
         gatekeeper,
         read_verifier_reply(raw),
         parse_status=VALID,
@@ -400,49 +409,16 @@ def test_failed_calls_are_the_calls_that_never_succeeded_with_their_error() -> N
 
 
 def test_decide_a_failed_call_makes_coverage_partial_keeps_pass_and_is_a_gap() -> None:
-    output = records.executor_output(
-        records.claim(
-            "c1",
-            "order-service has HTTP 500 errors",
-            records.binding("inv-1", "logs[0]", "HTTP 500"),
-        )
-    )
-    raw: dict[str, object] = {
-        "verdict": "PASS",
-        "claim_checks": [
-            {
-                "claim_id": "c1",
-                "verification": "direct_observation",
-                "detail": "",
-                "evidence_refs": [
-                    {"trace_ref": "t1", "tool_name": "query_logs", "source_invocation_ids": []}
-                ],
-            }
-        ],
-    }
-    gatekeeper = records.gatekeeper_result(
-        {"c1": [records.excerpt("inv-1", "query_logs", "logs[0]", "ERROR order-service HTTP 500")]}
-    )
-    trace = [
-        records.trace_item("t1", "query_logs", ["inv-1"]),
-        _failed_item("t2", "level=WARN service=order-service"),
-    ]
-    decision = decide(
-        read_answer(VALID, output),
-        gatekeeper,
-        read_verifier_reply(raw),
-        parse_status=VALID,
-        trace=trace,
-        mode="model",
-        question="Why does order-service return 500?",
-        known_services=KNOWN,
-    )
+    text = "order-service has HTTP 500 errors"
+    failed = _failed_item("t2", "level=WARN service=order-service")
+    decision = _decide("Why does order-service return 500?", text, more_trace=(failed,))
+
     coverage = decision["question_coverage"]
     assert coverage["status"] == "partial" and decision["verdict"] == "PASS"
     assert coverage.get("failed") == [
         "query_logs level=WARN service=order-service: error: BackendError: Loki answered HTTP 504"
     ]
-    answer = read_answer(VALID, output)
+    answer, gatekeeper = _claimed(text)
     gaps = select_material(decision["claim_checks"], answer, gatekeeper, coverage=coverage)["gaps"]
     assert [(g["kind"], g["text"]) for g in gaps] == [("failed", coverage["failed"][0])]
 

@@ -9,7 +9,6 @@ are drawn, the history lists the caller's diagnoses, and another identity sees n
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -19,15 +18,9 @@ import pytest
 from marionette_driver.marionette import Marionette  # type: ignore[import-untyped]
 
 from tests.components import component_unavailable
-from tests.test_web import Site, site  # noqa: F401  (the same recorded diagnoses and server)
+from tests.test_web import Site, _free_port, site  # noqa: F401  (the same diagnoses and server)
 
 FIREFOX = "/usr/bin/firefox-esr"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture(scope="module")

@@ -31,7 +31,8 @@ _TAG = re.compile(r"<[^>\n]{1,200}>")
 _LINK = re.compile(r"\[([^\]\n]*)\]\([^)\n]*\)")
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
 _TOKEN = re.compile(rf"[A-Za-z0-9\u00c0-\u024f]+|[{_CJK}]+")
-_CJK_RUN = re.compile(rf"[{_CJK}]+")
+CJK_RUN = re.compile(rf"[{_CJK}]+")
+"""A run of CJK characters (Chinese, Japanese kana, Korean)."""
 _CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
 _SENTENCE = re.compile(r"(?<=[.!?。！？])\s+")
 URL = re.compile(r"https?://[^\s<>\"';,)]+")
@@ -65,7 +66,7 @@ def tokens(text: str) -> list[str]:
     found: list[str] = []
     for match in _TOKEN.finditer(text):
         word = match.group(0)
-        if _CJK_RUN.fullmatch(word):
+        if CJK_RUN.fullmatch(word):
             found += [word] if len(word) == 1 else [word[i : i + 2] for i in range(len(word) - 1)]
             continue
         parts = _CAMEL.findall(word)

@@ -38,6 +38,7 @@ from persistence.knowledge import ChunkRow, FoundChunk, IndexedFile, KnowledgeSt
 from state.records import DocumentEntry
 from tools.backend import BackendError, BackendReport, KnowledgeOutput
 from tools.runbook_text import (
+    CJK_RUN,
     TITLE_SEPARATOR,
     URL,
     pieces,
@@ -53,7 +54,6 @@ SUFFIXES = (".md", ".markdown")
 WIDENED_CANDIDATES = 4
 """A question widened by concepts reads this many times the candidates, then ranks them by how
 many of its units each covers (``query_units``)."""
-_CJK_TEXT = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]+")
 RESYNC_S = 60.0
 MAX_TOP_K = 10
 MAX_FOLLOWED_CHUNKS = 50
@@ -156,7 +156,7 @@ def query_units(query: str) -> list[tuple[str, ...]]:
     in English already has them, and widening them would only blur an alert name.
     """
     words = query_tokens(query)
-    concepts = concepts_in(" ".join(_CJK_TEXT.findall(query)))
+    concepts = concepts_in(" ".join(CJK_RUN.findall(query)))
     if not concepts:
         return [(word,) for word in words]
     units: list[tuple[str, ...]] = []
