@@ -8,6 +8,7 @@ the tool runner does that (and validates what it gets into a ``ToolOutput``).
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -39,8 +40,6 @@ def parse_timestamp(value: str) -> datetime:
     Raises:
         ValueError: When `value` is not an ISO-8601 timestamp.
     """
-    if not isinstance(value, str):
-        raise ValueError(f"expected an ISO-8601 timestamp string, got {type(value).__name__}")
     text = value.strip()
     if text.endswith(("Z", "z")):
         text = text[:-1] + "+00:00"
@@ -53,6 +52,16 @@ def parse_timestamp(value: str) -> datetime:
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)
     return parsed
+
+
+def api_time(value: object) -> datetime | None:
+    """A server's RFC 3339 timestamp (Go writes nanoseconds; seconds suffice), else None."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return parse_timestamp(re.sub(r"\.\d+", "", value, count=1))
+    except ValueError:
+        return None
 
 
 def window_bounds(start: str | None, end: str | None, now: datetime) -> tuple[datetime, datetime]:

@@ -175,23 +175,13 @@ class ComposedBackend(EvidenceSource):
         """One report per part that can check itself (a real server), in part order."""
         reports: list[BackendReport] = []
         for part in self.parts:
-            for checker in _checkers(part):
-                reports.append(checker())
+            several = getattr(part, "checks", None)  # a part over more than one server
+            check = getattr(part, "check", None)
+            if callable(several):
+                reports.extend(several())
+            elif callable(check):
+                reports.append(check())
         return reports
-
-
-def _checkers(part: object) -> list[Callable[[], BackendReport]]:
-    found: list[Callable[[], BackendReport]] = []
-    if isinstance(part, PrometheusMetrics):
-        if part.client is not None:
-            found.append(part.check)
-        if part.alertmanager is not None:
-            found.append(part.alertmanager.check)
-        return found
-    check = getattr(part, "check", None)
-    if callable(check):
-        found.append(check)
-    return found
 
 
 def check_backends(backend: EvidenceBackend) -> list[BackendReport]:

@@ -28,7 +28,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -45,7 +44,7 @@ from tools.backend import (
     MetricSource,
     MetricsOutput,
     MetricsRequest,
-    parse_timestamp,
+    api_time,
     window_bounds,
 )
 from tools.config import BackendSettings
@@ -110,13 +109,8 @@ def _iso_text(value: object) -> str | None:
     """An API timestamp (RFC 3339 with fractions, or unix seconds) as ``iso``."""
     if is_number(value):
         return iso(datetime.fromtimestamp(float(str(value)), UTC))
-    if not isinstance(value, str) or not value:
-        return None
-    text = re.sub(r"\.\d+", "", value, count=1)  # Go writes nanoseconds; seconds suffice
-    try:
-        return iso(parse_timestamp(text))
-    except ValueError:
-        return None
+    moment = api_time(value)
+    return iso(moment) if moment is not None else None
 
 
 def number(value: object) -> float | None:
@@ -508,6 +502,13 @@ class PrometheusMetrics(MetricSource):
         return self.service_labels[0]
 
     # ----------------------------------------------------------------------- doctor
+
+    def checks(self) -> list[BackendReport]:
+        """One report per configured server: Prometheus, then Alertmanager."""
+        reports = [self.check()] if self.client is not None else []
+        if self.alertmanager is not None:
+            reports.append(self.alertmanager.check())
+        return reports
 
     def check(self) -> BackendReport:
         """Whether Prometheus answers: its version, a trivial query, the services found."""
