@@ -4,6 +4,10 @@ A backend answers the four tool calls with plain data in the output shapes of th
 (docs/contracts.md §2): ``LogsOutput``, ``MetricsOutput``, ``KnowledgeOutput`` and ``TimeOutput``,
 whose entries are the ``state.records`` entry records. It does not bound, cap or record anything:
 the tool runner does that (and validates what it gets into a ``ToolOutput``).
+
+A log or metrics source derives from ``LogSource`` / ``MetricSource``: ``query_logs`` and
+``query_metrics`` take the tool's keywords there, once, and hand the source one request record
+(``LogsRequest``, ``MetricsRequest``) through its ``find_logs`` / ``find_metrics``.
 """
 
 from __future__ import annotations
