@@ -11,13 +11,12 @@ string, quoted as the server's message.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from datetime import UTC, datetime
 
 from state.json_shape import at, obj, objects, text
 from state.records import AlertEntry
-from tools.backend import BackendError, BackendReport
+from tools.backend import BackendError, BackendReport, api_time
 from tools.config import BackendSettings
 from tools.http import BackendClient, BackendRequestError, failed_report, one_line
 
@@ -33,17 +32,6 @@ def alertmanager_error(status: int, body: bytes) -> str | None:
     if at(data, "message"):
         return one_line(str(at(data, "message")))
     return one_line(json.dumps(data)) or None
-
-
-def _time(value: object) -> datetime | None:
-    if not isinstance(value, str) or not value:
-        return None
-    text = re.sub(r"\.\d+", "", value.replace("Z", "+00:00"), count=1)  # seconds suffice
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 class AlertmanagerAlerts:
@@ -105,7 +93,7 @@ class AlertmanagerAlerts:
         if labels.get("severity"):
             entry["severity"] = labels["severity"]
         status = obj(raw.get("status"))
-        ends_at = _time(raw.get("endsAt"))
+        ends_at = api_time(raw.get("endsAt"))
         if ends_at is not None and ends_at < now:
             state = "resolved"
         elif status.get("silencedBy"):
@@ -122,7 +110,7 @@ class AlertmanagerAlerts:
         url = text(annotations.get("runbook_url"))
         if url is not None:
             entry["runbook_url"] = one_line(url, 500)
-        starts_at = _time(raw.get("startsAt"))
+        starts_at = api_time(raw.get("startsAt"))
         if starts_at is not None:
             entry["active_at"] = starts_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         return entry

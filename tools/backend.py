@@ -4,16 +4,26 @@ A backend answers the four tool calls with plain data in the output shapes of th
 (docs/contracts.md §2): ``LogsOutput``, ``MetricsOutput``, ``KnowledgeOutput`` and ``TimeOutput``,
 whose entries are the ``state.records`` entry records. It does not bound, cap or record anything:
 the tool runner does that (and validates what it gets into a ``ToolOutput``).
+
+A log or metrics source derives from ``LogSource`` / ``MetricSource``: ``query_logs`` and
+``query_metrics`` take the tool's keywords there, once, and hand the source one request record
+(``LogsRequest``, ``MetricsRequest``) through its ``find_logs`` / ``find_metrics``.
 """
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import re
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Literal, NotRequired, Protocol
 
 from typing_extensions import TypedDict, Unpack
 
 from state.records import AlertEntry, DocumentEntry, LogEntry, SeriesEntry
+
+DEFAULT_WINDOW = timedelta(hours=1)
+MAX_WINDOW = timedelta(hours=24)
 
 
 class BackendError(Exception):
@@ -34,8 +44,6 @@ def parse_timestamp(value: str) -> datetime:
     Raises:
         ValueError: When `value` is not an ISO-8601 timestamp.
     """
-    if not isinstance(value, str):
-        raise ValueError(f"expected an ISO-8601 timestamp string, got {type(value).__name__}")
     text = value.strip()
     if text.endswith(("Z", "z")):
         text = text[:-1] + "+00:00"
@@ -48,6 +56,43 @@ def parse_timestamp(value: str) -> datetime:
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)
     return parsed
+
+
+def api_time(value: object) -> datetime | None:
+    """A server's RFC 3339 timestamp (Go writes nanoseconds; seconds suffice), else None."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return parse_timestamp(re.sub(r"\.\d+", "", value, count=1))
+    except ValueError:
+        return None
+
+
+def window_bounds(start: str | None, end: str | None, now: datetime) -> tuple[datetime, datetime]:
+    """The absolute window a real source searches, as ``(start, end)``.
+
+    ``end`` defaults to ``now``, ``start`` to 1 h before ``end``; a window longer than 24 h keeps
+    its end and starts 24 h before it.
+
+    Args:
+        start: The requested start (ISO-8601), or None.
+        end: The requested end (ISO-8601), or None.
+        now: The current time.
+
+    Returns:
+        The window's start and end, aware datetimes.
+
+    Raises:
+        BackendError: When a bound is not an ISO-8601 timestamp or ``start`` is after ``end``.
+    """
+    try:
+        end_at = parse_timestamp(end) if end else now
+        start_at = parse_timestamp(start) if start else end_at - DEFAULT_WINDOW
+    except ValueError as exc:
+        raise BackendError(str(exc)) from None
+    if start_at > end_at:
+        raise BackendError(f"start {start} is after end {end}")
+    return max(start_at, end_at - MAX_WINDOW), end_at
 
 
 class LogsOutput(TypedDict):
@@ -127,6 +172,86 @@ class MetricsQuery(TypedDict, total=False):
     promql: str | None
     start: str | None
     end: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class _WindowRequest:
+    service: str | None = None
+    start: str | None = None
+    end: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class LogsRequest(_WindowRequest):
+    """One ``query_logs`` call: its arguments (``LogsQuery``), defaults filled."""
+
+    query: str | None = None
+    level: str | None = None
+    limit: int = 20
+
+
+@dataclass(frozen=True, kw_only=True)
+class MetricsRequest(_WindowRequest):
+    """One ``query_metrics`` call: its arguments (``MetricsQuery``), defaults filled."""
+
+    alert: str | None = None
+    promql: str | None = None
+
+
+class LogSource(ABC):
+    """A source of log lines: ``query_logs`` takes the keywords, ``find_logs`` answers."""
+
+    def query_logs(self, **query: Unpack[LogsQuery]) -> LogsOutput:
+        """Log lines of a service, level, text and time window, at most ``limit``.
+
+        Args:
+            **query: The arguments of ``query_logs`` (``LogsQuery``): ``service`` (exact name),
+                ``query`` (text in the message, case-insensitive), ``level``, ``start`` and
+                ``end`` (ISO-8601), ``limit`` (at most this many lines, clamped to 1..100).
+
+        Returns:
+            The matching lines and how many matched (``LogsOutput``).
+
+        Raises:
+            BackendError: When the source cannot answer the call (its ``find_logs`` says when).
+        """
+        return self.find_logs(LogsRequest(**query))
+
+    @abstractmethod
+    def find_logs(self, request: LogsRequest) -> LogsOutput:
+        """Answers one ``query_logs`` call."""
+
+
+class MetricSource(ABC):
+    """A source of alerts and series: ``query_metrics`` takes keywords, ``find_metrics`` answers."""
+
+    def query_metrics(self, **query: Unpack[MetricsQuery]) -> MetricsOutput:
+        """Alerts and metric series of a service, an alert name or a PromQL expression.
+
+        Args:
+            **query: The arguments of ``query_metrics`` (``MetricsQuery``): ``service`` (exact
+                name), ``alert`` (text in the alert name), ``promql``, ``start`` and ``end``
+                (ISO-8601).
+
+        Returns:
+            The matching alerts and series (``MetricsOutput``).
+
+        Raises:
+            BackendError: When the source cannot answer the call (its ``find_metrics`` says
+                when).
+        """
+        return self.find_metrics(MetricsRequest(**query))
+
+    @abstractmethod
+    def find_metrics(self, request: MetricsRequest) -> MetricsOutput:
+        """Answers one ``query_metrics`` call."""
+
+
+class EvidenceSource(LogSource, MetricSource):
+    """A whole backend: logs and metrics (``find_logs``, ``find_metrics``), knowledge and time.
+
+    It serves ``lookup_knowledge`` and ``get_current_time`` by its own methods too.
+    """
 
 
 class EvidenceBackend(Protocol):

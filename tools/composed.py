@@ -21,18 +21,20 @@ from typing import Protocol
 
 import anyio
 import anyio.to_thread
-from typing_extensions import Unpack
 
 from tools.alertmanager import AlertmanagerAlerts
 from tools.backend import (
     BackendError,
     BackendReport,
     EvidenceBackend,
+    EvidenceSource,
     KnowledgeOutput,
+    LogSource,
     LogsOutput,
-    LogsQuery,
+    LogsRequest,
+    MetricSource,
     MetricsOutput,
-    MetricsQuery,
+    MetricsRequest,
     TimeOutput,
 )
 from tools.config import ConfigError, Settings, load_settings
@@ -54,11 +56,11 @@ class _Part(Protocol):
 
 
 class _Logs(_Part, Protocol):
-    def query_logs(self, **query: Unpack[LogsQuery]) -> LogsOutput: ...
+    def find_logs(self, request: LogsRequest) -> LogsOutput: ...
 
 
 class _Metrics(_Part, Protocol):
-    def query_metrics(self, **query: Unpack[MetricsQuery]) -> MetricsOutput: ...
+    def find_metrics(self, request: MetricsRequest) -> MetricsOutput: ...
 
 
 class _Knowledge(_Part, Protocol):
@@ -69,7 +71,7 @@ class _Clock(_Part, Protocol):
     def get_current_time(self, *, timezone: str | None = None) -> TimeOutput: ...
 
 
-class Unavailable:
+class Unavailable(LogSource, MetricSource):
     """A kind of evidence no source is configured for: every call is an error saying so."""
 
     needs_timeout = False
@@ -83,11 +85,11 @@ class Unavailable:
     def _refuse(self) -> BackendError:
         return BackendError(f"no {self.what} source is configured; {self.fix}")
 
-    def query_logs(self, **query: Unpack[LogsQuery]) -> LogsOutput:
+    def find_logs(self, request: LogsRequest) -> LogsOutput:
         """Refused: no log source."""
         raise self._refuse()
 
-    def query_metrics(self, **query: Unpack[MetricsQuery]) -> MetricsOutput:
+    def find_metrics(self, request: MetricsRequest) -> MetricsOutput:
         """Refused: no metrics source."""
         raise self._refuse()
 
@@ -111,7 +113,7 @@ class RealClock:
         return SampleBackend({}).get_current_time(timezone=timezone)
 
 
-class ComposedBackend:
+class ComposedBackend(EvidenceSource):
     """An ``EvidenceBackend`` whose tools are served by one part each.
 
     Args:
@@ -133,13 +135,13 @@ class ComposedBackend:
         )
         self.needs_timeout = any(getattr(part, "needs_timeout", True) for part in self.parts)
 
-    def query_logs(self, **query: Unpack[LogsQuery]) -> LogsOutput:
+    def find_logs(self, request: LogsRequest) -> LogsOutput:
         """Log lines from the log part."""
-        return self.logs.query_logs(**query)
+        return self.logs.find_logs(request)
 
-    def query_metrics(self, **query: Unpack[MetricsQuery]) -> MetricsOutput:
+    def find_metrics(self, request: MetricsRequest) -> MetricsOutput:
         """Alerts and series from the metrics part."""
-        return self.metrics.query_metrics(**query)
+        return self.metrics.find_metrics(request)
 
     @property
     def follows_runbook_urls(self) -> bool:
@@ -173,23 +175,13 @@ class ComposedBackend:
         """One report per part that can check itself (a real server), in part order."""
         reports: list[BackendReport] = []
         for part in self.parts:
-            for checker in _checkers(part):
-                reports.append(checker())
+            several = getattr(part, "checks", None)  # a part over more than one server
+            check = getattr(part, "check", None)
+            if callable(several):
+                reports.extend(several())
+            elif callable(check):
+                reports.append(check())
         return reports
-
-
-def _checkers(part: object) -> list[Callable[[], BackendReport]]:
-    found: list[Callable[[], BackendReport]] = []
-    if isinstance(part, PrometheusMetrics):
-        if part.client is not None:
-            found.append(part.check)
-        if part.alertmanager is not None:
-            found.append(part.alertmanager.check)
-        return found
-    check = getattr(part, "check", None)
-    if callable(check):
-        found.append(check)
-    return found
 
 
 def check_backends(backend: EvidenceBackend) -> list[BackendReport]:

@@ -13,6 +13,7 @@ import json
 import ssl
 import threading
 from collections.abc import Callable, Mapping
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, NoReturn
 
 import httpx
@@ -63,6 +64,7 @@ def plain_error_text(status: int, body: bytes) -> str | None:
     return text or None
 
 
+@dataclass(eq=False, repr=False)
 class BackendClient:
     """A JSON-over-HTTP client for one configured backend.
 
@@ -73,20 +75,13 @@ class BackendClient:
         error_reader: Turns an error body into the server's message.
     """
 
-    def __init__(
-        self,
-        settings: BackendSettings,
-        *,
-        timeout_s: float,
-        title: str,
-        error_reader: ErrorReader = plain_error_text,
-    ) -> None:
-        self.settings = settings
-        self.timeout_s = timeout_s
-        self.title = title
-        self._error_reader = error_reader
-        self._client: httpx.Client | None = None
-        self._lock = threading.Lock()
+    settings: BackendSettings
+    _: KW_ONLY
+    timeout_s: float
+    title: str
+    error_reader: ErrorReader = plain_error_text
+    _client: httpx.Client | None = field(default=None, init=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
 
     @property
     def url(self) -> str:
@@ -210,7 +205,7 @@ class BackendClient:
             self._fail("unreachable", f"request failed ({one_line(str(exc))})", "url")
         body = body_bytes
         if status in (401, 403):
-            said = self._error_reader(status, body)
+            said = self.error_reader(status, body)
             key = "user" if self.settings.user is not None else "token"
             if self.settings.user is not None:
                 password = self.settings.variable("password")
@@ -227,7 +222,7 @@ class BackendClient:
                 status,
             )
         if status == 404:
-            said = self._error_reader(status, body) if not_found_key != "url" else None
+            said = self.error_reader(status, body) if not_found_key != "url" else None
             self._fail(
                 "not_found",
                 f"HTTP 404 for /{path.lstrip('/')}"
@@ -236,7 +231,7 @@ class BackendClient:
                 status,
             )
         if not 200 <= status < 300:
-            said = self._error_reader(status, body) or "no message"
+            said = self.error_reader(status, body) or "no message"
             raise BackendRequestError(
                 redact(f"{self.title} answered HTTP {status}: {said}", self.settings.secrets()),
                 kind="server",

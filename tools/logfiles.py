@@ -32,7 +32,7 @@ from datetime import UTC, datetime, timedelta, tzinfo
 from pathlib import Path
 from typing import BinaryIO
 
-from tools.backend import BackendError, BackendReport, LogsOutput
+from tools.backend import BackendError, BackendReport, LogSource, LogsOutput, LogsRequest
 from tools.logformats import Line, local_zone, parse_line
 from tools.logquery import (
     MAX_MESSAGE_CHARS,
@@ -205,7 +205,7 @@ def _files(pattern: str) -> list[tuple[float, str]]:
     return sorted(found, reverse=True)
 
 
-class FileLogs:
+class FileLogs(LogSource):
     """The log part of the evidence backend over local files.
 
     Args:
@@ -247,16 +247,7 @@ class FileLogs:
             )
         return chosen
 
-    def query_logs(
-        self,
-        *,
-        service: str | None = None,
-        query: str | None = None,
-        level: str | None = None,
-        start: str | None = None,
-        end: str | None = None,
-        limit: int = 20,
-    ) -> LogsOutput:
+    def find_logs(self, request: LogsRequest) -> LogsOutput:
         """The newest matching entries of the window (see the module docstring).
 
         Raises:
@@ -264,12 +255,12 @@ class FileLogs:
                 cannot be read.
         """
         now = self._now()
-        window = LogWindow(start, end, now)
-        found = Newest(limit)
+        window = LogWindow(request.start, request.end, now)
+        found = Newest(request.limit)
         budget = _Budget(self.max_scan_bytes)
         zone = local_zone()
         by_service: dict[str, list[str]] = {}
-        for name, pattern in self._globs(service):
+        for name, pattern in self._globs(request.service):
             by_service.setdefault(name, []).append(pattern)
         for name, patterns in by_service.items():
             files = sorted({f for pattern in patterns for f in _files(pattern)}, reverse=True)
@@ -277,7 +268,7 @@ class FileLogs:
                 raise BackendError(
                     f"no file matches {' or '.join(patterns)} (service {name}); check {SETTING}"
                 )
-            spec = _Query(name, window, level, query, now, zone)
+            spec = _Query(name, window, request.level, request.query, now, zone)
             for mtime, path in files:
                 if datetime.fromtimestamp(mtime, UTC) < window.start - OUT_OF_ORDER:
                     break  # written before the window: it and every older file hold nothing

@@ -170,32 +170,41 @@ def _lookup(data: dict[str, Any], keys: tuple[str, ...]) -> object:
 
 def field_text(value: object) -> str | None:
     """A structured field's text: an object's ``name``, an array's first item, or the value."""
-    if isinstance(value, dict):
-        value = value.get("name")
-    if isinstance(value, list) and value:
-        value = value[0]
-    return json_shape.scalar_text(value)
+    value = json_shape.obj(value).get("name", value)  # an object without a name gives no text
+    first = json_shape.items(value)
+    return json_shape.scalar_text(first[0] if first else value)
+
+
+def _fields(data: dict[str, Any], line: str) -> tuple[str | None, str, str | None]:
+    """``(level, message, instance)`` of a structured line; no message field: the line."""
+    message = _lookup(data, MESSAGE_KEYS)
+    return (
+        field_text(_lookup(data, LEVEL_KEYS)),
+        message if isinstance(message, str) else line,
+        field_text(_lookup(data, INSTANCE_KEYS)),
+    )
 
 
 def _structured(data: dict[str, Any], line: str, local: tzinfo) -> Line | None:
     at = time_value(_lookup(data, TIME_KEYS), local)
     if at is None:
         return None
-    message = _lookup(data, MESSAGE_KEYS)
-    return Line(
-        at=at,
-        level=field_text(_lookup(data, LEVEL_KEYS)),
-        message=message if isinstance(message, str) else line,
-        instance=field_text(_lookup(data, INSTANCE_KEYS)),
-    )
+    level, message, instance = _fields(data, line)
+    return Line(at=at, level=level, message=message, instance=instance)
+
+
+def _json_object(text: str) -> dict[str, Any] | None:
+    """The JSON object a line holds, else None."""
+    try:
+        loaded = json.loads(text)
+    except ValueError:
+        return None
+    return loaded if isinstance(loaded, dict) else None
 
 
 def _json_line(text: str, local: tzinfo) -> Line | None:
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return None
-    return _structured(data, text, local) if isinstance(data, dict) else None
+    data = _json_object(text)
+    return _structured(data, text, local) if data is not None else None
 
 
 def _logfmt_line(text: str, local: tzinfo) -> Line | None:
@@ -321,22 +330,13 @@ def describe_line(text: str) -> tuple[str | None, str, str | None]:
     stripped = text.strip()
     data: dict[str, Any] | None = None
     if stripped.startswith("{"):
-        try:
-            loaded = json.loads(stripped)
-        except ValueError:
-            loaded = None
-        data = loaded if isinstance(loaded, dict) else None
+        data = _json_object(stripped)
     elif "=" in stripped[:40]:
         pairs = {m["key"]: m["value"].strip('"') for m in _LOGFMT_PAIR.finditer(stripped)}
         if len(pairs) >= 2 and (_lookup(pairs, MESSAGE_KEYS) or _lookup(pairs, LEVEL_KEYS)):
             data = pairs
     if data is not None:
-        message = _lookup(data, MESSAGE_KEYS)
-        return (
-            field_text(_lookup(data, LEVEL_KEYS)),
-            message if isinstance(message, str) else stripped,
-            field_text(_lookup(data, INSTANCE_KEYS)),
-        )
+        return _fields(data, stripped)
     rest = stripped
     for pattern in (_ISO, _SLASHED):
         match = pattern.match(rest)

@@ -20,13 +20,11 @@ from __future__ import annotations
 import heapq
 import itertools
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from state.records import LogEntry
-from tools.backend import BackendError, LogsOutput, parse_timestamp
+from tools.backend import LogsOutput, window_bounds
 
-DEFAULT_WINDOW = timedelta(hours=1)
-MAX_WINDOW = timedelta(hours=24)
 MAX_MESSAGE_CHARS = 4000
 """A message is cut here where it is read; a 10 MB line never travels further."""
 MAX_LIMIT = 100
@@ -93,15 +91,7 @@ class LogWindow:
     """The absolute window of one ``query_logs`` call (1 h by default, 24 h at most)."""
 
     def __init__(self, start: str | None, end: str | None, now: datetime) -> None:
-        try:
-            end_at = parse_timestamp(end) if end else now
-            start_at = parse_timestamp(start) if start else end_at - DEFAULT_WINDOW
-        except ValueError as exc:
-            raise BackendError(str(exc)) from None
-        if start_at > end_at:
-            raise BackendError(f"start {start} is after end {end}")
-        self.start = max(start_at, end_at - MAX_WINDOW)
-        self.end = end_at
+        self.start, self.end = window_bounds(start, end, now)
 
     def contains(self, moment: datetime) -> bool:
         """Whether a moment lies in the window (both ends inclusive)."""

@@ -37,7 +37,7 @@ from typing import Any
 
 from state.json_shape import at, is_number, items, obj, objects, texts
 from state.records import LogEntry
-from tools.backend import BackendError, BackendReport, LogsOutput
+from tools.backend import BackendError, BackendReport, LogSource, LogsOutput, LogsRequest
 from tools.config import BackendSettings
 from tools.http import BackendClient, BackendRequestError, failed_report, one_line
 from tools.logformats import describe_line
@@ -99,7 +99,7 @@ def _moment(value: object) -> datetime | None:
     )
 
 
-class LokiLogs:
+class LokiLogs(LogSource):
     """The log part of the evidence backend over Loki.
 
     Args:
@@ -255,24 +255,17 @@ class LokiLogs:
         text = "{" + ", ".join(matchers) + "}" + "".join(f" {step}" for step in pipeline)
         return text, bool(pipeline)
 
-    def query_logs(
-        self,
-        *,
-        service: str | None = None,
-        query: str | None = None,
-        level: str | None = None,
-        start: str | None = None,
-        end: str | None = None,
-        limit: int = 20,
-    ) -> LogsOutput:
+    def find_logs(self, request: LogsRequest) -> LogsOutput:
         """The newest matching lines of the window (see the module docstring).
 
         Raises:
             BackendError: When Loki fails or refuses the query (its message quoted).
         """
-        window = LogWindow(start, end, self._now())
-        limit = max(1, min(limit, MAX_LIMIT))
-        logql, filtered = self._logql(service=service, query=query, level=level)
+        window = LogWindow(request.start, request.end, self._now())
+        limit = max(1, min(request.limit, MAX_LIMIT))
+        logql, filtered = self._logql(
+            service=request.service, query=request.query, level=request.level
+        )
         data = self._data(
             "loki/api/v1/query_range",
             {

@@ -31,7 +31,7 @@ from typing import Any
 
 from state.json_shape import at, is_number, obj, objects, text
 from state.records import LogEntry
-from tools.backend import BackendError, BackendReport, LogsOutput
+from tools.backend import BackendError, BackendReport, LogSource, LogsOutput, LogsRequest
 from tools.config import DEFAULT_OPENSEARCH_FIELDS, DEFAULT_OPENSEARCH_INDEX, BackendSettings
 from tools.http import BackendClient, BackendRequestError, failed_report, one_line
 from tools.logformats import field_text, time_value
@@ -82,7 +82,7 @@ def _flatten(properties: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
     return found
 
 
-class OpenSearchLogs:
+class OpenSearchLogs(LogSource):
     """The log part of the evidence backend over Elasticsearch or OpenSearch.
 
     Args:
@@ -208,25 +208,20 @@ class OpenSearchLogs:
             )
         return obj(answer)
 
-    def query_logs(
-        self,
-        *,
-        service: str | None = None,
-        query: str | None = None,
-        level: str | None = None,
-        start: str | None = None,
-        end: str | None = None,
-        limit: int = 20,
-    ) -> LogsOutput:
+    def find_logs(self, request: LogsRequest) -> LogsOutput:
         """The newest matching documents of the window (see the module docstring).
 
         Raises:
             BackendError: When the server fails or refuses the search (its message quoted).
         """
-        window = LogWindow(start, end, self._now())
-        limit = max(1, min(limit, MAX_LIMIT))
+        window = LogWindow(request.start, request.end, self._now())
+        limit = max(1, min(request.limit, MAX_LIMIT))
         body = self.search_body(
-            window=window, service=service, query=query, level=level, size=limit + 1
+            window=window,
+            service=request.service,
+            query=request.query,
+            level=request.level,
+            size=limit + 1,
         )
         hits = self._search(body)["hits"]
         documents = objects(hits.get("hits"))

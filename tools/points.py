@@ -13,15 +13,22 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from state.json_shape import is_number
+
 MAX_POINTS = 120
 """Upper bound on the points kept per series."""
 
 
 def _finite(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if not is_number(value):
         return None
     number = float(value)
     return number if math.isfinite(number) else None
+
+
+def _sequence(value: object) -> Sequence[object]:
+    """A list or tuple (any sequence but text) as it is, else an empty one."""
+    return value if isinstance(value, Sequence) and not isinstance(value, str) else ()
 
 
 def bounded_points(points: object, limit: int = MAX_POINTS) -> list[list[float]]:
@@ -30,11 +37,9 @@ def bounded_points(points: object, limit: int = MAX_POINTS) -> list[list[float]]
     Pairs that are not two finite numbers are left out; the extremes and the last sample are
     always among those kept.
     """
-    if not isinstance(points, Sequence) or isinstance(points, str):
-        return []
     pairs: list[list[float]] = []
-    for point in points:
-        if not isinstance(point, Sequence) or isinstance(point, str) or len(point) != 2:
+    for point in map(_sequence, _sequence(points)):
+        if len(point) != 2:
             continue
         when, value = _finite(point[0]), _finite(point[1])
         if when is not None and value is not None:

@@ -28,7 +28,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -38,7 +37,16 @@ from typing import Any, Protocol
 
 from state.json_shape import at, is_number, items, obj, objects, scalar_text, text, texts
 from state.records import AlertEntry, SeriesEntry
-from tools.backend import BackendError, BackendReport, MetricsOutput, parse_timestamp
+from tools.backend import (
+    MAX_WINDOW,
+    BackendError,
+    BackendReport,
+    MetricSource,
+    MetricsOutput,
+    MetricsRequest,
+    api_time,
+    window_bounds,
+)
 from tools.config import BackendSettings
 from tools.http import BackendClient, BackendRequestError, failed_report, one_line
 from tools.points import bounded_points
@@ -46,8 +54,6 @@ from tools.promql import bare_selector, comparison, unit_of
 
 logger = logging.getLogger("superbiz.prometheus")
 
-DEFAULT_WINDOW = timedelta(hours=1)
-MAX_WINDOW = timedelta(hours=24)
 MAX_POINTS = 300
 MAX_PROMQL_CHARS = 2000
 MAX_SERVICES = 500
@@ -103,13 +109,8 @@ def _iso_text(value: object) -> str | None:
     """An API timestamp (RFC 3339 with fractions, or unix seconds) as ``iso``."""
     if is_number(value):
         return iso(datetime.fromtimestamp(float(str(value)), UTC))
-    if not isinstance(value, str) or not value:
-        return None
-    text = re.sub(r"\.\d+", "", value, count=1)  # Go writes nanoseconds; seconds suffice
-    try:
-        return iso(parse_timestamp(text))
-    except ValueError:
-        return None
+    moment = api_time(value)
+    return iso(moment) if moment is not None else None
 
 
 def number(value: object) -> float | None:
@@ -148,14 +149,7 @@ class Window:
     """The absolute window and step of one call, bounded by the client."""
 
     def __init__(self, start: str | None, end: str | None, now: datetime) -> None:
-        try:
-            end_at = parse_timestamp(end) if end else now
-            start_at = parse_timestamp(start) if start else end_at - DEFAULT_WINDOW
-        except ValueError as exc:
-            raise BackendError(str(exc)) from None
-        if start_at > end_at:
-            raise BackendError(f"start {start} is after end {end}")
-        start_at = max(start_at, end_at - MAX_WINDOW)
+        start_at, end_at = window_bounds(start, end, now)
         self.start = start_at.replace(microsecond=0)
         self.end = end_at.replace(microsecond=0)
         span = (self.end - self.start).total_seconds()
@@ -246,7 +240,7 @@ class AlertSource(Protocol):
         ...
 
 
-class PrometheusMetrics:
+class PrometheusMetrics(MetricSource):
     """The metrics part of the evidence backend over Prometheus (and optionally Alertmanager).
 
     Args:
@@ -291,25 +285,18 @@ class PrometheusMetrics:
 
     # ----------------------------------------------------------------------- the tool
 
-    def query_metrics(
-        self,
-        *,
-        service: str | None = None,
-        alert: str | None = None,
-        promql: str | None = None,
-        start: str | None = None,
-        end: str | None = None,
-    ) -> MetricsOutput:
+    def find_metrics(self, request: MetricsRequest) -> MetricsOutput:
         """Alerts and series of a service, an alert name or a PromQL expression.
 
         Raises:
             BackendError: When a server fails or refuses the query (its message quoted).
         """
+        service, alert, promql = request.service, request.alert, request.promql
         if promql is not None and len(promql) > MAX_PROMQL_CHARS:
             raise BackendError(
                 f"promql is {len(promql)} characters; at most {MAX_PROMQL_CHARS} are sent"
             )
-        window = Window(start, end, self._now())
+        window = Window(request.start, request.end, self._now())
         rules = self._rules()
         alerts = self._alerts(window, rules)
         alerts = [
@@ -515,6 +502,13 @@ class PrometheusMetrics:
         return self.service_labels[0]
 
     # ----------------------------------------------------------------------- doctor
+
+    def checks(self) -> list[BackendReport]:
+        """One report per configured server: Prometheus, then Alertmanager."""
+        reports = [self.check()] if self.client is not None else []
+        if self.alertmanager is not None:
+            reports.append(self.alertmanager.check())
+        return reports
 
     def check(self) -> BackendReport:
         """Whether Prometheus answers: its version, a trivial query, the services found."""

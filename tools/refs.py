@@ -43,8 +43,6 @@ def format_value(value: object) -> str:
         return "true" if value else "false"
     if isinstance(value, float):
         return str(int(value)) if value.is_integer() else repr(value)
-    if isinstance(value, int | str):
-        return str(value)
     if isinstance(value, list | dict):
         return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
     return str(value)

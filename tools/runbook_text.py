@@ -27,8 +27,11 @@ TITLE_SEPARATOR = " > "
 _FENCE = re.compile(r"^\s{0,3}(`{3,}|~{3,})")
 _ATX = re.compile(r"^\s{0,3}(#{1,6})\s+(.*?)\s*#*\s*$")
 _SETEXT = re.compile(r"^\s{0,3}(=+|-+)\s*$")
-_TAG = re.compile(r"<[^>\n]{1,200}>")
-_LINK = re.compile(r"\[([^\]\n]*)\]\([^)\n]*\)")
+_INLINE_MARKUP = (
+    (re.compile(r"\[([^\]\n]*)\]\([^)\n]*\)"), r"\1"),
+    (re.compile(r"<[^>\n]{1,200}>"), " "),
+)
+"""Inline markup made plain, in this order: a link keeps its text, an HTML tag is a space."""
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
 _TOKEN = re.compile(rf"[A-Za-z0-9\u00c0-\u024f]+|[{_CJK}]+")
 CJK_RUN = re.compile(rf"[{_CJK}]+")
@@ -89,8 +92,8 @@ def terms(text: str) -> str:
 
 
 def _plain(text: str) -> str:
-    text = _LINK.sub(r"\1", text)
-    text = _TAG.sub(" ", text)
+    for pattern, replacement in _INLINE_MARKUP:
+        text = pattern.sub(replacement, text)
     return " ".join(text.replace("**", "").split())
 
 

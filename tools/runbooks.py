@@ -29,8 +29,9 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TypedDict
 from urllib.parse import unquote, urlsplit
 
 from persistence.database import Database, DatabaseError
@@ -66,6 +67,13 @@ def stderr_progress(line: str) -> None:
     """Write one progress line to stderr."""
     sys.stderr.write(line + "\n")
     sys.stderr.flush()
+
+
+class _Stat(TypedDict):
+    """A file's size and modification time, as the index keeps them."""
+
+    size: int
+    mtime_ns: int
 
 
 @dataclass
@@ -272,13 +280,14 @@ class RunbookIndex:
             key = str(path)
             seen.add(key)
             info = path.stat()
+            stat = _Stat(size=info.st_size, mtime_ns=info.st_mtime_ns)
             known = existing.get(key)
-            if known and known.size == info.st_size and known.mtime_ns == info.st_mtime_ns:
+            if known and known.size == stat["size"] and known.mtime_ns == stat["mtime_ns"]:
                 continue
-            work.append((folder, path, info, known))
+            work.append((folder, path, stat, known))
         if work and self.progress is not None:
             self.progress(f"indexing runbooks: {len(work)} of {len(listed)} files to read")
-        for number, (folder, path, info, known) in enumerate(work, start=1):
+        for number, (folder, path, stat, known) in enumerate(work, start=1):
             try:
                 data = path.read_bytes()
             except OSError as exc:
@@ -286,7 +295,7 @@ class RunbookIndex:
             digest = hashlib.sha256(data).hexdigest()
             source = f"{names[folder]}/{path.relative_to(folder).as_posix()}"
             if known and known.sha256 == digest:
-                touched.append(_file(known, size=info.st_size, mtime_ns=info.st_mtime_ns))
+                touched.append(replace(known, **stat))
                 continue
             text = data.decode("utf-8", errors="replace")
             title, rows = chunk_rows(text, source=source, name=path.stem)
@@ -295,8 +304,7 @@ class RunbookIndex:
                 root=folder,
                 source=source,
                 sha256=digest,
-                size=info.st_size,
-                mtime_ns=info.st_mtime_ns,
+                **stat,
                 title=title,
                 chunks=len(rows),
             )
@@ -430,16 +438,3 @@ class RunbookIndex:
             detail=f"{len(self.folders)} folder{'s' if len(self.folders) != 1 else ''}; index "
             f"{stats.files} files, {stats.chunks} chunks in {where}; last indexed {last}; {state}",
         )
-
-
-def _file(known: IndexedFile, *, size: int, mtime_ns: int) -> IndexedFile:
-    return IndexedFile(
-        path=known.path,
-        root=known.root,
-        source=known.source,
-        sha256=known.sha256,
-        size=size,
-        mtime_ns=mtime_ns,
-        title=known.title,
-        chunks=known.chunks,
-    )

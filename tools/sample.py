@@ -33,9 +33,12 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from state.records import DocumentEntry, LogEntry, SeriesEntry
 from tools.backend import (
     BackendError,
+    EvidenceSource,
     KnowledgeOutput,
     LogsOutput,
+    LogsRequest,
     MetricsOutput,
+    MetricsRequest,
     TimeOutput,
     parse_timestamp,
 )
@@ -78,7 +81,7 @@ def _format_now(moment: datetime) -> str:
     return moment.isoformat(timespec="seconds")
 
 
-class SampleBackend:
+class SampleBackend(EvidenceSource):
     """Serves logs, alerts, series and documents from an in-memory environment.
 
     Args:
@@ -100,25 +103,8 @@ class SampleBackend:
         self._documents = env.get("documents", [])
         self._now = env.get("now")
 
-    def query_logs(
-        self,
-        *,
-        service: str | None = None,
-        query: str | None = None,
-        level: str | None = None,
-        start: str | None = None,
-        end: str | None = None,
-        limit: int = 20,
-    ) -> LogsOutput:
+    def find_logs(self, request: LogsRequest) -> LogsOutput:
         """Finds log lines (see the module docstring for the exact semantics).
-
-        Args:
-            service: Exact service name.
-            query: Case-insensitive substring of the message.
-            level: Case-insensitive level.
-            start: Inclusive lower bound on the timestamp (ISO-8601).
-            end: Inclusive upper bound on the timestamp (ISO-8601).
-            limit: At most this many lines (clamped to 1..100).
 
         Returns:
             `{"logs": [...], "total": int, "truncated": bool}`.
@@ -126,8 +112,9 @@ class SampleBackend:
         Raises:
             BackendError: When `start` or `end` is not an ISO-8601 timestamp.
         """
-        start_at = _bound(start, "start")
-        end_at = _bound(end, "end")
+        service, level, query = request.service, request.level, request.query
+        start_at = _bound(request.start, "start")
+        end_at = _bound(request.end, "end")
         needle = query.casefold() if query is not None else None
         wanted_level = level.casefold() if level is not None else None
         matches: list[LogEntry] = []
@@ -143,30 +130,17 @@ class SampleBackend:
             ):
                 continue
             matches.append(entry)
-        returned = matches[: _clamp(limit, 1, _MAX_LIMIT)]
+        returned = matches[: _clamp(request.limit, 1, _MAX_LIMIT)]
         return LogsOutput(
             logs=copy.deepcopy(returned),
             total=len(matches),
             truncated=len(matches) > len(returned),
         )
 
-    def query_metrics(
-        self,
-        *,
-        service: str | None = None,
-        alert: str | None = None,
-        promql: str | None = None,
-        start: str | None = None,
-        end: str | None = None,
-    ) -> MetricsOutput:
+    def find_metrics(self, request: MetricsRequest) -> MetricsOutput:
         """Finds alerts and series (see the module docstring for the exact semantics).
 
-        Args:
-            service: Exact service name (alert `service`, series `service` label).
-            alert: Case-insensitive substring of the alert name; filters alerts only.
-            promql: Keeps series whose metric name occurs in this text; filters series only.
-            start: Accepted for interface compatibility; checked but does not filter.
-            end: Accepted for interface compatibility; checked but does not filter.
+        `start` and `end` are checked but do not filter.
 
         Returns:
             `{"alerts": [...], "series": [...]}`.
@@ -174,8 +148,9 @@ class SampleBackend:
         Raises:
             BackendError: When `start` or `end` is not an ISO-8601 timestamp.
         """
-        _bound(start, "start")
-        _bound(end, "end")
+        service, alert, promql = request.service, request.alert, request.promql
+        _bound(request.start, "start")
+        _bound(request.end, "end")
         alert_needle = alert.casefold() if alert is not None else None
         alerts = [
             entry

@@ -14,11 +14,17 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from state.json_shape import objects
 from state.records import TOOL_NAMES, JSONObject
 from tools.backend import parse_timestamp
 
 _START = "Start of the time window, ISO-8601 (e.g. 2026-03-01T10:00:00Z); inclusive."
 _END = "End of the time window, ISO-8601 (e.g. 2026-03-01T10:30:00Z); inclusive."
+
+
+def _optional(description: str) -> Any:
+    """An argument the model may leave out: None by default, which means not given."""
+    return Field(default=None, description=description)
 
 
 class _Args(BaseModel):
@@ -28,8 +34,8 @@ class _Args(BaseModel):
 class _WindowArgs(_Args):
     """Arguments with an optional `start`/`end` window."""
 
-    start: str | None = Field(default=None, description=_START)
-    end: str | None = Field(default=None, description=_END)
+    start: str | None = _optional(_START)
+    end: str | None = _optional(_END)
 
     @field_validator("start", "end")
     @classmethod
@@ -49,16 +55,11 @@ class _WindowArgs(_Args):
 class QueryLogsArgs(_WindowArgs):
     """Arguments of `query_logs`."""
 
-    service: str | None = Field(
-        default=None, description="Only log lines of this service (exact name)."
+    service: str | None = _optional("Only log lines of this service (exact name).")
+    query: str | None = _optional(
+        "Only log lines whose message contains this text (case-insensitive)."
     )
-    query: str | None = Field(
-        default=None,
-        description="Only log lines whose message contains this text (case-insensitive).",
-    )
-    level: str | None = Field(
-        default=None, description="Only log lines of this level, e.g. ERROR, WARN, INFO."
-    )
+    level: str | None = _optional("Only log lines of this level, e.g. ERROR, WARN, INFO.")
     limit: int = Field(
         default=20, ge=1, le=100, description="Return at most this many lines (1-100)."
     )
@@ -67,16 +68,10 @@ class QueryLogsArgs(_WindowArgs):
 class QueryMetricsArgs(_WindowArgs):
     """Arguments of `query_metrics`."""
 
-    service: str | None = Field(
-        default=None, description="Only alerts and series of this service (exact name)."
-    )
-    alert: str | None = Field(
-        default=None,
-        description="Only alerts whose name contains this text (case-insensitive).",
-    )
-    promql: str | None = Field(
-        default=None,
-        description="PromQL expression; series whose metric name appears in it are returned.",
+    service: str | None = _optional("Only alerts and series of this service (exact name).")
+    alert: str | None = _optional("Only alerts whose name contains this text (case-insensitive).")
+    promql: str | None = _optional(
+        "PromQL expression; series whose metric name appears in it are returned."
     )
 
 
@@ -94,9 +89,8 @@ class LookupKnowledgeArgs(_Args):
 class GetCurrentTimeArgs(_Args):
     """Arguments of `get_current_time`."""
 
-    timezone: str | None = Field(
-        default=None,
-        description="IANA timezone name for the answer, e.g. Asia/Shanghai; UTC if omitted.",
+    timezone: str | None = _optional(
+        "IANA timezone name for the answer, e.g. Asia/Shanghai; UTC if omitted."
     )
 
     @field_validator("timezone")
@@ -151,8 +145,8 @@ def _strip_titles(node: Any) -> Any:
 
 def _collapse_optional(prop: dict[str, Any]) -> dict[str, Any]:
     """Turns `anyOf: [{type: X}, {type: null}]` into `type: X` (omitting it means null)."""
-    variants = prop.get("anyOf")
-    if not isinstance(variants, list):
+    variants = objects(prop.get("anyOf"))
+    if not variants:
         return prop
     non_null = [v for v in variants if v.get("type") != "null"]
     if len(non_null) != 1 or len(non_null) == len(variants):

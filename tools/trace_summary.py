@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Hashable, Iterable, Sequence
 
+from state.json_shape import texts
 from state.records import (
     EVIDENCE_TOOLS,
     KNOWLEDGE_TOOL,
@@ -243,8 +244,7 @@ class _Item:
             relevance: list[str] = []
             source_docs: list[str] = []
             for call in self.calls:
-                query = call["arguments"].get("query")
-                _distinct([query if isinstance(query, str) else None], queries)
+                _distinct(texts([call["arguments"].get("query")]), queries)
                 details = call["retrieval_details"]
                 _distinct(details.get("layers", []), layers)
                 _distinct(details.get("relevance", []), relevance)
