@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import json
 import re
-import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, unquote, urlsplit
+
+from tests.backend_kit import QuietHandler, serve_handler
 
 
 @dataclass
@@ -214,7 +214,7 @@ def _answer(fake: FakeLoki, path: str, query: dict[str, str]) -> tuple[int, str,
 
 
 def _handler(fake: FakeLoki) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_GET(self) -> None:  # noqa: N802 - the http.server name
             parts = urlsplit(self.path)
             query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
@@ -224,26 +224,11 @@ def _handler(fake: FakeLoki) -> type[BaseHTTPRequestHandler]:
                 status, kind, body = 401, "text/plain", b"no org id\n"
             else:
                 status, kind, body = _answer(fake, parts.path, query)
-            self.send_response(status)
-            self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: object) -> None:
-            return
+            self.reply(status, body, kind)
 
     return Handler
 
 
 def serve_loki(fake: FakeLoki) -> Iterator[str]:
     """Serve the stand-in on a free loopback port for the duration of a fixture."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(fake))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        time.sleep(0)
+    yield from serve_handler(_handler(fake))

@@ -49,26 +49,33 @@ def _bulk(url: str, index: str, documents: list[dict[str, Any]]) -> None:
     assert not answer.get("errors"), answer
 
 
-ORDER_LOGS = [
-    {"@timestamp": _ago(9), "level": "ERROR", "service": "order-service", "host": "order-1",
-     "message": "Cannot acquire connection from pool: timeout 30000 ms"},
-    {"@timestamp": _ago(7), "level": "error", "service": "order-service", "host": "order-2",
-     "message": "Cannot acquire connection from pool: timeout 30000 ms"},
-    {"@timestamp": _ago(5), "level": "err", "service": "order-service",
-     "message": "payment call failed, no host field"},
-    {"@timestamp": _ago(4), "level": "INFO", "service": "order-service", "host": "order-1",
-     "message": "GET /orders 200"},
-    {"@timestamp": _ago(3), "level": "ERROR", "service": "order-service", "host": "order-1",
-     "message": "upstream reset by peer"},
-    {"@timestamp": _ago(2), "level": "ERROR", "service": "payment-service", "host": "pay-1",
-     "message": "card declined"},
-    {"@timestamp": _ago(1), "level": "FATAL", "service": "postgres", "host": "db-1",
-     "message": 'database "ghost" does not exist'},
-    {"@timestamp": _ago(8), "level": "FATAL", "service": "postgres", "host": "db-1",
-     "message": 'password authentication failed for user "shop"'},
-    {"@timestamp": _ago(180), "level": "ERROR", "service": "order-service", "host": "order-1",
-     "message": "an error from three hours ago"},
+POOL_TIMEOUT = "Cannot acquire connection from pool: timeout 30000 ms"
+
+ORDER_LOG_ROWS: list[tuple[float, str, str, str | None, str]] = [
+    # (minutes ago, level, service, host or None, message)
+    (9, "ERROR", "order-service", "order-1", POOL_TIMEOUT),
+    (7, "error", "order-service", "order-2", POOL_TIMEOUT),
+    (5, "err", "order-service", None, "payment call failed, no host field"),
+    (4, "INFO", "order-service", "order-1", "GET /orders 200"),
+    (3, "ERROR", "order-service", "order-1", "upstream reset by peer"),
+    (2, "ERROR", "payment-service", "pay-1", "card declined"),
+    (1, "FATAL", "postgres", "db-1", 'database "ghost" does not exist'),
+    (8, "FATAL", "postgres", "db-1", 'password authentication failed for user "shop"'),
+    (180, "ERROR", "order-service", "order-1", "an error from three hours ago"),
 ]  # fmt: skip
+
+
+def _order_log(
+    minutes: float, level: str, service: str, host: str | None, message: str
+) -> dict[str, Any]:
+    document: dict[str, Any] = {"@timestamp": _ago(minutes), "level": level, "service": service}
+    if host is not None:
+        document["host"] = host
+    document["message"] = message
+    return document
+
+
+ORDER_LOGS = [_order_log(*row) for row in ORDER_LOG_ROWS]
 
 ECS_MAPPING = {
     "mappings": {

@@ -27,10 +27,10 @@ import socket
 import subprocess
 import time
 import urllib.request
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 from prometheus_client import CollectorRegistry, start_http_server
@@ -46,39 +46,57 @@ ALERTMANAGER = "prometheus-alertmanager"
 CART_LATENCY = [0.2] * 10 + [1.8] * 5 + [0.4] * 26
 """cart_checkout_latency_seconds, one value a minute from 50 to 10 minutes ago."""
 
-RULES = """
-groups:
-  - name: incident
-    interval: 1s
-    rules:
-      - alert: HighErrorRate
-        expr: >-
-          sum by (service) (rate(http_requests_total{status=~"5.."}[5s]))
-          / sum by (service) (rate(http_requests_total[5s])) > 0.05
-        for: 0s
-        labels: {severity: critical}
-        annotations: {summary: "5xx ratio above 5%"}
-      - alert: QueueBacklog
-        expr: order_queue_depth > 100
-        for: 0s
-        labels: {severity: warning}
-        annotations: {summary: "order queue backlog above 100"}
-      - alert: SlowPayments
-        expr: payment_latency_p99_seconds > 1
-        for: 1h
-        labels: {severity: warning}
-        annotations: {summary: "payment p99 latency above 1s"}
-      - alert: PaymentRetries
-        expr: payment_retry_queue >= 5
-        for: 0s
-        labels: {severity: warning}
-        annotations: {summary: "payment retries queued"}
-      - alert: CartCheckoutSlow
-        expr: cart_checkout_latency_seconds > 1
-        for: 0s
-        labels: {severity: warning}
-        annotations: {summary: "cart checkout slower than 1s"}
-"""
+
+class Rule(NamedTuple):
+    """One alerting rule of a test's rule file."""
+
+    alert: str
+    expr: str
+    summary: str
+    wait: str = "0s"
+    """The rule's ``for``."""
+    severity: str = "warning"
+
+
+def alert_rules(group: str, rules: Sequence[Rule]) -> str:
+    """A Prometheus rule file (JSON, which YAML reads) with one group evaluated every second."""
+    return json.dumps(
+        {
+            "groups": [
+                {
+                    "name": group,
+                    "interval": "1s",
+                    "rules": [
+                        {
+                            "alert": rule.alert,
+                            "expr": rule.expr,
+                            "for": rule.wait,
+                            "labels": {"severity": rule.severity},
+                            "annotations": {"summary": rule.summary},
+                        }
+                        for rule in rules
+                    ],
+                }
+            ]
+        },
+        indent=2,
+    )
+
+
+ERROR_RATIO_OVER_5_PERCENT = (
+    'sum by (service) (rate(http_requests_total{status=~"5.."}[5s]))'
+    " / sum by (service) (rate(http_requests_total[5s])) > 0.05"
+)
+
+INCIDENT_RULES = [
+    Rule("HighErrorRate", ERROR_RATIO_OVER_5_PERCENT, "5xx ratio above 5%", severity="critical"),
+    Rule("QueueBacklog", "order_queue_depth > 100", "order queue backlog above 100"),
+    Rule("SlowPayments", "payment_latency_p99_seconds > 1", "payment p99 latency above 1s", "1h"),
+    Rule("PaymentRetries", "payment_retry_queue >= 5", "payment retries queued"),
+    Rule("CartCheckoutSlow", "cart_checkout_latency_seconds > 1", "cart checkout slower than 1s"),
+]
+
+RULES = alert_rules("incident", INCIDENT_RULES)
 
 ALERTMANAGER_CONFIG = """
 route:
@@ -214,6 +232,90 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
             process.wait()
 
 
+def start_exporter(collector: Collector) -> tuple[int, Any]:
+    """Serve ``collector`` on a free loopback port: (the port, the server to shut down)."""
+    registry = CollectorRegistry()
+    registry.register(collector)
+    port = free_port()
+    exporter, _ = start_http_server(port, addr="127.0.0.1", registry=registry)
+    return port, exporter
+
+
+def write_prometheus_config(
+    root: Path, rules: str, job: str, exporter_port: int, alertmanager_port: int | None = None
+) -> None:
+    """``rules.yml`` and ``prometheus.yml`` in ``root``: scrape and evaluate every second.
+
+    Args:
+        root: The folder.
+        rules: The rule file's text.
+        job: The scrape job's name.
+        exporter_port: The loopback port the job scrapes.
+        alertmanager_port: Where alerts are sent; None sends them nowhere.
+    """
+    (root / "rules.yml").write_text(rules)
+    config: dict[str, Any] = {
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "rule_files": [str(root / "rules.yml")],
+    }
+    if alertmanager_port is not None:
+        targets = [f"127.0.0.1:{alertmanager_port}"]
+        config["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": targets}]}]}
+    config["scrape_configs"] = [
+        {"job_name": job, "static_configs": [{"targets": [f"127.0.0.1:{exporter_port}"]}]}
+    ]
+    (root / "prometheus.yml").write_text(json.dumps(config))
+
+
+def start_prometheus(root: Path, port: int, tsdb: Path) -> subprocess.Popen[bytes]:
+    """Prometheus on ``port`` with ``root``'s ``prometheus.yml``, logging to its folder."""
+    return _start(
+        [
+            PROMETHEUS,
+            f"--config.file={root / 'prometheus.yml'}",
+            f"--storage.tsdb.path={tsdb}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        root / "prometheus.log",
+    )
+
+
+def start_alertmanager(root: Path, port: int, config: str) -> subprocess.Popen[bytes]:
+    """Alertmanager on ``port`` with ``config`` (written to ``root``), no cluster."""
+    (root / "alertmanager.yml").write_text(config)
+    (root / "am-data").mkdir()
+    return _start(
+        [
+            ALERTMANAGER,
+            f"--config.file={root / 'alertmanager.yml'}",
+            f"--storage.path={root / 'am-data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--cluster.listen-address=",
+        ],
+        root / "alertmanager.log",
+    )
+
+
+def wait_alert_states(
+    what: str, url: str, expected: dict[str, str], process: subprocess.Popen[bytes]
+) -> None:
+    """Wait up to 60 s until Prometheus at ``url`` has exactly these alert states."""
+    _wait(what, lambda: _alert_states(url) == expected, 60, process)
+
+
+def wait_samples(
+    what: str, url: str, selector: str, count: int, process: subprocess.Popen[bytes]
+) -> None:
+    """Wait up to 30 s until ``count_over_time(selector)`` reaches ``count`` (enough scrapes)."""
+
+    def scraped() -> bool:
+        query = f"count_over_time({selector})"
+        result = get_json(f"{url}/api/v1/query?query={query}")["data"]["result"]
+        return bool(result) and float(result[0]["value"][1]) >= count
+
+    _wait(what, scraped, 30, process)
+
+
 @pytest.fixture(scope="session")
 def prometheus_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     """Exporter, Prometheus (with backfilled history) and Alertmanager, alerts in place."""
@@ -225,10 +327,7 @@ def prometheus_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack
             )
     root = tmp_path_factory.mktemp("prometheus-stack")
     now = time.time()
-    registry = CollectorRegistry()
-    registry.register(IncidentCollector())
-    exporter_port = free_port()
-    exporter, _ = start_http_server(exporter_port, addr="127.0.0.1", registry=registry)
+    exporter_port, exporter = start_exporter(IncidentCollector())
 
     data = root / "tsdb"
     data.mkdir()
@@ -240,45 +339,9 @@ def prometheus_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack
         timeout=60,
     )
     am_port, prom_port = free_port(), free_port()
-    (root / "rules.yml").write_text(RULES)
-    (root / "alertmanager.yml").write_text(ALERTMANAGER_CONFIG)
-    (root / "prometheus.yml").write_text(
-        json.dumps(
-            {
-                "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-                "rule_files": [str(root / "rules.yml")],
-                "alerting": {
-                    "alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{am_port}"]}]}]
-                },
-                "scrape_configs": [
-                    {
-                        "job_name": "incident",
-                        "static_configs": [{"targets": [f"127.0.0.1:{exporter_port}"]}],
-                    }
-                ],
-            }
-        )
-    )
-    (root / "am-data").mkdir()
-    alertmanager = _start(
-        [
-            ALERTMANAGER,
-            f"--config.file={root / 'alertmanager.yml'}",
-            f"--storage.path={root / 'am-data'}",
-            f"--web.listen-address=127.0.0.1:{am_port}",
-            "--cluster.listen-address=",
-        ],
-        root / "alertmanager.log",
-    )
-    prometheus = _start(
-        [
-            PROMETHEUS,
-            f"--config.file={root / 'prometheus.yml'}",
-            f"--storage.tsdb.path={data}",
-            f"--web.listen-address=127.0.0.1:{prom_port}",
-        ],
-        root / "prometheus.log",
-    )
+    write_prometheus_config(root, RULES, "incident", exporter_port, am_port)
+    alertmanager = start_alertmanager(root, am_port, ALERTMANAGER_CONFIG)
+    prometheus = start_prometheus(root, prom_port, data)
     prom_url, am_url = f"http://127.0.0.1:{prom_port}", f"http://127.0.0.1:{am_port}"
     try:
         _wait("Alertmanager ready", lambda: get_json(f"{am_url}/api/v2/status"), 30, alertmanager)
@@ -300,14 +363,9 @@ def prometheus_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack
             "PaymentRetries": "firing",
             "SlowPayments": "pending",
         }
-        _wait("alerts firing", lambda: _alert_states(prom_url) == expected, 60, prometheus)
-
-        def settled() -> bool:  # enough scrapes that every rate over 5 s has its samples
-            query = "count_over_time(order_queue_depth[10s])"
-            result = get_json(f"{prom_url}/api/v1/query?query={query}")["data"]["result"]
-            return bool(result) and float(result[0]["value"][1]) >= 7
-
-        _wait("seven scrapes", settled, 30, prometheus)
+        wait_alert_states("alerts firing", prom_url, expected, prometheus)
+        # enough scrapes that every rate over 5 s has its samples
+        wait_samples("seven scrapes", prom_url, "order_queue_depth[10s]", 7, prometheus)
 
         def delivered() -> bool:
             names = {a["labels"]["alertname"] for a in get_json(f"{am_url}/api/v2/alerts")}

@@ -10,7 +10,6 @@ the test.
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 import time
@@ -22,8 +21,15 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.prometheus_kit import RULES, Stack, free_port, get_json
-from tests.prometheus_kit import _start as start_server
+from tests.prometheus_kit import (
+    RULES,
+    Stack,
+    free_port,
+    get_json,
+    start_alertmanager,
+    start_prometheus,
+    write_prometheus_config,
+)
 from tests.prometheus_kit import _stop as stop_server
 from tests.prometheus_kit import _wait as wait_until
 from tests.test_api_serve import _env as serve_env
@@ -102,57 +108,17 @@ def live(
         )
         try:
             _wait_healthy(serve, url, log)
-            (root / "alertmanager.yml").write_text(ALERTMANAGER_CONFIG.format(url=url, key=KEY))
-            (root / "rules.yml").write_text(RULES)
-            (root / "prometheus.yml").write_text(
-                json.dumps(
-                    {
-                        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-                        "rule_files": [str(root / "rules.yml")],
-                        "alerting": {
-                            "alertmanagers": [
-                                {"static_configs": [{"targets": [f"127.0.0.1:{am_port}"]}]}
-                            ]
-                        },
-                        "scrape_configs": [
-                            {
-                                "job_name": "incident",
-                                "static_configs": [
-                                    {"targets": [f"127.0.0.1:{prometheus_stack.exporter_port}"]}
-                                ],
-                            }
-                        ],
-                    }
-                )
-            )
-            (root / "am-data").mkdir()
+            exporter_port = prometheus_stack.exporter_port
+            write_prometheus_config(root, RULES, "incident", exporter_port, am_port)
             (root / "tsdb").mkdir()
-            alertmanager = start_server(
-                [
-                    "prometheus-alertmanager",
-                    f"--config.file={root / 'alertmanager.yml'}",
-                    f"--storage.path={root / 'am-data'}",
-                    f"--web.listen-address=127.0.0.1:{am_port}",
-                    "--cluster.listen-address=",
-                ],
-                root / "alertmanager.log",
-            )
+            config = ALERTMANAGER_CONFIG.format(url=url, key=KEY)
+            alertmanager = start_alertmanager(root, am_port, config)
             processes.append(alertmanager)
             am_url = f"http://127.0.0.1:{am_port}"
             wait_until(
                 "Alertmanager ready", lambda: get_json(f"{am_url}/api/v2/status"), 30, alertmanager
             )
-            processes.append(
-                start_server(
-                    [
-                        "prometheus",
-                        f"--config.file={root / 'prometheus.yml'}",
-                        f"--storage.tsdb.path={root / 'tsdb'}",
-                        f"--web.listen-address=127.0.0.1:{prom_port}",
-                    ],
-                    root / "prometheus.log",
-                )
-            )
+            processes.append(start_prometheus(root, prom_port, root / "tsdb"))
             yield Live(url, am_url, sink, log)
         finally:
             for process in reversed(processes):

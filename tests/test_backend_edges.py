@@ -32,24 +32,34 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
-from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 from persistence.ledger import InMemoryLedger
 from state.records import Invocation
 from tests import opensearch_kit
+from tests.backend_kit import (
+    QuietHandler,
+    call_tool,
+    evidence_refs,
+    run_tool,
+    serve_http,
+    tool_runner,
+)
 from tests.components import component_unavailable
 from tests.loki_kit import FakeLoki, Stream, serve_loki
 from tests.prometheus_kit import (
     PROMETHEUS,
+    Rule,
     Stack,
-    _alert_states,
-    _start,
     _stop,
-    _wait,
+    alert_rules,
     free_port,
-    get_json,
+    start_exporter,
+    start_prometheus,
+    wait_alert_states,
+    wait_samples,
+    write_prometheus_config,
 )
 from tools.composed import configured_backend
 from tools.config import load_settings
@@ -58,23 +68,12 @@ from tools.runner import ToolRunner
 SECRET = "edge-secret-7f31"
 
 
-def _runner(env: Mapping[str, str], tmp_path: Path) -> ToolRunner:
-    return ToolRunner(configured_backend(load_settings(dict(env), cwd=tmp_path)), InMemoryLedger())
+def _logs(env: Mapping[str, str], tmp_path: Path, args: Mapping[str, object]) -> Invocation:
+    return run_tool(env, tmp_path, "query_logs", args)
 
 
-def _call(
-    runner: ToolRunner, tool: str, args: Mapping[str, object], call_id: str = "e1"
-) -> Invocation:
-    return runner.run(
-        {"name": tool, "args": dict(args), "id": call_id},
-        diagnosis_id="d1",
-        thread_id="t1",
-        round=1,
-    )
-
-
-def _refs(row: Invocation) -> dict[str, str]:
-    return {r["raw_path"]: r["text"] for r in row["retrieval_details"]["evidence_refs"]}
+def _metrics(env: Mapping[str, str], tmp_path: Path, args: Mapping[str, object]) -> Invocation:
+    return run_tool(env, tmp_path, "query_metrics", args)
 
 
 def _iso(moment: datetime) -> str:
@@ -116,7 +115,7 @@ class Proxy:
 
 
 def _proxy_handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def _forward(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(length) if length else b""
@@ -147,17 +146,10 @@ def _proxy_handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
                 except urllib.error.HTTPError as exc:
                     status, answer = exc.code, exc.read()
                     kind = exc.headers.get("Content-Type", "application/json")
-            self.send_response(status)
-            self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(answer)))
-            self.end_headers()
-            self.wfile.write(answer)
+            self.reply(status, answer, kind)
 
         do_GET = _forward  # noqa: N815 - the http.server names
         do_POST = _forward  # noqa: N815
-
-        def log_message(self, format: str, *args: object) -> None:
-            return
 
     return Handler
 
@@ -184,14 +176,7 @@ def _serve(proxy: Proxy, context: ssl.SSLContext | None = None) -> Iterator[str]
         tls = _TLSServer(("127.0.0.1", 0), handler)
         tls.context = context
         server = tls
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    scheme = "http" if context is None else "https"
-    try:
-        yield f"{scheme}://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    yield from serve_http(server, "http" if context is None else "https")
 
 
 def _proxy_fixture(target: str, required: Mapping[str, str] | None = None) -> Iterator[Proxy]:
@@ -275,22 +260,21 @@ def certificates(tmp_path_factory: pytest.TempPathFactory) -> Certificates:
 
 # --- a second small Prometheus: a histogram, process metrics, rules without a plain threshold --
 
-EDGE_RULES = """
-groups:
-  - name: edge
-    interval: 1s
-    rules:
-      - alert: CheckoutMemoryHigh
-        expr: process_resident_memory_bytes > 128 * 1024 * 1024
-        for: 0s
-        labels: {severity: warning}
-        annotations: {summary: "checkout resident memory above 128 MiB"}
-      - alert: CheckoutBusy
-        expr: process_resident_memory_bytes > 1 and process_cpu_seconds_total > 0
-        for: 0s
-        labels: {severity: warning}
-        annotations: {summary: "checkout busy"}
-"""
+EDGE_RULES = alert_rules(
+    "edge",
+    [
+        Rule(
+            "CheckoutMemoryHigh",
+            "process_resident_memory_bytes > 128 * 1024 * 1024",
+            "checkout resident memory above 128 MiB",
+        ),
+        Rule(
+            "CheckoutBusy",
+            "process_resident_memory_bytes > 1 and process_cpu_seconds_total > 0",
+            "checkout busy",
+        ),
+    ],
+)
 
 CHECKOUT_MEMORY = 268435456.0
 CHECKOUT_CPU_RATE = 0.25
@@ -328,53 +312,23 @@ def edge_prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if shutil.which(PROMETHEUS) is None:
         component_unavailable(PROMETHEUS, "apt-get install -y prometheus")
     root = tmp_path_factory.mktemp("edge-prometheus")
-    registry = CollectorRegistry()
-    registry.register(CheckoutCollector())
-    exporter_port = free_port()
-    exporter, _ = start_http_server(exporter_port, addr="127.0.0.1", registry=registry)
-    (root / "rules.yml").write_text(EDGE_RULES)
-    (root / "prometheus.yml").write_text(
-        json.dumps(
-            {
-                "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-                "rule_files": [str(root / "rules.yml")],
-                "scrape_configs": [
-                    {
-                        "job_name": "checkout",
-                        "static_configs": [{"targets": [f"127.0.0.1:{exporter_port}"]}],
-                    }
-                ],
-            }
-        )
-    )
+    exporter_port, exporter = start_exporter(CheckoutCollector())
+    write_prometheus_config(root, EDGE_RULES, "checkout", exporter_port)
     port = free_port()
-    prometheus = _start(
-        [
-            PROMETHEUS,
-            f"--config.file={root / 'prometheus.yml'}",
-            f"--storage.tsdb.path={root / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        root / "prometheus.log",
-    )
+    prometheus = start_prometheus(root, port, root / "tsdb")
     url = f"http://127.0.0.1:{port}"
     try:
         firing = {"CheckoutMemoryHigh": "firing", "CheckoutBusy": "firing"}
-        _wait("edge alerts firing", lambda: _alert_states(url) == firing, 60, prometheus)
-
-        def scraped() -> bool:  # enough samples for every rate over 5 minutes at the end
-            query = "count_over_time(process_resident_memory_bytes[1m])"
-            result = get_json(f"{url}/api/v1/query?query={query}")["data"]["result"]
-            return bool(result) and float(result[0]["value"][1]) >= 4
-
-        _wait("four scrapes", scraped, 30, prometheus)
+        wait_alert_states("edge alerts firing", url, firing, prometheus)
+        # enough samples for every rate over 5 minutes at the end
+        wait_samples("four scrapes", url, "process_resident_memory_bytes[1m]", 4, prometheus)
         yield url
     finally:
         _stop(prometheus)
         exporter.shutdown()
 
 
-# --- issue 11: Prometheus ----------------------------------------------------------------------
+# --- Prometheus ----------------------------------------------------------------------------------
 
 
 @pytest.fixture
@@ -390,14 +344,14 @@ def tenant_proxy(prometheus_stack: Stack) -> Iterator[Proxy]:
 def test_prometheus_headers_are_sent_on_every_request(tenant_proxy: Proxy, tmp_path: Path) -> None:
     headers = {"X-Scope-OrgID": "team-a", "X-Edge-Trace": SECRET}
     env = {"SUPERBIZ_PROMETHEUS_URL": tenant_proxy.url}
-    refused = _call(_runner(env, tmp_path), "query_metrics", {"service": "order-service"})
+    refused = _metrics(env, tmp_path, {"service": "order-service"})
     assert refused["status"] == "error"
     assert "HTTP 401" in str(refused["error"])  # the proxy does check the tenant
     tenant_proxy.seen.clear()
 
     env["SUPERBIZ_PROMETHEUS_HEADERS"] = json.dumps(headers)
     backend = configured_backend(load_settings(env, cwd=tmp_path))
-    row = _call(
+    row = call_tool(
         ToolRunner(backend, InMemoryLedger()), "query_metrics", {"service": "order-service"}
     )
     reports = backend.checks()  # type: ignore[attr-defined]
@@ -439,7 +393,7 @@ def test_prometheus_over_tls_with_the_ca_file(
         "SUPERBIZ_PROMETHEUS_URL": tls_prometheus,
         "SUPERBIZ_PROMETHEUS_CA_FILE": str(certificates.ca),
     }
-    row = _call(_runner(env, tmp_path), "query_metrics", {"service": "order-service"})
+    row = _metrics(env, tmp_path, {"service": "order-service"})
     assert tls_prometheus.startswith("https://")
     assert row["status"] == "ok", row["error"]
     assert len((row["output"] or {})["alerts"]) == 2
@@ -448,10 +402,8 @@ def test_prometheus_over_tls_with_the_ca_file(
 def test_prometheus_over_tls_without_the_ca_is_an_error_naming_the_setting(
     tls_prometheus: str, tmp_path: Path
 ) -> None:
-    row = _call(
-        _runner({"SUPERBIZ_PROMETHEUS_URL": tls_prometheus}, tmp_path),
-        "query_metrics",
-        {"service": "order-service"},
+    row = _metrics(
+        {"SUPERBIZ_PROMETHEUS_URL": tls_prometheus}, tmp_path, {"service": "order-service"}
     )
     assert row["status"] == "error"
     assert row["retrieval_details"]["evidence_refs"] == []
@@ -468,7 +420,7 @@ def test_prometheus_ca_file_that_is_no_pem_bundle_is_an_error_naming_the_setting
     bundle = tmp_path / "ca.pem"
     bundle.write_text("not a certificate\n")
     env = {"SUPERBIZ_PROMETHEUS_URL": tls_prometheus, "SUPERBIZ_PROMETHEUS_CA_FILE": str(bundle)}
-    row = _call(_runner(env, tmp_path), "query_metrics", {"service": "order-service"})
+    row = _metrics(env, tmp_path, {"service": "order-service"})
 
     assert row["status"] == "error"
     assert f"Prometheus at {tls_prometheus}: cannot load the CA bundle {bundle} (" in str(
@@ -481,7 +433,7 @@ def test_prometheus_over_tls_insecure_skips_verification(
     tls_prometheus: str, tmp_path: Path
 ) -> None:
     env = {"SUPERBIZ_PROMETHEUS_URL": tls_prometheus, "SUPERBIZ_PROMETHEUS_INSECURE": "1"}
-    row = _call(_runner(env, tmp_path), "query_metrics", {"service": "order-service"})
+    row = _metrics(env, tmp_path, {"service": "order-service"})
     assert row["status"] == "ok", row["error"]
     assert len((row["output"] or {})["alerts"]) == 2
 
@@ -511,12 +463,8 @@ def test_alertmanager_credentials_reach_an_auth_proxy(
             "SUPERBIZ_ALERTMANAGER_URL": proxy.url,
         }
         wrong = {k: v + "-wrong" if not k.endswith("_USER") else v for k, v in credentials.items()}
-        refused = _call(_runner({**base, **wrong}, tmp_path), "query_metrics", {"service": "x"})
-        row = _call(
-            _runner({**base, **credentials}, tmp_path),
-            "query_metrics",
-            {"service": "order-service"},
-        )
+        refused = _metrics({**base, **wrong}, tmp_path, {"service": "x"})
+        row = _metrics({**base, **credentials}, tmp_path, {"service": "order-service"})
 
         assert refused["status"] == "error"
         assert "Alertmanager at" in str(refused["error"])
@@ -549,9 +497,9 @@ def test_query_timeout_ends_a_call_to_a_server_that_never_answers(
     tmp_path: Path,
 ) -> None:
     env = {f"SUPERBIZ_{backend.upper()}_URL": silent_server.url, "SUPERBIZ_QUERY_TIMEOUT_S": "1"}
-    runner = _runner(env, tmp_path)
+    runner = tool_runner(env, tmp_path)
     started = time.monotonic()
-    row = _call(runner, tool, args)
+    row = call_tool(runner, tool, args)
     elapsed = time.monotonic() - started
 
     assert row["status"] == "error"
@@ -565,17 +513,17 @@ def test_query_timeout_ends_a_call_to_a_server_that_never_answers(
 def test_without_log_or_runbook_source_real_metrics_never_serve_the_sample(
     prometheus_stack: Stack, tmp_path: Path
 ) -> None:
-    sample = _runner({}, tmp_path)
-    real = _runner({"SUPERBIZ_PROMETHEUS_URL": prometheus_stack.prometheus_url}, tmp_path)
+    sample = tool_runner({}, tmp_path)
+    real = tool_runner({"SUPERBIZ_PROMETHEUS_URL": prometheus_stack.prometheus_url}, tmp_path)
     logs_args = {"service": "order-service"}
     knowledge_args = {"query": "connection pool timeout"}
     # the bundled sample does answer these, so an answer here would be the sample's
-    assert _call(sample, "query_logs", logs_args)["status"] == "ok"
-    assert _call(sample, "lookup_knowledge", knowledge_args)["status"] == "ok"
+    assert call_tool(sample, "query_logs", logs_args)["status"] == "ok"
+    assert call_tool(sample, "lookup_knowledge", knowledge_args)["status"] == "ok"
 
-    logs = _call(real, "query_logs", logs_args, "e1")
-    knowledge = _call(real, "lookup_knowledge", knowledge_args, "e2")
-    metrics = _call(real, "query_metrics", {"service": "order-service"}, "e3")
+    logs = call_tool(real, "query_logs", logs_args, "e1")
+    knowledge = call_tool(real, "lookup_knowledge", knowledge_args, "e2")
+    metrics = call_tool(real, "query_metrics", {"service": "order-service"}, "e3")
 
     assert metrics["status"] == "ok", metrics["error"]
     for row, what, setting in (
@@ -590,16 +538,19 @@ def test_without_log_or_runbook_source_real_metrics_never_serve_the_sample(
         assert row["retrieval_details"]["evidence_refs"] == []
 
 
+@pytest.fixture
+def checkout_metrics(edge_prometheus: str, tmp_path: Path) -> Invocation:
+    """query_metrics for checkout-service against the edge Prometheus."""
+    env = {"SUPERBIZ_PROMETHEUS_URL": edge_prometheus}
+    return _metrics(env, tmp_path, {"service": "checkout-service"})
+
+
 def test_alert_rules_without_a_plain_comparison_have_no_threshold(
-    edge_prometheus: str, tmp_path: Path
+    checkout_metrics: Invocation,
 ) -> None:
-    row = _call(
-        _runner({"SUPERBIZ_PROMETHEUS_URL": edge_prometheus}, tmp_path),
-        "query_metrics",
-        {"service": "checkout-service"},
-    )
+    row = checkout_metrics
     alerts = {a["alert_name"]: a for a in (row["output"] or {})["alerts"]}
-    refs = _refs(row)
+    refs = evidence_refs(row)
 
     assert row["status"] == "ok", row["error"]
     assert set(alerts) == {"CheckoutBusy", "CheckoutMemoryHigh"}
@@ -613,13 +564,9 @@ def test_alert_rules_without_a_plain_comparison_have_no_threshold(
 
 
 def test_standard_latency_and_saturation_queries_give_series(
-    edge_prometheus: str, tmp_path: Path
+    checkout_metrics: Invocation,
 ) -> None:
-    row = _call(
-        _runner({"SUPERBIZ_PROMETHEUS_URL": edge_prometheus}, tmp_path),
-        "query_metrics",
-        {"service": "checkout-service"},
-    )
+    row = checkout_metrics
     series = {s["metric"]: s for s in (row["output"] or {})["series"]}
 
     assert row["status"] == "ok", row["error"]
@@ -636,7 +583,7 @@ def test_standard_latency_and_saturation_queries_give_series(
     assert cpu["labels"] == {"service": "checkout-service"}
     # a quarter core, but rate over 5 min of a few seconds of samples is below it
     assert 0 < cpu["last"] <= CHECKOUT_CPU_RATE
-    texts = list(_refs(row).values())
+    texts = list(evidence_refs(row).values())
     assert any(t.startswith("latency_p99_seconds{service=checkout-service} ") for t in texts)
     assert "error_ratio" not in series  # no http_requests_total here: no series invented
 
@@ -644,7 +591,7 @@ def test_standard_latency_and_saturation_queries_give_series(
 def test_metrics_window_defaults_to_the_last_hour(prometheus_stack: Stack, tmp_path: Path) -> None:
     env = {"SUPERBIZ_PROMETHEUS_URL": prometheus_stack.prometheus_url}
     before = datetime.now(UTC).replace(microsecond=0)
-    row = _call(_runner(env, tmp_path), "query_metrics", {"promql": "up", "service": "none"})
+    row = _metrics(env, tmp_path, {"promql": "up", "service": "none"})
     after = datetime.now(UTC)
     output = row["output"] or {}
 
@@ -653,21 +600,23 @@ def test_metrics_window_defaults_to_the_last_hour(prometheus_stack: Stack, tmp_p
     end = datetime.fromisoformat(output["window_end"].replace("Z", "+00:00"))
     assert end - start == timedelta(hours=1)
     assert before <= end <= after
-    assert f"window={output['window_start']}/{output['window_end']}" in _refs(row)["summary"]
+    assert (
+        f"window={output['window_start']}/{output['window_end']}" in evidence_refs(row)["summary"]
+    )
 
 
 def test_promql_over_the_cap_is_refused_without_a_request(
     prometheus_proxy: Proxy, tmp_path: Path
 ) -> None:
-    runner = _runner({"SUPERBIZ_PROMETHEUS_URL": prometheus_proxy.url}, tmp_path)
+    runner = tool_runner({"SUPERBIZ_PROMETHEUS_URL": prometheus_proxy.url}, tmp_path)
     longest = "vector(1)" + " " * (2000 - len("vector(1)"))
-    row = _call(runner, "query_metrics", {"promql": longest + " ", "service": "none"}, "e1")
+    row = call_tool(runner, "query_metrics", {"promql": longest + " ", "service": "none"}, "e1")
 
     assert row["status"] == "error"
     assert "promql is 2001 characters; at most 2000 are sent" in str(row["error"])
     assert prometheus_proxy.seen == []
 
-    at_cap = _call(runner, "query_metrics", {"promql": longest, "service": "none"}, "e2")
+    at_cap = call_tool(runner, "query_metrics", {"promql": longest, "service": "none"}, "e2")
     assert at_cap["status"] == "ok", at_cap["error"]
     assert any(s.query.get("query") == longest for s in prometheus_proxy.seen)
 
@@ -675,7 +624,7 @@ def test_promql_over_the_cap_is_refused_without_a_request(
 def test_prometheus_execution_error_is_quoted(prometheus_stack: Stack, tmp_path: Path) -> None:
     env = {"SUPERBIZ_PROMETHEUS_URL": prometheus_stack.prometheus_url}
     promql = "shard_queue_length + on() shard_queue_length"
-    row = _call(_runner(env, tmp_path), "query_metrics", {"promql": promql, "service": "none"})
+    row = _metrics(env, tmp_path, {"promql": promql, "service": "none"})
 
     assert row["status"] == "error"
     assert row["retrieval_details"]["evidence_refs"] == []
@@ -694,7 +643,7 @@ def test_service_list_is_cached_for_a_short_time(
 
     assert backend.services() == services
     assert backend.services() == services
-    assert _call(runner, "query_metrics", {"service": "order-service"})["status"] == "ok"
+    assert call_tool(runner, "query_metrics", {"service": "order-service"})["status"] == "ok"
     assert prometheus_proxy.paths("/api/v1/label/") == ["/api/v1/label/service/values"]
 
     monkeypatch.setattr("tools.prometheus.SERVICES_TTL_S", 0.0)  # the minute has passed
@@ -702,7 +651,7 @@ def test_service_list_is_cached_for_a_short_time(
     assert len(prometheus_proxy.paths("/api/v1/label/")) == 2
 
 
-# --- issue 12: Loki, OpenSearch, files -----------------------------------------------------------
+# --- Loki, OpenSearch, files -------------------------------------------------------------------
 
 NOW = datetime.now(UTC).replace(microsecond=0)
 
@@ -737,11 +686,7 @@ def test_loki_credentials_reach_the_server(
 ) -> None:
     fake = FakeLoki(streams=_loki_streams())
     for url in serve_loki(fake):
-        row = _call(
-            _runner(_auth_env("loki", url, suffixes), tmp_path),
-            "query_logs",
-            {"service": "order-service"},
-        )
+        row = _logs(_auth_env("loki", url, suffixes), tmp_path, {"service": "order-service"})
         assert row["status"] == "ok", row["error"]
         assert [e["message"] for e in (row["output"] or {})["logs"]] == [
             "Cannot acquire connection from pool"
@@ -760,18 +705,14 @@ def test_opensearch_credentials_reach_an_auth_proxy(
     opensearch_url: str, suffixes: dict[str, str], header: str, value: str, tmp_path: Path
 ) -> None:
     for proxy in _proxy_fixture(opensearch_url, {header: value}):
-        refused = _call(
-            _runner({"SUPERBIZ_OPENSEARCH_URL": proxy.url}, tmp_path),
-            "query_logs",
-            {"service": "order-service"},
+        refused = _logs(
+            {"SUPERBIZ_OPENSEARCH_URL": proxy.url}, tmp_path, {"service": "order-service"}
         )
         assert refused["status"] == "error" and "HTTP 401" in str(refused["error"])
         proxy.seen.clear()
 
         env = _auth_env("opensearch", proxy.url, suffixes)
-        row = _call(
-            _runner(env, tmp_path), "query_logs", {"service": "order-service", "level": "ERROR"}
-        )
+        row = _logs(env, tmp_path, {"service": "order-service", "level": "ERROR"})
         assert row["status"] == "ok", row["error"]
         assert (row["output"] or {})["logs"][0]["message"] == "upstream reset by peer"
         assert {s.path for s in proxy.seen} == {"/logs-*/_mapping", "/logs-*/_search"}
@@ -795,9 +736,9 @@ def test_loki_severity_and_detected_level_labels_serve_as_the_level(
         ]
     )
     for url in serve_loki(fake):
-        runner = _runner({"SUPERBIZ_LOKI_URL": url}, tmp_path)
-        errors = _call(runner, "query_logs", {"service": "billing-service", "level": "error"})
-        every = _call(runner, "query_logs", {"service": "billing-service"}, "e2")
+        runner = tool_runner({"SUPERBIZ_LOKI_URL": url}, tmp_path)
+        errors = call_tool(runner, "query_logs", {"service": "billing-service", "level": "error"})
+        every = call_tool(runner, "query_logs", {"service": "billing-service"}, "e2")
 
         assert errors["status"] == "ok", errors["error"]
         sent = [r["query"] for r in fake.requests if r["path"].endswith("query_range")]
@@ -827,10 +768,8 @@ def test_loki_window_over_a_day_keeps_its_end(tmp_path: Path) -> None:
         ]
     )
     for url in serve_loki(fake):
-        row = _call(
-            _runner({"SUPERBIZ_LOKI_URL": url}, tmp_path),
-            "query_logs",
-            {"service": "order-service", **_window_args(end)},
+        row = _logs(
+            {"SUPERBIZ_LOKI_URL": url}, tmp_path, {"service": "order-service", **_window_args(end)}
         )
         query = next(r for r in fake.requests if r["path"].endswith("query_range"))
 
@@ -840,16 +779,16 @@ def test_loki_window_over_a_day_keeps_its_end(tmp_path: Path) -> None:
         assert int(query["end"]) - int(query["start"]) == 24 * 3600 * ns
         assert [e["message"] for e in (row["output"] or {})["logs"]] == ["inside the last day"]
         window = f"window={_iso(end - timedelta(hours=24))}/{_iso(end)}"
-        assert window in _refs(row)["summary"]
+        assert window in evidence_refs(row)["summary"]
 
 
 def test_opensearch_window_over_a_day_keeps_its_end(opensearch_url: str, tmp_path: Path) -> None:
     # the end lies so that the seeded error of three hours ago is 24.5 h before it
     end = opensearch_kit.NOW + timedelta(hours=24) - timedelta(minutes=150)
     for proxy in _proxy_fixture(opensearch_url):
-        row = _call(
-            _runner({"SUPERBIZ_OPENSEARCH_URL": proxy.url}, tmp_path),
-            "query_logs",
+        row = _logs(
+            {"SUPERBIZ_OPENSEARCH_URL": proxy.url},
+            tmp_path,
             {"service": "order-service", "level": "ERROR", **_window_args(end)},
         )
         search = next(s for s in proxy.seen if s.path.endswith("/_search"))
@@ -863,7 +802,7 @@ def test_opensearch_window_over_a_day_keeps_its_end(opensearch_url: str, tmp_pat
         assert "upstream reset by peer" in messages
         assert "an error from three hours ago" not in messages
         window = f"window={_iso(end - timedelta(hours=24))}/{_iso(end)}"
-        assert window in _refs(row)["summary"]
+        assert window in evidence_refs(row)["summary"]
 
 
 def test_log_file_window_over_a_day_keeps_its_end(tmp_path: Path) -> None:
@@ -878,26 +817,22 @@ def test_log_file_window_over_a_day_keeps_its_end(tmp_path: Path) -> None:
             json.dumps({"time": _iso(at), "level": "error", "msg": msg}) + "\n" for at, msg in lines
         )
     )
-    row = _call(
-        _runner({"SUPERBIZ_LOG_FILES": f"api={path}"}, tmp_path),
-        "query_logs",
-        {"service": "api", **_window_args(end)},
+    row = _logs(
+        {"SUPERBIZ_LOG_FILES": f"api={path}"}, tmp_path, {"service": "api", **_window_args(end)}
     )
 
     assert row["status"] == "ok", row["error"]
     assert [e["message"] for e in (row["output"] or {})["logs"]] == ["inside the last day"]
     window = f"window={_iso(end - timedelta(hours=24))}/{_iso(end)}"
-    assert window in _refs(row)["summary"]
+    assert window in evidence_refs(row)["summary"]
 
 
 def test_loki_parse_error_is_an_error_invocation_quoting_it(tmp_path: Path) -> None:
     said = "parse error at line 1, col 27: syntax error: unexpected IDENTIFIER, expecting STRING"
     fake = FakeLoki(streams=_loki_streams(), parse_error=said)
     for url in serve_loki(fake):
-        row = _call(
-            _runner({"SUPERBIZ_LOKI_URL": url}, tmp_path),
-            "query_logs",
-            {"service": "order-service", "query": "pool"},
+        row = _logs(
+            {"SUPERBIZ_LOKI_URL": url}, tmp_path, {"service": "order-service", "query": "pool"}
         )
         assert row["status"] == "error"
         assert row["retrieval_details"]["evidence_refs"] == []
@@ -914,9 +849,9 @@ def test_loki_text_query_with_a_line_break_is_valid_logql(tmp_path: Path) -> Non
         ]
     )
     for url in serve_loki(fake):
-        row = _call(
-            _runner({"SUPERBIZ_LOKI_URL": url}, tmp_path),
-            "query_logs",
+        row = _logs(
+            {"SUPERBIZ_LOKI_URL": url},
+            tmp_path,
             {"service": "order-service", "query": "connection\ntimeout"},
         )
         assert row["status"] == "ok", row["error"]

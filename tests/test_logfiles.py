@@ -7,7 +7,6 @@ in it (a connection to a database that does not exist).
 from __future__ import annotations
 
 import gzip
-import io
 import json
 import os
 import re
@@ -18,9 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from apps.doctor import doctor_command
 from persistence.ledger import InMemoryLedger
-from state.records import Invocation
+from tests.backend_kit import call_tool, evidence_refs, run_doctor
 from tests.postgres_log_kit import postgres_log_glob, provoke_postgres_fatal, wait_for_line
 from tools.backend import BackendError
 from tools.composed import ComposedBackend, RealClock, Unavailable, configured_backend
@@ -314,12 +312,8 @@ def test_logfiles_scan_budget_makes_the_total_a_lower_bound(tmp_path: Path) -> N
         knowledge=Unavailable("runbook", "-"),
         clock=RealClock(),
     )
-    runner = ToolRunner(logs_only, InMemoryLedger())
-    row = runner.run(
-        {"name": "query_logs", "args": {"service": "many"}, "id": "b1"},
-        diagnosis_id="d1",
-        thread_id="t1",
-        round=1,
+    row = call_tool(
+        ToolRunner(logs_only, InMemoryLedger()), "query_logs", {"service": "many"}, "b1"
     )
     output = row["output"] or {}
 
@@ -342,12 +336,7 @@ def test_logfiles_configured_by_variable_serve_query_logs_with_refs(
     backend = configured_backend(settings)
     assert backend.services() == ["shop-db"]
     runner = ToolRunner(backend, InMemoryLedger())
-    row: Invocation = runner.run(
-        {"name": "query_logs", "args": {"service": "shop-db", "level": "FATAL"}, "id": "f1"},
-        diagnosis_id="d1",
-        thread_id="t1",
-        round=1,
-    )
+    row = call_tool(runner, "query_logs", {"service": "shop-db", "level": "FATAL"}, "f1")
     # the real clock: the fixture's lines are from 2026-03-01, far outside the last hour
     assert row["status"] == "no_hit", row["error"]
     summary = row["retrieval_details"]["evidence_refs"][-1]["text"]
@@ -380,21 +369,19 @@ def test_logfiles_config_errors_name_the_setting(tmp_path: Path) -> None:
 
 
 def test_doctor_reports_the_log_files(log_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(
-        "SUPERBIZ_LOG_FILES", f"shop-db={log_dir}/db.log*;api={log_dir}/none/*.jsonl"
-    )
-    out, err = io.StringIO(), io.StringIO()
-    assert doctor_command(False, out, err) == 1
-    line = out.getvalue().splitlines()[0]
+    files = f"shop-db={log_dir}/db.log*;api={log_dir}/none/*.jsonl"
+    code, out, err = run_doctor(monkeypatch, {"SUPERBIZ_LOG_FILES": files})
+    assert code == 1
+    line = out.splitlines()[0]
     assert re.match(
         r"log_files +FAIL +api: no file matches \S+none/\*\.jsonl; shop-db: 3 files, ", line
     ), line
-    assert "check SUPERBIZ_LOG_FILES" in err.getvalue()
+    assert "check SUPERBIZ_LOG_FILES" in err
 
-    monkeypatch.setenv("SUPERBIZ_LOG_FILES", f"shop-db={log_dir}/db.log*")
-    out = io.StringIO()
-    assert doctor_command(True, out, io.StringIO()) == 0
-    report = json.loads(out.getvalue())["backends"][0]
+    files = f"shop-db={log_dir}/db.log*"
+    code, out, _ = run_doctor(monkeypatch, {"SUPERBIZ_LOG_FILES": files}, as_json=True)
+    assert code == 0
+    report = json.loads(out)["backends"][0]
     assert (report["backend"], report["status"]) == ("log_files", "ok")
     assert re.fullmatch(
         r"shop-db: 3 files, \d+ B, last written 2026-03-01T10:28:00Z", report["detail"]
@@ -411,19 +398,11 @@ def test_logfiles_find_the_fatal_line_postgres_just_wrote(tmp_path: Path) -> Non
     wait_for_line(pattern, name)
     settings = load_settings({"SUPERBIZ_LOG_FILES": f"postgres={pattern}"}, cwd=tmp_path)
     runner = ToolRunner(configured_backend(settings), InMemoryLedger())
-    row = runner.run(
-        {
-            "name": "query_logs",
-            "args": {"service": "postgres", "level": "FATAL", "query": name},
-            "id": "pg1",
-        },
-        diagnosis_id="d1",
-        thread_id="t1",
-        round=1,
-    )
+    args = {"service": "postgres", "level": "FATAL", "query": name}
+    row = call_tool(runner, "query_logs", args, "pg1")
 
     assert row["status"] == "ok", row["error"]
-    refs = {r["raw_path"]: r["text"] for r in row["retrieval_details"]["evidence_refs"]}
+    refs = evidence_refs(row)
     assert re.fullmatch(
         rf'\d{{4}}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{{3}}Z FATAL postgres: database "{name}" does not '
         "exist",

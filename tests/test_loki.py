@@ -8,7 +8,6 @@ strings, ``stats.summary``), ``labels`` and ``label/<name>/values``, and Loki's 
 
 from __future__ import annotations
 
-import io
 import json
 import re
 from collections.abc import Iterator
@@ -16,12 +15,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from starlette.testclient import TestClient
 
-from apps.api import create_app
-from apps.doctor import doctor_command
-from persistence.ledger import InMemoryLedger
 from state.records import Invocation
+from tests.backend_kit import call_tool, evidence_refs, get_healthz, run_doctor, tool_runner
 from tests.loki_kit import FakeLoki, Stream, parse_logql, serve_loki
 from tools.composed import configured_backend
 from tools.config import load_settings
@@ -85,21 +81,13 @@ def loki() -> Iterator[tuple[FakeLoki, str]]:
         yield fake, url
 
 
-def _runner(env: dict[str, str], tmp_path: Path) -> ToolRunner:
-    return ToolRunner(configured_backend(load_settings(env, cwd=tmp_path)), InMemoryLedger())
-
-
 def _call(runner: ToolRunner, args: dict[str, object], call_id: str = "l1") -> Invocation:
-    return runner.run(
-        {"name": "query_logs", "args": args, "id": call_id},
-        diagnosis_id="d1",
-        thread_id="t1",
-        round=1,
-    )
+    return call_tool(runner, "query_logs", args, call_id)
 
 
-def _refs(row: Invocation) -> dict[str, str]:
-    return {r["raw_path"]: r["text"] for r in row["retrieval_details"]["evidence_refs"]}
+def _query(url: str, tmp_path: Path, args: dict[str, object], **env: str) -> Invocation:
+    """One query_logs call against the Loki at ``url`` (more settings in ``env``)."""
+    return _call(tool_runner({"SUPERBIZ_LOKI_URL": url, **env}, tmp_path), args)
 
 
 def test_loki_logql_uses_the_level_label_and_escapes_text(loki: tuple[FakeLoki, str]) -> None:
@@ -119,11 +107,8 @@ def test_loki_error_lines_of_a_service_newest_first_with_exact_refs(
     loki: tuple[FakeLoki, str], tmp_path: Path
 ) -> None:
     fake, url = loki
-    row = _call(
-        _runner({"SUPERBIZ_LOKI_URL": url}, tmp_path),
-        {"service": "order-service", "level": "ERROR"},
-    )
-    refs = _refs(row)
+    row = _query(url, tmp_path, {"service": "order-service", "level": "ERROR"})
+    refs = evidence_refs(row)
 
     assert row["status"] == "ok", row["error"]
     request = fake.requests[-1]
@@ -149,22 +134,16 @@ def test_loki_truncated_answer_total_is_at_least_what_loki_reports(
     loki: tuple[FakeLoki, str], tmp_path: Path
 ) -> None:
     fake, url = loki
-    row = _call(
-        _runner({"SUPERBIZ_LOKI_URL": url}, tmp_path),
-        {"service": "order-service", "level": "error", "limit": 2},
-    )
+    row = _query(url, tmp_path, {"service": "order-service", "level": "error", "limit": 2})
     assert fake.requests[-1]["limit"] == "3"
     assert (row["output"] or {}).get("total_at_least") is True
-    assert _refs(row)["summary"].endswith("matched 2 of at least 5 (truncated)")
+    assert evidence_refs(row)["summary"].endswith("matched 2 of at least 5 (truncated)")
 
 
 def test_loki_level_is_a_line_filter_where_streams_carry_no_level_label(tmp_path: Path) -> None:
     fake = FakeLoki(streams=plain_streams())
     for url in serve_loki(fake):
-        row = _call(
-            _runner({"SUPERBIZ_LOKI_URL": url}, tmp_path),
-            {"service": "payment-service", "level": "ERROR"},
-        )
+        row = _query(url, tmp_path, {"service": "payment-service", "level": "ERROR"})
         assert fake.requests[-1]["query"] == (
             '{service_name="payment-service"} |~ "(?i)\\\\b(error|err|eror)\\\\b"'
         )
@@ -179,7 +158,7 @@ def test_loki_level_is_a_line_filter_where_streams_carry_no_level_label(tmp_path
 
 def test_loki_refuses_a_catch_all_query(loki: tuple[FakeLoki, str], tmp_path: Path) -> None:
     fake, url = loki
-    runner = _runner({"SUPERBIZ_LOKI_URL": url}, tmp_path)
+    runner = tool_runner({"SUPERBIZ_LOKI_URL": url}, tmp_path)
     row = _call(runner, {})
     assert row["status"] == "error"
     assert "needs a service, a level or a text query" in str(row["error"])
@@ -208,7 +187,7 @@ def test_loki_plain_text_errors_become_error_invocations_quoting_the_server(
     fake, url = loki
     for key, value in change.items():
         setattr(fake, key, value)
-    row = _call(_runner({"SUPERBIZ_LOKI_URL": url}, tmp_path), {"service": "order-service"})
+    row = _query(url, tmp_path, {"service": "order-service"})
     assert row["status"] == "error"
     assert str(row["error"]) == f"BackendRequestError: Loki answered HTTP {status}: {said}"
     assert row["retrieval_details"]["evidence_refs"] == []
@@ -217,15 +196,18 @@ def test_loki_plain_text_errors_become_error_invocations_quoting_the_server(
 def test_loki_tenant_is_sent_as_x_scope_orgid(loki: tuple[FakeLoki, str], tmp_path: Path) -> None:
     fake, url = loki
     fake.tenant = "team-a"
-    missing = _call(_runner({"SUPERBIZ_LOKI_URL": url}, tmp_path), {"service": "postgres"})
+    missing = _query(url, tmp_path, {"service": "postgres"})
     assert missing["status"] == "error"
     assert "wants a tenant (it answered: no org id); set SUPERBIZ_LOKI_TENANT" in str(
         missing["error"]
     )
-    env = {"SUPERBIZ_LOKI_URL": url, "SUPERBIZ_LOKI_TENANT": "team-a"}
-    found = _call(_runner(env, tmp_path), {"service": "postgres", "level": "FATAL"})
+    found = _query(
+        url, tmp_path, {"service": "postgres", "level": "FATAL"}, SUPERBIZ_LOKI_TENANT="team-a"
+    )
     assert found["status"] == "ok", found["error"]
-    assert _refs(found)["logs[0]"].endswith('fatal postgres: database "ghost" does not exist')
+    assert evidence_refs(found)["logs[0]"].endswith(
+        'fatal postgres: database "ghost" does not exist'
+    )
 
 
 def test_loki_services_doctor_and_healthz(
@@ -235,16 +217,13 @@ def test_loki_services_doctor_and_healthz(
     backend = configured_backend(load_settings({"SUPERBIZ_LOKI_URL": url}, cwd=tmp_path))
     assert backend.services() == ["order-service", "postgres"]
 
-    monkeypatch.setenv("SUPERBIZ_LOKI_URL", url)
-    out = io.StringIO()
-    assert doctor_command(False, out, io.StringIO()) == 0
+    code, out, _ = run_doctor(monkeypatch, {"SUPERBIZ_LOKI_URL": url})
+    assert code == 0
     assert re.fullmatch(
         rf"loki +ok +{re.escape(url)}  labels ok \(3\); label service: 2 services "
         r"\(order-service, postgres\); level label level\n",
-        out.getvalue(),
-    ), out.getvalue()
-    app = create_app(f"sqlite:///{tmp_path / 'api.sqlite'}", api_keys={})
-    with TestClient(app, base_url="http://127.0.0.1") as client:
-        body = client.get("/healthz").json()
+        out,
+    ), out
+    _, body = get_healthz(tmp_path)
     assert body["backends"]["loki"]["status"] == "ok"
     assert json.dumps(body).count("loki") >= 1

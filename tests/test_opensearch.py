@@ -8,39 +8,27 @@ explicit mapping with nested field names.
 
 from __future__ import annotations
 
-import io
 import json
 import re
 from pathlib import Path
 
 import pytest
-from starlette.testclient import TestClient
 
-from apps.api import create_app
-from apps.doctor import doctor_command
-from persistence.ledger import InMemoryLedger
 from state.records import Invocation
+from tests.backend_kit import call_tool, evidence_refs, get_healthz, run_doctor, tool_runner
 from tests.opensearch_kit import ago as _ago
 from tools.composed import configured_backend
 from tools.config import load_settings
 from tools.runner import ToolRunner
 
 
-def _runner(env: dict[str, str], tmp_path: Path) -> ToolRunner:
-    return ToolRunner(configured_backend(load_settings(env, cwd=tmp_path)), InMemoryLedger())
-
-
 def _call(runner: ToolRunner, args: dict[str, object], call_id: str = "o1") -> Invocation:
-    return runner.run(
-        {"name": "query_logs", "args": args, "id": call_id},
-        diagnosis_id="d1",
-        thread_id="t1",
-        round=1,
-    )
+    return call_tool(runner, "query_logs", args, call_id)
 
 
-def _refs(row: Invocation) -> dict[str, str]:
-    return {r["raw_path"]: r["text"] for r in row["retrieval_details"]["evidence_refs"]}
+def _query(env: dict[str, str], tmp_path: Path, args: dict[str, object]) -> Invocation:
+    """One query_logs call on a fresh runner over ``env``."""
+    return _call(tool_runner(env, tmp_path), args)
 
 
 @pytest.fixture
@@ -51,8 +39,8 @@ def os_env(opensearch_url: str) -> dict[str, str]:
 def test_opensearch_errors_of_a_service_newest_first_every_spelling(
     os_env: dict[str, str], tmp_path: Path
 ) -> None:
-    row = _call(_runner(os_env, tmp_path), {"service": "order-service", "level": "ERROR"})
-    refs = _refs(row)
+    row = _query(os_env, tmp_path, {"service": "order-service", "level": "ERROR"})
+    refs = evidence_refs(row)
 
     assert row["status"] == "ok", row["error"]
     assert [e["message"] for e in (row["output"] or {})["logs"]] == [
@@ -73,12 +61,12 @@ def test_opensearch_errors_of_a_service_newest_first_every_spelling(
 def test_opensearch_text_is_a_phrase_and_the_limit_truncates(
     os_env: dict[str, str], tmp_path: Path
 ) -> None:
-    runner = _runner(os_env, tmp_path)
+    runner = tool_runner(os_env, tmp_path)
     phrase = _call(runner, {"query": "acquire connection"}, "o1")
     limited = _call(runner, {"service": "order-service", "limit": 2}, "o2")
 
     assert [e.get("instance") for e in (phrase["output"] or {})["logs"]] == ["order-2", "order-1"]
-    assert _refs(limited)["summary"].endswith("matched 2 of 5 (truncated)")
+    assert evidence_refs(limited)["summary"].endswith("matched 2 of 5 (truncated)")
     assert (limited["output"] or {}).get("total_at_least") is None
 
 
@@ -86,9 +74,9 @@ def test_opensearch_total_past_track_total_hits_is_at_least(
     os_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr("tools.opensearch.TRACK_TOTAL_HITS", 3)
-    row = _call(_runner(os_env, tmp_path), {"service": "order-service", "limit": 2})
+    row = _query(os_env, tmp_path, {"service": "order-service", "limit": 2})
     assert (row["output"] or {}).get("total_at_least") is True
-    assert _refs(row)["summary"].endswith("matched 2 of at least 3 (truncated)")
+    assert evidence_refs(row)["summary"].endswith("matched 2 of at least 3 (truncated)")
 
 
 def test_opensearch_field_names_are_configurable(opensearch_url: str, tmp_path: Path) -> None:
@@ -99,8 +87,8 @@ def test_opensearch_field_names_are_configurable(opensearch_url: str, tmp_path: 
             {"level": "log.level", "service": "service.name", "instance": "host.name"}
         ),
     }
-    row = _call(_runner(env, tmp_path), {"service": "cart", "level": "WARN"})
-    refs = _refs(row)
+    row = _query(env, tmp_path, {"service": "cart", "level": "WARN"})
+    refs = evidence_refs(row)
     assert row["status"] == "ok", row["error"]
     assert refs["logs[0]"] == f"{_ago(2)} WARNING cart: cart cache refilled"
     assert refs["logs[1]"] == f"{_ago(6)} warn cart cart-9: cart cache miss storm"
@@ -110,24 +98,16 @@ def test_opensearch_field_names_are_configurable(opensearch_url: str, tmp_path: 
 def test_opensearch_error_bodies_become_error_invocations(
     opensearch_url: str, tmp_path: Path
 ) -> None:
-    missing = _call(
-        _runner(
-            {"SUPERBIZ_OPENSEARCH_URL": opensearch_url, "SUPERBIZ_OPENSEARCH_INDEX": "nope"},
-            tmp_path,
-        ),
-        {"service": "x"},
-    )
+    def in_index(index: str, args: dict[str, object]) -> Invocation:
+        env = {"SUPERBIZ_OPENSEARCH_URL": opensearch_url, "SUPERBIZ_OPENSEARCH_INDEX": index}
+        return _query(env, tmp_path, args)
+
+    missing = in_index("nope", {"service": "x"})
     assert missing["status"] == "error"
     assert "index_not_found_exception: no such index [nope]" in str(missing["error"])
     assert "check SUPERBIZ_OPENSEARCH_INDEX" in str(missing["error"])
 
-    empty = _call(
-        _runner(
-            {"SUPERBIZ_OPENSEARCH_URL": opensearch_url, "SUPERBIZ_OPENSEARCH_INDEX": "none-*"},
-            tmp_path,
-        ),
-        {"level": "ERROR"},
-    )
+    empty = in_index("none-*", {"level": "ERROR"})
     assert empty["status"] == "error"  # never a "no errors" answer from no index at all
     assert "no index matches none-*" in str(empty["error"])
 
@@ -137,20 +117,15 @@ def test_opensearch_services_doctor_and_healthz(
 ) -> None:
     backend = configured_backend(load_settings(os_env, cwd=tmp_path))
     assert backend.services() == ["order-service", "payment-service", "postgres"]
-    for name, value in os_env.items():
-        monkeypatch.setenv(name, value)
-    out = io.StringIO()
-    assert doctor_command(False, out, io.StringIO()) == 0
+    code, out, _ = run_doctor(monkeypatch, os_env)
+    assert code == 0
     assert re.fullmatch(
         r"opensearch +ok +http://127\.0\.0\.1:\d+  opensearch \S+; index logs-\*: 1 indices; "
         r"3 services \(order-service, payment-service, postgres\)\n",
-        out.getvalue(),
-    ), out.getvalue()
+        out,
+    ), out
     monkeypatch.setenv("SUPERBIZ_OPENSEARCH_INDEX", "none-*")
-    app = create_app(f"sqlite:///{tmp_path / 'api.sqlite'}", api_keys={})
-    with TestClient(app, base_url="http://127.0.0.1") as client:
-        health = client.get("/healthz")
-    body = health.json()
-    assert health.status_code == 200 and body["database"] == "ok"
+    status, body = get_healthz(tmp_path)
+    assert status == 200 and body["database"] == "ok"
     assert body["backends"]["opensearch"]["status"] == "error"
     assert body["backends"]["opensearch"]["setting"] == "SUPERBIZ_OPENSEARCH_INDEX"
