@@ -116,23 +116,6 @@ def fatal_reason(exc: openai.APIStatusError, model: str, endpoint: str) -> str |
     return f"the model endpoint {endpoint} answered {status} for model {model!r}: {said}"
 
 
-def _transient(exc: BaseException, endpoint: str) -> tuple[str, int | None] | None:
-    """What a retried failure was (for the final reason), or None when it is not retried."""
-    if isinstance(exc, openai.APITimeoutError):
-        return "timed out", None
-    if isinstance(exc, openai.APIConnectionError):
-        return f"could not be reached at {endpoint} or dropped the reply", None
-    if isinstance(exc, openai.APIStatusError):
-        status = exc.status_code
-        if status in RETRIED_STATUSES or status >= 500:
-            label = "rate-limited the request" if status == 429 else "failed"
-            return f"{label} ({status}: {_server_message(exc)})", status
-        return None
-    if isinstance(exc, json.JSONDecodeError | openai.APIResponseValidationError):
-        return "sent a reply that is not valid JSON", None
-    return None
-
-
 def call_with_retries(
     call: Callable[[], T],
     *,
@@ -149,21 +132,24 @@ def call_with_retries(
     """
     attempt = 0
     while True:
+        # A retried failure says what it was (for the final reason) and its status, if any.
         try:
             return call()
         except openai.APIStatusError as exc:
             reason = fatal_reason(exc, model, endpoint)
             if reason is not None:
                 raise ModelCallFailed(reason, status=exc.status_code) from exc
+            status: int | None = exc.status_code
+            label = "rate-limited the request" if status == 429 else "failed"
             failure: BaseException = exc
-        except (openai.APIConnectionError, json.JSONDecodeError) as exc:
-            failure = exc
-        except openai.APIResponseValidationError as exc:
-            failure = exc
-        what = _transient(failure, endpoint)
-        if what is None:  # pragma: no cover - every branch above is transient by now
-            raise failure
-        text, status = what
+            text = f"{label} ({status}: {_server_message(exc)})"
+        except openai.APITimeoutError as exc:
+            failure, text, status = exc, "timed out", None
+        except openai.APIConnectionError as exc:
+            failure, status = exc, None
+            text = f"could not be reached at {endpoint} or dropped the reply"
+        except (json.JSONDecodeError, openai.APIResponseValidationError) as exc:
+            failure, text, status = exc, "sent a reply that is not valid JSON", None
         attempt += 1
         now = policy.clock()
         wait = policy.delay(attempt, retry_after_s(failure, now))

@@ -14,10 +14,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
 from nodes.executor import BUDGET_SPENT
-from nodes.messages import json_content, replies
+from nodes.messages import humans, json_content, replies
 from state.json_shape import is_number, obj, objects
 from state.records import QuestionFacets
 from tools.vocabulary import concepts_in
@@ -99,11 +99,8 @@ def tool_turns(messages: list[BaseMessage]) -> int:
 
 def budget_spent(messages: list[BaseMessage]) -> bool:
     """Whether the executor was told that the tool budget of the round is spent."""
-    return (
-        bool(messages)
-        and isinstance(messages[-1], HumanMessage)
-        and (messages[-1].content == BUDGET_SPENT)
-    )
+    last = humans(messages[-1:])
+    return bool(last) and last[0].content == BUDGET_SPENT
 
 
 def was_called(results: list[Result], tool: str, **args: Any) -> bool:

@@ -21,7 +21,6 @@ from state.records import (
     GatekeeperResult,
     GatekeeperStatus,
     JSONObject,
-    JSONValue,
     ParseStatus,
     Severity,
     TraceItem,
@@ -51,7 +50,7 @@ _STATUS: TypeAdapter[GatekeeperStatus] = TypeAdapter(GatekeeperStatus)
 _SEVERITY: TypeAdapter[Severity] = TypeAdapter(Severity)
 
 
-def _items(adapter: TypeAdapter[_T], value: JSONValue) -> list[_T]:
+def _items(adapter: TypeAdapter[_T], value: object) -> list[_T]:
     found = [_read(adapter, item) for item in items(value)]
     return [item for item in found if item is not None]
 
