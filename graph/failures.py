@@ -9,11 +9,11 @@ failed diagnosis is recorded the same way: status ``failed``, the reason as its 
 from __future__ import annotations
 
 from graph.model_failures import ModelCallFailed
-from nodes.audit import usage_record
+from nodes.audit import finish, usage_record
 from persistence.audit import AuditStore
 from state.context import Context
 from state.graph_state import DiagnosisState
-from state.records import DiagnosisOutcome, FailureRecord
+from state.records import FailureRecord
 from verification.answer import failed_answer
 from verification.text import error_line
 
@@ -81,14 +81,5 @@ def record_failure(
     )
     if context is not None:
         audit.update_channel(diagnosis_id, "usage", usage_record(values, context))
-    audit.finish_diagnosis(
-        diagnosis_id,
-        DiagnosisOutcome(
-            status="failed",
-            rounds=values.get("round", 1),
-            verdict=None,
-            score=None,
-            answer=failure.answer,
-        ),
-    )
+    finish(audit, diagnosis_id, values, "failed", verdict=None, score=None, answer=failure.answer)
     audit.mark(diagnosis_id, note=f"failed: {failure.reason}")

@@ -23,17 +23,18 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import ExitStack
 from typing import Any, cast
 
-from langchain_core.messages import HumanMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import StateSnapshot
 
 from graph.failures import record_failure
 from nodes.intake import diagnosis_id_for
+from nodes.messages import last_human
 from persistence.audit import AuditStore
 from persistence.runs import RunLocks
 from state.context import Context
 from state.graph_state import DiagnosisState, InputState, OutputState
+from state.json_shape import obj
 from state.records import DiagnosisStatus
 
 RESUMED_NOTE = "resumed after an interrupted run"
@@ -128,20 +129,13 @@ def resumed_diagnosis_id(snapshot: StateSnapshot) -> str | None:
         return None  # the question itself is pending: intake starts its diagnosis
     for task in snapshot.tasks:
         if task.name == "intake":
-            written = task.result if isinstance(task.result, dict) else {}
+            written = obj(task.result)
             found = written.get("diagnosis_id")
             if found:
                 return str(found)
             # Intake's writes were lost with the process, or it never ran: it runs again with
             # the same (deterministic) id, which has a record only if it had started.
-            human = next(
-                (
-                    m
-                    for m in reversed((snapshot.values or {}).get("messages", []))
-                    if isinstance(m, HumanMessage)
-                ),
-                None,
-            )
+            human = last_human((snapshot.values or {}).get("messages", []))
             thread = (snapshot.config.get("configurable") or {}).get("thread_id")
             if human is None or thread is None:
                 return None

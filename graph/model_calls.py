@@ -19,17 +19,19 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from email.utils import parsedate_to_datetime
+from functools import partial
 from typing import Any, TypeVar
 
 import openai
 from langchain_core.callbacks import CallbackManagerForLLMRun
-from langchain_core.messages import BaseMessage
 from langchain_core.outputs import ChatResult
 from langchain_openai import ChatOpenAI
 from pydantic import PrivateAttr
 
 from graph.model_failures import ModelCallFailed, RetryPolicy
+from nodes.chat_model import CallableChatModel, GenerateCall
 from nodes.common import DEADLINE_KEY
+from state.json_shape import is_number, obj
 
 __all__ = ["ModelCallFailed", "ResilientChatOpenAI", "RetryPolicy", "call_with_retries"]
 
@@ -65,12 +67,11 @@ def retry_after_s(exc: BaseException, now: float) -> float | None:
 
 
 def _server_message(exc: openai.APIStatusError) -> str:
-    body = exc.body
-    if isinstance(body, dict):
-        inner = body.get("error", body)
-        message = inner.get("message") if isinstance(inner, dict) else inner
-        if message:
-            return " ".join(str(message).split())[:200]
+    body = obj(exc.body)
+    inner = body.get("error", body)
+    message = inner.get("message") if isinstance(inner, dict) else inner
+    if message:
+        return " ".join(str(message).split())[:200]
     return " ".join(str(exc.message).split())[:200]
 
 
@@ -115,23 +116,6 @@ def fatal_reason(exc: openai.APIStatusError, model: str, endpoint: str) -> str |
     return f"the model endpoint {endpoint} answered {status} for model {model!r}: {said}"
 
 
-def _transient(exc: BaseException, endpoint: str) -> tuple[str, int | None] | None:
-    """What a retried failure was (for the final reason), or None when it is not retried."""
-    if isinstance(exc, openai.APITimeoutError):
-        return "timed out", None
-    if isinstance(exc, openai.APIConnectionError):
-        return f"could not be reached at {endpoint} or dropped the reply", None
-    if isinstance(exc, openai.APIStatusError):
-        status = exc.status_code
-        if status in RETRIED_STATUSES or status >= 500:
-            label = "rate-limited the request" if status == 429 else "failed"
-            return f"{label} ({status}: {_server_message(exc)})", status
-        return None
-    if isinstance(exc, json.JSONDecodeError | openai.APIResponseValidationError):
-        return "sent a reply that is not valid JSON", None
-    return None
-
-
 def call_with_retries(
     call: Callable[[], T],
     *,
@@ -148,21 +132,24 @@ def call_with_retries(
     """
     attempt = 0
     while True:
+        # A retried failure says what it was (for the final reason) and its status, if any.
         try:
             return call()
         except openai.APIStatusError as exc:
             reason = fatal_reason(exc, model, endpoint)
             if reason is not None:
                 raise ModelCallFailed(reason, status=exc.status_code) from exc
+            status: int | None = exc.status_code
+            label = "rate-limited the request" if status == 429 else "failed"
             failure: BaseException = exc
-        except (openai.APIConnectionError, json.JSONDecodeError) as exc:
-            failure = exc
-        except openai.APIResponseValidationError as exc:
-            failure = exc
-        what = _transient(failure, endpoint)
-        if what is None:  # pragma: no cover - every branch above is transient by now
-            raise failure
-        text, status = what
+            text = f"{label} ({status}: {_server_message(exc)})"
+        except openai.APITimeoutError as exc:
+            failure, text, status = exc, "timed out", None
+        except openai.APIConnectionError as exc:
+            failure, status = exc, None
+            text = f"could not be reached at {endpoint} or dropped the reply"
+        except (json.JSONDecodeError, openai.APIResponseValidationError) as exc:
+            failure, text, status = exc, "sent a reply that is not valid JSON", None
         attempt += 1
         now = policy.clock()
         wait = policy.delay(attempt, retry_after_s(failure, now))
@@ -189,10 +176,10 @@ def deadline_of(run_manager: CallbackManagerForLLMRun | None) -> float | None:
     """The diagnosis deadline a node put in the call's config metadata, if any."""
     metadata = getattr(run_manager, "metadata", None) or {}
     value = metadata.get(DEADLINE_KEY)
-    return float(value) if isinstance(value, int | float) else None
+    return float(value) if is_number(value) else None
 
 
-class ResilientChatOpenAI(ChatOpenAI):
+class ResilientChatOpenAI(CallableChatModel, ChatOpenAI):
     """``ChatOpenAI`` whose requests go through ``call_with_retries`` (and never stream)."""
 
     _policy: RetryPolicy = PrivateAttr(default_factory=RetryPolicy)
@@ -202,27 +189,25 @@ class ResilientChatOpenAI(ChatOpenAI):
         self._policy = policy
         return self
 
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
-        deadline = deadline_of(run_manager)
+    def generate_for(self, call: GenerateCall) -> ChatResult:
+        """``ChatOpenAI``'s generation under ``call_with_retries``, bounded by the deadline.
+
+        Raises:
+            ModelCallFailed: when the endpoint's answer is never retried, or the retries or the
+                diagnosis deadline are spent.
+        """
+        deadline = deadline_of(call.run_manager)
         policy = self._policy
 
         def attempt() -> ChatResult:
-            options = dict(kwargs)
+            options: dict[str, Any] = {}
             if deadline is not None:
                 # No single request may outlast the diagnosis deadline.
                 remaining = max(0.05, deadline - policy.clock())
                 limit = self.request_timeout
-                if not isinstance(limit, int | float) or remaining < limit:
+                if not is_number(limit) or remaining < limit:
                     options["timeout"] = remaining
-            return super(ResilientChatOpenAI, self)._generate(
-                messages, stop=stop, run_manager=run_manager, **options
-            )
+            return call.run(partial(ChatOpenAI._generate, self), **options)
 
         return call_with_retries(
             attempt,

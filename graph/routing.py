@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from langchain_core.messages import AIMessage
-
+from nodes.messages import last_reply
 from state.graph_state import DiagnosisState
 from state.records import MAX_ROUNDS
 
@@ -15,9 +14,8 @@ RETRY_SCORE = 0.5
 
 def after_executor(state: DiagnosisState) -> Literal["tools", "evidence"]:
     """Run the requested tools, or go on to evidence once the executor has answered."""
-    messages = state.get("executor_messages", [])
-    last = messages[-1] if messages else None
-    if isinstance(last, AIMessage) and last.tool_calls:
+    last = last_reply(state.get("executor_messages", []))
+    if last is not None and last.tool_calls:
         return "tools"
     return "evidence"
 

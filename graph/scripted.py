@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Sequence
+from functools import partial
 from typing import Any
 
-from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.messages import AIMessage
 from langchain_core.outputs import ChatResult
 
+from nodes.chat_model import CallableChatModel, GenerateCall
 from nodes.common import GetModel
 from state.context import Context
 
@@ -25,7 +26,7 @@ class ScriptExhausted(RuntimeError):
     """A scripted role was called more often than its script has replies."""
 
 
-class ScriptedChatModel(GenericFakeChatModel):
+class ScriptedChatModel(CallableChatModel, GenericFakeChatModel):
     """``GenericFakeChatModel`` that accepts tools and never streams."""
 
     role: str = "model"
@@ -34,15 +35,14 @@ class ScriptedChatModel(GenericFakeChatModel):
         """Tools are ignored: the script already says which calls to make."""
         return self
 
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
+    def generate_for(self, call: GenerateCall) -> ChatResult:
+        """The next scripted reply.
+
+        Raises:
+            ScriptExhausted: when the script has no more replies for this role.
+        """
         try:
-            return super()._generate(messages, stop=stop, run_manager=run_manager, **kwargs)
+            return call.run(partial(GenericFakeChatModel._generate, self))
         except StopIteration:
             raise ScriptExhausted(
                 f"the script has no more {self.role} replies (called once too often)"
@@ -51,19 +51,20 @@ class ScriptedChatModel(GenericFakeChatModel):
 
 def to_message(reply: Any, *, prefix: str, counter: Iterator[int]) -> AIMessage:
     """Turn one scripted reply into an ``AIMessage`` (tool calls get fixed ids)."""
-    if isinstance(reply, dict) and "tool_calls" in reply:
-        calls = [
-            {
-                "name": str(call["name"]),
-                "args": dict(call.get("args") or {}),
-                "id": str(call.get("id") or f"{prefix}-{next(counter)}"),
-                "type": "tool_call",
-            }
-            for call in reply["tool_calls"]
-        ]
-        return AIMessage(content=str(reply.get("content") or ""), tool_calls=calls)
-    if isinstance(reply, dict) and set(reply) == {"content"}:
-        reply = reply["content"]
+    if isinstance(reply, dict):
+        if "tool_calls" in reply:
+            calls = [
+                {
+                    "name": str(call["name"]),
+                    "args": dict(call.get("args") or {}),
+                    "id": str(call.get("id") or f"{prefix}-{next(counter)}"),
+                    "type": "tool_call",
+                }
+                for call in reply["tool_calls"]
+            ]
+            return AIMessage(content=str(reply.get("content") or ""), tool_calls=calls)
+        if set(reply) == {"content"}:
+            reply = reply["content"]
     if not isinstance(reply, str):
         reply = json.dumps(reply, ensure_ascii=False)
     return AIMessage(content=reply)

@@ -13,6 +13,7 @@ from state.context import Context
 from state.graph_state import DiagnosisState
 from state.records import (
     DiagnosisOutcome,
+    DiagnosisStatus,
     ModelUsage,
     UsageRecord,
     Verdict,
@@ -74,6 +75,23 @@ def usage_record(state: DiagnosisState, ctx: Context) -> UsageRecord:
     )
 
 
+def finish(
+    audit: AuditStore,
+    diagnosis_id: str,
+    state: DiagnosisState,
+    status: DiagnosisStatus,
+    *,
+    verdict: Verdict | None,
+    score: float | None,
+    answer: str | None,
+) -> None:
+    """Record how a diagnosis ended on its row: status, rounds (from ``state``), verdict, answer."""
+    outcome = DiagnosisOutcome(
+        status=status, rounds=state.get("round", 1), verdict=verdict, score=score, answer=answer
+    )
+    audit.finish_diagnosis(diagnosis_id, outcome)
+
+
 def make_audit(audit: AuditStore) -> Node:
     """Build the audit node."""
 
@@ -84,15 +102,14 @@ def make_audit(audit: AuditStore) -> Node:
         ctx = context_of(runtime)
         audit.update_channel(diagnosis_id, "usage", usage_record(state, ctx))
         audit.update_channel(diagnosis_id, "replay", replay_record(state, ctx))
-        audit.finish_diagnosis(
+        finish(
+            audit,
             diagnosis_id,
-            DiagnosisOutcome(
-                status="done",
-                rounds=state.get("round", 1),
-                verdict=verdict,
-                score=state.get("groundedness_score"),
-                answer=state.get("answer"),
-            ),
+            state,
+            "done",
+            verdict=verdict,
+            score=state.get("groundedness_score"),
+            answer=state.get("answer"),
         )
         emit("done", round=state.get("round", 1), verdict=verdict)
         return {"route": ["audit"]}

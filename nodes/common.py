@@ -8,17 +8,20 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import BaseMessage
+from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.runnables import Runnable, RunnableConfig
 from langgraph.config import get_config, get_stream_writer
 from langgraph.constants import TAG_NOSTREAM
 from langgraph.runtime import Runtime
 
+from nodes.messages import as_reply
+from nodes.messages import content_chars as content_chars
+from nodes.messages import message_text as message_text
 from nodes.recording import MAX_RECORDED_CALLS, call_record
 from state.context import Context, setting_names
 from state.graph_state import DiagnosisState
+from state.json_shape import is_number
 from state.records import ModelCallRecord, ModelUsage, add_usage
-from tools.unicode import clean_text
 
 GetModel = Callable[[str, Context], BaseChatModel]
 """Model factory handed to node factories: ``get_model(role, context)``."""
@@ -54,7 +57,7 @@ class Spend:
         self.calls: list[ModelCallRecord] = []
         started = float(state.get("started_at") or time.time())
         resumed = _configurable().get(RESUMED_AT_KEY)
-        if isinstance(resumed, int | float):
+        if is_number(resumed):
             started = max(started, float(resumed))
         self.deadline = started + ctx.diagnosis_deadline_s
         self.config: RunnableConfig = {
@@ -92,9 +95,9 @@ class Spend:
             )
         return None
 
-    def invoke(self, model: Runnable[Any, Any], messages: Sequence[BaseMessage]) -> BaseMessage:
-        """Call ``model`` and count what the call cost."""
-        reply = model.invoke(list(messages), config=self.config)
+    def invoke(self, model: Runnable[Any, Any], messages: Sequence[BaseMessage]) -> AIMessage:
+        """Call ``model`` and count what the call cost; its answer as a reply (``as_reply``)."""
+        reply = as_reply(model.invoke(list(messages), config=self.config))
         if not getattr(model, "offline", False):
             usage = getattr(reply, "usage_metadata", None) or {}
             self.added = add_usage(
@@ -115,23 +118,7 @@ class Spend:
                         record_replies=self._ctx.record_model_replies,
                     )
                 )
-        message: BaseMessage = reply
-        return message
-
-
-def content_chars(messages: Sequence[BaseMessage]) -> int:
-    """Characters of the content a model receives (texts and tool-call arguments)."""
-    total = 0
-    for message in messages:
-        content = message.content
-        if isinstance(content, str):
-            total += len(content)
-        else:
-            for block in content:
-                total += len(block) if isinstance(block, str) else len(json.dumps(block))
-        for call in getattr(message, "tool_calls", None) or []:
-            total += len(call["name"]) + len(json.dumps(call.get("args") or {}, ensure_ascii=False))
-    return total
+        return reply
 
 
 def _node_name() -> str:
@@ -188,26 +175,6 @@ def emit(stage: str, **fields: Any) -> None:
     except RuntimeError:
         return
     writer({"stage": stage, **fields})
-
-
-def message_text(message: BaseMessage | None) -> str:
-    """Plain text of a message, joining text blocks of list content.
-
-    Lone surrogates and NUL characters are replaced (``tools.unicode``): a model reply or a
-    question may carry them, and they would break the payload, the checkpoint or the database.
-    """
-    if message is None:
-        return ""
-    content = message.content
-    if isinstance(content, str):
-        return clean_text(content)
-    parts: list[str] = []
-    for block in content:
-        if isinstance(block, str):
-            parts.append(block)
-        elif isinstance(block, dict) and block.get("type") == "text":
-            parts.append(str(block.get("text", "")))
-    return clean_text("".join(parts))
 
 
 def model_label(model: BaseChatModel) -> str:

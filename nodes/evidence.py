@@ -6,6 +6,7 @@ from langchain_core.messages import AIMessage
 from langgraph.runtime import Runtime
 
 from nodes.common import Node, emit, message_text
+from nodes.messages import last_reply
 from persistence.ledger import InvocationLedger
 from state.context import Context
 from state.graph_state import DiagnosisState
@@ -17,9 +18,8 @@ from verification.executor_output import parse_executor_output, read_answer
 
 def final_executor_message(state: DiagnosisState) -> AIMessage | None:
     """The executor's final message: its last reply without tool calls, if it gave one."""
-    messages = state.get("executor_messages", [])
-    last = messages[-1] if messages else None
-    if isinstance(last, AIMessage) and not last.tool_calls:
+    last = last_reply(state.get("executor_messages", []))
+    if last is not None and not last.tool_calls:
         return last
     return None
 

@@ -16,20 +16,21 @@ from collections.abc import Sequence
 from langchain_core.messages import (
     AIMessage,
     AnyMessage,
-    BaseMessage,
     HumanMessage,
     SystemMessage,
-    ToolCall,
     ToolMessage,
 )
 from langgraph.runtime import Runtime
 
 from nodes.common import GetModel, Node, Spend, content_chars, context_of, emit
 from nodes.executor_context import bounded_history, expand_tool_messages
+from nodes.messages import INVALID_ARGUMENTS as INVALID_ARGUMENTS
+from nodes.messages import json_content, readable_calls
 from nodes.prompts import load_prompt
 from persistence.ledger import InvocationLedger
 from state.context import Context
 from state.graph_state import DiagnosisState
+from state.json_shape import obj, objects
 from state.records import Invocation
 from tools.refs import format_value
 from tools.schemas import tool_specs
@@ -58,39 +59,21 @@ def tool_reference(invocation: Invocation) -> str:
     )
 
 
-INVALID_ARGUMENTS = "__invalid_arguments__"
-"""Argument key of a tool call whose arguments were not a JSON object (the raw text is its
-value); the tools node records it as an ``error`` invocation the executor can read."""
-
-
-def readable_tool_calls(reply: BaseMessage) -> AIMessage:
+def readable_tool_calls(reply: AIMessage) -> AIMessage:
     """The executor's reply with each malformed tool call made into one the tools node answers.
 
     langchain keeps a call whose arguments are not valid JSON apart (``invalid_tool_calls``);
-    dropped, it would end the round. Instead the tools node answers it with a readable error.
-    A call whose arguments are not valid JSON keeps its id and name; its arguments become
-    ``{INVALID_ARGUMENTS: <the raw text>}``.
+    dropped, it would end the round. Instead the tools node answers it with a readable error
+    (``nodes.messages.readable_calls``).
     """
-    if not isinstance(reply, AIMessage):
-        return AIMessage(content=reply.content, id=reply.id)
     if not reply.invalid_tool_calls:
         return reply
-    calls = list(reply.tool_calls)
-    for index, bad in enumerate(reply.invalid_tool_calls):
-        calls.append(
-            ToolCall(
-                name=str(bad.get("name") or "unnamed"),
-                args={INVALID_ARGUMENTS: str(bad.get("args") or "")[:2000]},
-                id=str(bad.get("id") or f"invalid-{index}"),
-                type="tool_call",
-            )
-        )
-    return AIMessage(content=reply.content, tool_calls=calls, id=reply.id)
+    return AIMessage(content=reply.content, tool_calls=readable_calls(reply), id=reply.id)
 
 
 def render_call(name: str, args: object) -> str:
     """A tool call on one line: ``query_logs level=ERROR service=order-service``."""
-    items = sorted(args.items()) if isinstance(args, dict) else []
+    items = sorted(obj(args).items())
     return " ".join([name, *(f"{key}={format_value(value)}" for key, value in items)])
 
 
@@ -106,10 +89,8 @@ def calls_not_run(messages: Sequence[AnyMessage]) -> list[str]:
         if isinstance(message, AIMessage):
             for call in message.tool_calls:
                 asked[str(call.get("id"))] = render_call(call["name"], call.get("args"))
-            dropped = message.additional_kwargs.get(DROPPED_CALLS)
-            for call in dropped if isinstance(dropped, list) else []:
-                if isinstance(call, dict):
-                    not_run.append(render_call(str(call.get("name")), call.get("args")))
+            for dropped in objects(message.additional_kwargs.get(DROPPED_CALLS)):
+                not_run.append(render_call(str(dropped.get("name")), dropped.get("args")))
         elif isinstance(message, ToolMessage) and _skipped(message):
             text = asked.get(str(message.tool_call_id))
             if text is not None:
@@ -118,11 +99,7 @@ def calls_not_run(messages: Sequence[AnyMessage]) -> list[str]:
 
 
 def _skipped(message: ToolMessage) -> bool:
-    try:
-        data = json.loads(message.content) if isinstance(message.content, str) else None
-    except json.JSONDecodeError:
-        return False
-    return isinstance(data, dict) and str(data.get("error", "")).startswith(SKIPPED_PREFIX)
+    return str(obj(json_content(message)).get("error", "")).startswith(SKIPPED_PREFIX)
 
 
 def make_executor(get_model: GetModel, ledger: InvocationLedger) -> Node:

@@ -25,7 +25,8 @@ from collections.abc import Sequence
 
 from langchain_core.messages import AIMessage, AnyMessage, ToolMessage
 
-from nodes.common import content_chars
+from nodes.messages import content_chars, json_content
+from state.json_shape import at, objects
 from state.records import Invocation, JSONObject
 from tools.runner import tool_message_content
 
@@ -107,8 +108,7 @@ def fitted_content(invocation: Invocation, limit: int) -> str:
     if len(full) <= limit:
         return full
     data: JSONObject = json.loads(full)
-    raw_refs = data.get("evidence_refs")
-    refs = [ref for ref in raw_refs if isinstance(ref, dict)] if isinstance(raw_refs, list) else []
+    refs = objects(data.get("evidence_refs"))
     summary = [ref for ref in refs if ref.get("raw_path") == "summary"]
     entries = [ref for ref in refs if ref.get("raw_path") != "summary"]
 
@@ -135,14 +135,12 @@ def fitted_content(invocation: Invocation, limit: int) -> str:
     return text
 
 
-def _invocation_of(message: ToolMessage, by_id: dict[str, Invocation]) -> Invocation | None:
-    if not isinstance(message.content, str):
+def _invocation_of(message: AnyMessage, by_id: dict[str, Invocation]) -> Invocation | None:
+    """The invocation a tool message refers to (its reference holds the id), else None."""
+    if not isinstance(message, ToolMessage):
         return None
-    try:
-        ref = json.loads(message.content)
-    except json.JSONDecodeError:
-        return None
-    return by_id.get(str(ref.get("invocation_id"))) if isinstance(ref, dict) else None
+    found = at(json_content(message), "invocation_id")
+    return by_id.get(str(found)) if found is not None else None
 
 
 def tool_artifact(invocation: Invocation) -> dict[str, object]:
@@ -170,7 +168,7 @@ def expand_tool_messages(
     by_id = {row["invocation_id"]: row for row in invocations}
     out: list[AnyMessage] = []
     for message in messages:
-        row = _invocation_of(message, by_id) if isinstance(message, ToolMessage) else None
+        row = _invocation_of(message, by_id)
         if row is not None:
             message = message.model_copy(
                 update={"content": tool_message_content(row), "artifact": tool_artifact(row)}
@@ -202,7 +200,7 @@ def bounded_history(
     out: list[AnyMessage] = []
     fresh: list[tuple[int, Invocation]] = []
     for index, message in enumerate(messages):
-        row = _invocation_of(message, by_id) if isinstance(message, ToolMessage) else None
+        row = _invocation_of(message, by_id)
         if row is None:
             out.append(message)
             continue

@@ -6,11 +6,11 @@ import time
 import uuid
 from typing import Any
 
-from langchain_core.messages import HumanMessage
 from langgraph.runtime import Runtime
 from langgraph.types import Overwrite
 
 from nodes.common import GetModel, Node, context_of, emit, message_text, model_label, thread_id
+from nodes.messages import last_human
 from persistence.audit import AuditStore
 from persistence.runs import RunLocks
 from state.context import ROLES, Context
@@ -36,9 +36,7 @@ def make_intake(
 
     def intake(state: DiagnosisState, *, runtime: Runtime[Context]) -> dict[str, object]:
         ctx = context_of(runtime)
-        human = next(
-            (m for m in reversed(state.get("messages", [])) if isinstance(m, HumanMessage)), None
-        )
+        human = last_human(state.get("messages", []))
         question = message_text(human).strip()
         if human is None or not question:
             raise ValueError(

@@ -15,8 +15,10 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 
-from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.messages import AIMessage
 
+from nodes.messages import INVALID_ARGUMENTS as INVALID_ARGUMENTS
+from nodes.messages import message_text, readable_calls
 from state.context import Context
 from state.graph_state import DiagnosisState
 from state.records import (
@@ -26,7 +28,6 @@ from state.records import (
     RecordedToolCall,
     ReplayRecord,
 )
-from tools.unicode import clean_text
 from verification.answer import select_material
 
 REPLAY_VERSION = "replay.v1"
@@ -37,10 +38,6 @@ the record marked ``truncated``."""
 
 MAX_RECORDED_CALLS = 200
 """Most model calls one diagnosis's record keeps (the model-call budget bounds them first)."""
-
-INVALID_ARGUMENTS = "__invalid_arguments__"
-"""The argument key under which the executor hands on a tool call whose arguments were not a JSON
-object (``nodes.executor.INVALID_ARGUMENTS``)."""
 
 REDACTED = "****"
 
@@ -83,39 +80,8 @@ def _bounded(text: str) -> tuple[str, bool]:
     return (text[:MAX_REPLY_CHARS], True) if len(text) > MAX_REPLY_CHARS else (text, False)
 
 
-def _text(message: BaseMessage) -> str:
-    content = message.content
-    if isinstance(content, str):
-        return clean_text(content)
-    parts = [
-        block if isinstance(block, str) else str(block.get("text", ""))
-        for block in content
-        if isinstance(block, str) or (isinstance(block, dict) and block.get("type") == "text")
-    ]
-    return clean_text("".join(parts))
-
-
-def _tool_calls(message: BaseMessage) -> list[RecordedToolCall]:
-    """The calls the executor acts on, as ``nodes.executor.readable_tool_calls`` gives them."""
-    if not isinstance(message, AIMessage):
-        return []
-    calls = [
-        RecordedToolCall(name=call["name"], args=dict(call.get("args") or {}), id=call.get("id"))
-        for call in message.tool_calls
-    ]
-    for index, bad in enumerate(message.invalid_tool_calls):
-        calls.append(
-            RecordedToolCall(
-                name=str(bad.get("name") or "unnamed"),
-                args={INVALID_ARGUMENTS: str(bad.get("args") or "")[:2000]},
-                id=str(bad.get("id") or f"invalid-{index}"),
-            )
-        )
-    return calls
-
-
 def call_record(
-    reply: BaseMessage,
+    reply: AIMessage,
     *,
     role: str,
     round: int,
@@ -137,10 +103,10 @@ def call_record(
     if not record_replies:
         return record
     hidden = known_secrets() if secrets is None else list(secrets)
-    text, cut = _bounded(_text(reply))
+    text, cut = _bounded(message_text(reply))
     text, scrubbed = _scrub(text, hidden)
     calls: list[RecordedToolCall] = []
-    for call in _tool_calls(reply):
+    for call in readable_calls(reply):
         args_text, args_cut = _bounded(json.dumps(call["args"], ensure_ascii=False))
         args_text, args_scrubbed = _scrub(args_text, hidden)
         cut, scrubbed = cut or args_cut, scrubbed or args_scrubbed

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from langchain_core.messages import AIMessage, AnyMessage, ToolMessage
+from langchain_core.messages import AnyMessage, ToolMessage
 from langgraph.runtime import Runtime
 
 from nodes.common import Node, context_of, dumps, emit, thread_id
-from nodes.executor import INVALID_ARGUMENTS, SKIPPED_PREFIX, tool_reference
+from nodes.executor import SKIPPED_PREFIX, tool_reference
+from nodes.messages import INVALID_ARGUMENTS, last_reply
 from state.context import Context
 from state.graph_state import DiagnosisState
 from tools.runner import ToolRunner
@@ -22,8 +23,8 @@ def make_tools(
     def tools(state: DiagnosisState, *, runtime: Runtime[Context]) -> DiagnosisState:
         ctx = context_of(runtime)
         messages = state.get("executor_messages", [])
-        last = messages[-1] if messages else None
-        calls = last.tool_calls if isinstance(last, AIMessage) else []
+        last = last_reply(messages)
+        calls = last.tool_calls if last is not None else []
         used = state.get("tool_calls_used", 0)
         round_no = state.get("round", 1)
         out: list[AnyMessage] = []
@@ -33,11 +34,11 @@ def make_tools(
                 out.append(ToolMessage(content=dumps({"error": SKIPPED}), tool_call_id=call_id))
                 continue
             used += 1
-            args: object = call.get("args") or {}
-            if isinstance(args, dict) and INVALID_ARGUMENTS in args:
-                args = str(args[INVALID_ARGUMENTS])  # recorded as an error the model can read
+            args = call.get("args") or {}
+            # Arguments that were not JSON are recorded as an error the model can read.
+            sent = str(args[INVALID_ARGUMENTS]) if INVALID_ARGUMENTS in args else args
             invocation = runner.run(
-                {"name": call["name"], "args": args, "id": call_id},
+                {"name": call["name"], "args": sent, "id": call_id},
                 diagnosis_id=state["diagnosis_id"],
                 thread_id=thread_id(),
                 round=round_no,

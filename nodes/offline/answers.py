@@ -317,34 +317,36 @@ def why_hypotheses(
     t = writer.t
     linked = False
     for service, other in links:
-        for level in levels:
-            logs = log_result(results, other, level)
-            if logs is None or logs.status != "ok":
-                continue
-            entry = logs.entries("logs")[examples(logs, found)[0]]
+        example = _example_message(results, found, other, levels)
+        if example is not None:
             writer.hypothesis(
-                t["hypothesis_link"].format(
-                    service=service, other=other, message=str(entry.get("message", ""))[:160]
-                ),
+                t["hypothesis_link"].format(service=service, other=other, message=example[1]),
                 t["basis_link"],
             )
             linked = True
-            break
     if linked:
         return
     for service in services:
-        for level in levels:
-            logs = log_result(results, service, level)
-            if logs is None or logs.status != "ok":
-                continue
-            entry = logs.entries("logs")[examples(logs, found)[0]]
+        example = _example_message(results, found, service, levels)
+        if example is not None:
+            level, message = example
             writer.hypothesis(
-                t["hypothesis_self"].format(
-                    service=service, level=level, message=str(entry.get("message", ""))[:160]
-                ),
+                t["hypothesis_self"].format(service=service, level=level, message=message),
                 t["basis_self"],
             )
             return
+
+
+def _example_message(
+    results: list[Result], found: QuestionFacets, service: str, levels: tuple[str, ...]
+) -> tuple[str, str] | None:
+    """The first level with logs of ``service`` and its most telling message (160 characters)."""
+    for level in levels:
+        logs = log_result(results, service, level)
+        if logs is not None and logs.status == "ok":
+            entry = logs.entries("logs")[examples(logs, found)[0]]
+            return level, str(entry.get("message", ""))[:160]
+    return None
 
 
 def overview(writer: Writer, found: QuestionFacets, results: list[Result]) -> None:

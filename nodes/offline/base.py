@@ -6,19 +6,19 @@ language model. They are labelled ``offline-rules`` everywhere and never claim t
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
-from langchain_core.callbacks import CallbackManagerForLLMRun
-from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
+
+from nodes.chat_model import CallableChatModel, GenerateCall
+from nodes.messages import humans, json_content
 
 OFFLINE_LABEL = "offline-rules"
 
 
-class OfflineModel(BaseChatModel):
+class OfflineModel(CallableChatModel):
     """A deterministic stand-in for a chat model; subclasses implement ``respond``."""
 
     offline: bool = True
@@ -35,24 +35,15 @@ class OfflineModel(BaseChatModel):
         """Produce the reply for ``messages``."""
         raise NotImplementedError
 
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
-        return ChatResult(generations=[ChatGeneration(message=self.respond(messages))])
+    def generate_for(self, call: GenerateCall) -> ChatResult:
+        """The reply ``respond`` gives for the call's messages."""
+        return ChatResult(generations=[ChatGeneration(message=self.respond(call.messages))])
 
 
 def first_json_human(messages: list[BaseMessage]) -> dict[str, Any]:
     """The first human message whose content is a JSON object (the task facts)."""
-    for message in messages:
-        if isinstance(message, HumanMessage) and isinstance(message.content, str):
-            try:
-                data = json.loads(message.content)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(data, dict):
-                return data
+    for message in humans(messages):
+        data = json_content(message)
+        if isinstance(data, dict):
+            return data
     return {}

@@ -10,14 +10,14 @@ or a message with odd characters is read as it is.
 from __future__ import annotations
 
 import difflib
-import json
 import re
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
 from nodes.executor import BUDGET_SPENT
+from nodes.messages import humans, json_content, replies
 from state.json_shape import is_number, obj, objects
 from state.records import QuestionFacets
 from tools.vocabulary import concepts_in
@@ -71,11 +71,7 @@ def read_results(messages: list[BaseMessage]) -> list[Result]:
             for call in message.tool_calls:
                 calls[str(call.get("id"))] = (call["name"], dict(call.get("args") or {}))
         elif isinstance(message, ToolMessage) and message.tool_call_id in calls:
-            try:
-                data = json.loads(str(message.content))
-            except json.JSONDecodeError:
-                continue
-            data = obj(data)
+            data = obj(json_content(message))
             if not data.get("invocation_id"):
                 continue
             name, args = calls[message.tool_call_id]
@@ -98,16 +94,13 @@ def read_results(messages: list[BaseMessage]) -> list[Result]:
 
 def tool_turns(messages: list[BaseMessage]) -> int:
     """How many of the executor's turns asked for tool calls."""
-    return sum(1 for m in messages if isinstance(m, AIMessage) and m.tool_calls)
+    return sum(1 for reply in replies(messages) if reply.tool_calls)
 
 
 def budget_spent(messages: list[BaseMessage]) -> bool:
     """Whether the executor was told that the tool budget of the round is spent."""
-    return (
-        bool(messages)
-        and isinstance(messages[-1], HumanMessage)
-        and (messages[-1].content == BUDGET_SPENT)
-    )
+    last = humans(messages[-1:])
+    return bool(last) and last[0].content == BUDGET_SPENT
 
 
 def was_called(results: list[Result], tool: str, **args: Any) -> bool:

@@ -10,17 +10,17 @@ from __future__ import annotations
 import json
 from typing import TypeVar
 
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.messages import AIMessage, BaseMessage
 from pydantic import TypeAdapter, ValidationError
 
-from nodes.common import message_text
+from nodes.messages import humans, message_text
 from nodes.offline.base import OfflineModel
+from state.json_shape import items, obj
 from state.records import (
     Finding,
     GatekeeperResult,
     GatekeeperStatus,
     JSONObject,
-    JSONValue,
     ParseStatus,
     Severity,
     TraceItem,
@@ -34,7 +34,7 @@ _T = TypeVar("_T")
 _VALID = ParseStatus(status="valid", fence_stripped=False, error=None)
 
 
-def _read(adapter: TypeAdapter[_T], value: JSONValue) -> _T | None:
+def _read(adapter: TypeAdapter[_T], value: object) -> _T | None:
     try:
         return adapter.validate_python(value)
     except ValidationError:
@@ -50,8 +50,8 @@ _STATUS: TypeAdapter[GatekeeperStatus] = TypeAdapter(GatekeeperStatus)
 _SEVERITY: TypeAdapter[Severity] = TypeAdapter(Severity)
 
 
-def _items(adapter: TypeAdapter[_T], value: JSONValue) -> list[_T]:
-    found = [_read(adapter, item) for item in value] if isinstance(value, list) else []
+def _items(adapter: TypeAdapter[_T], value: object) -> list[_T]:
+    found = [_read(adapter, item) for item in items(value)]
     return [item for item in found if item is not None]
 
 
@@ -76,13 +76,11 @@ class OfflineVerifier(OfflineModel):
     def respond(self, messages: list[BaseMessage]) -> AIMessage:
         """Return the claim checks for the payload in the last human message."""
         payload: JSONObject = {}
-        for message in messages:
-            if isinstance(message, HumanMessage):
-                payload = extract_payload(message_text(message)) or payload
-        gatekeeper = payload.get("gatekeeper_result")
+        for message in humans(messages):
+            payload = extract_payload(message_text(message)) or payload
         reply = check_claims(
             read_answer(_VALID, payload.get("executor_structured_output")),
-            gatekeeper_of(gatekeeper if isinstance(gatekeeper, dict) else {}),
+            gatekeeper_of(obj(payload.get("gatekeeper_result"))),
             _items(_TRACE_ITEM, payload.get("tool_trace_summary")),
         )
         return AIMessage(
