@@ -6,6 +6,8 @@ lower it, never lift it; ``unanswered`` caps the verdict at LOW_CONFID, ``partia
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from state.records import (
@@ -316,14 +318,6 @@ def _decide(
     )
 
 
-def test_decide_unanswered_caps_the_verdict_at_low_confid() -> None:
-    decision = _decide("Does payment-service have errors?", "order-service has HTTP 500 errors")
-    assert decision["derived_verdict"] == "PASS"
-    assert decision["question_coverage"]["status"] == "unanswered"
-    assert decision["verdict"] == "LOW_CONFID"
-    assert any("capped at LOW_CONFID" in note for note in decision["notes"])
-
-
 @pytest.mark.parametrize("mode", ["model", "offline", "fallback"])
 def test_decide_floor_holds_in_every_mode(mode: VerifierMode) -> None:
     decision = _decide(
@@ -332,52 +326,92 @@ def test_decide_floor_holds_in_every_mode(mode: VerifierMode) -> None:
     assert decision["verdict"] == "LOW_CONFID"
 
 
-def test_decide_model_answered_cannot_lift_an_unanswered_floor() -> None:
-    decision = _decide(
-        "Does payment-service have errors?",
-        "order-service has HTTP 500 errors",
-        coverage={"status": "answered", "asked": ["payment-service errors"], "unanswered": []},
-    )
-    assert decision["question_coverage"]["model"] is not None
-    assert decision["question_coverage"]["status"] == "unanswered"
-    assert decision["verdict"] == "LOW_CONFID"
+PAYMENT_ERRORS = "Does payment-service have errors?"
+WHY_500 = "Why does order-service return 500?"
+HTTP_500 = "order-service has HTTP 500 errors"
 
 
-def test_decide_model_unanswered_caps_a_floor_that_passes() -> None:
-    decision = _decide(
-        "Why does order-service return 500?",
-        "order-service has HTTP 500 errors",
-        coverage={"status": "unanswered", "asked": ["why"], "unanswered": ["why"]},
-    )
-    assert decision["question_coverage"]["floor"]["status"] == "answered"
-    assert decision["verdict"] == "LOW_CONFID"
+def _outcome(decision: Decision) -> dict[str, object]:
+    """What ``decide`` made of the question coverage, by the name a case states it under."""
+    coverage = decision["question_coverage"]
+    return {
+        "derived": decision["derived_verdict"],
+        "status": coverage["status"],
+        "verdict": decision["verdict"],
+        "model_read": coverage["model"] is not None,
+        "floor": coverage["floor"]["status"],
+        "capped": any("capped at LOW_CONFID" in note for note in decision["notes"]),
+    }
 
 
-def test_decide_partial_keeps_the_verdict() -> None:
-    decision = _decide(
-        "Why does order-service return 500?",
-        "order-service has HTTP 500 errors",
-        coverage={"status": "partial", "asked": ["who calls it"], "unanswered": ["who calls it"]},
-    )
-    assert decision["question_coverage"]["status"] == "partial"
-    assert decision["verdict"] == "PASS"
-
-
-def test_decide_reply_without_coverage_is_judged_by_the_floor_alone() -> None:
-    decision = _decide("Why does order-service return 500?", "order-service has HTTP 500 errors")
-    assert decision["question_coverage"]["model"] is None
-    assert decision["question_coverage"]["status"] == "answered"
-    assert decision["verdict"] == "PASS"
-
-
-def test_decide_not_run_calls_make_coverage_partial_and_keep_pass() -> None:
-    decision = _decide(
-        "Why does order-service return 500?",
-        "order-service has HTTP 500 errors",
-        not_run=("query_logs level=WARN service=order-service",),
-    )
-    assert decision["question_coverage"]["status"] == "partial"
-    assert decision["verdict"] == "PASS"
+@pytest.mark.parametrize(
+    ("question", "options", "expected"),
+    [
+        pytest.param(
+            PAYMENT_ERRORS,
+            {},
+            {"derived": "PASS", "status": "unanswered", "verdict": "LOW_CONFID", "capped": True},
+            id="unanswered_caps_the_verdict_at_low_confid",
+        ),
+        pytest.param(
+            PAYMENT_ERRORS,
+            {
+                "coverage": {
+                    "status": "answered",
+                    "asked": ["payment-service errors"],
+                    "unanswered": [],
+                }
+            },
+            {"model_read": True, "status": "unanswered", "verdict": "LOW_CONFID"},
+            id="model_answered_cannot_lift_an_unanswered_floor",
+        ),
+        pytest.param(
+            WHY_500,
+            {"coverage": {"status": "unanswered", "asked": ["why"], "unanswered": ["why"]}},
+            {"floor": "answered", "verdict": "LOW_CONFID"},
+            id="model_unanswered_caps_a_floor_that_passes",
+        ),
+        pytest.param(
+            WHY_500,
+            {
+                "coverage": {
+                    "status": "partial",
+                    "asked": ["who calls it"],
+                    "unanswered": ["who calls it"],
+                }
+            },
+            {"status": "partial", "verdict": "PASS"},
+            id="partial_keeps_the_verdict",
+        ),
+        pytest.param(
+            WHY_500,
+            {},
+            {"model_read": False, "status": "answered", "verdict": "PASS"},
+            id="reply_without_coverage_is_judged_by_the_floor_alone",
+        ),
+        pytest.param(
+            WHY_500,
+            {"not_run": ("query_logs level=WARN service=order-service",)},
+            {"status": "partial", "verdict": "PASS"},
+            id="not_run_calls_make_coverage_partial_and_keep_pass",
+        ),
+        pytest.param(
+            WHY_500,
+            {
+                "coverage": {"status": "unanswered", "asked": [], "unanswered": []},
+                "mode": "fallback",
+            },
+            {"model_read": False},
+            id="fallback_ignores_a_coverage_it_could_not_read",
+        ),
+    ],
+)
+def test_decide_question_coverage(
+    question: str, options: dict[str, Any], expected: dict[str, object]
+) -> None:
+    """Each case states the facts of the outcome it is about; those facts must hold."""
+    outcome = _outcome(_decide(question, HTTP_500, **options))
+    assert {name: outcome[name] for name in expected} == expected
 
 
 def _failed_item(ref: str, args: str, *, calls: int = 1, errors: int = 1) -> TraceItem:
@@ -421,16 +455,6 @@ def test_decide_a_failed_call_makes_coverage_partial_keeps_pass_and_is_a_gap() -
     answer, gatekeeper = _claimed(text)
     gaps = select_material(decision["claim_checks"], answer, gatekeeper, coverage=coverage)["gaps"]
     assert [(g["kind"], g["text"]) for g in gaps] == [("failed", coverage["failed"][0])]
-
-
-def test_decide_fallback_ignores_a_coverage_it_could_not_read() -> None:
-    decision = _decide(
-        "Why does order-service return 500?",
-        "order-service has HTTP 500 errors",
-        coverage={"status": "unanswered", "asked": [], "unanswered": []},
-        mode="fallback",
-    )
-    assert decision["question_coverage"]["model"] is None
 
 
 # --------------------------------------------------------------------------- reply reader
