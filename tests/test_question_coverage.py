@@ -136,52 +136,58 @@ def test_floor_answered_when_every_facet_is_in_a_confirmed_claim() -> None:
     )
 
 
-def test_floor_partial_when_a_facet_is_missing() -> None:
-    report = floor_coverage(
+FLOOR_CASES: dict[str, tuple[str, list[str], dict[str, object]]] = {
+    "partial_when_a_facet_is_missing": (
         "What is the CPU usage of inventory-service?",
-        KNOWN,
         ["Alert InventoryServiceSlowQueries on inventory-service is firing"],
-    )
-    assert report["status"] == "partial"
-    assert report["unanswered"] == ["cpu"]
-
-
-def test_floor_unanswered_when_only_other_services_are_confirmed() -> None:
-    report = floor_coverage(
-        "notification-service 有错误吗？", KNOWN, ["order-service has 8 ERROR log entries"]
-    )
-    assert report["status"] == "unanswered"
-    assert report["unanswered"] == ["notification-service"]
-
-
-def test_floor_counts_a_negative_observation_about_the_facet() -> None:
-    report = floor_coverage(
+        {"status": "partial", "unanswered": ["cpu"]},
+    ),
+    "unanswered_when_only_other_services_are_confirmed": (
+        "notification-service 有错误吗？",
+        ["order-service has 8 ERROR log entries"],
+        {"status": "unanswered", "unanswered": ["notification-service"]},
+    ),
+    "counts_a_negative_observation_about_the_facet": (
         "is the HighErrorRate alert firing for order-service?",
-        KNOWN,
         ["No: no alert named HighErrorRate exists for order-service."],
-    )
-    assert report["status"] == "answered"
-
-
-def test_floor_matches_a_metric_by_its_concept_in_either_language() -> None:
-    question = "order-service 的 p99 延迟是多少？"
-    zh = floor_coverage(question, KNOWN, ["order-service 的 p99 为 30040ms"])
-    en = floor_coverage(
+        {"status": "answered"},
+    ),
+    "matches_a_metric_by_its_concept_in_either_language-zh": (
+        "order-service 的 p99 延迟是多少？",
+        ["order-service 的 p99 为 30040ms"],
+        {"status": "answered"},
+    ),
+    "matches_a_metric_by_its_concept_in_either_language-en": (
         "What is the latency of order-service?",
-        KNOWN,
         ["http_request_duration_p99_ms{service=order-service} last=30040ms"],
-    )
-    assert zh["status"] == en["status"] == "answered"
+        {"status": "answered"},
+    ),
+    "a_question_naming_nothing_needs_one_confirmed_claim-one": (
+        "What is wrong?",
+        ["x"],
+        {"status": "answered"},
+    ),
+    "a_question_naming_nothing_needs_one_confirmed_claim-none": (
+        "What is wrong?",
+        [],
+        {"status": "unanswered"},
+    ),
+    "service_names_are_whole_names": (
+        "Is payment-service ok?",
+        ["payment-service-7c4d8 restarted"],
+        {"status": "unanswered"},
+    ),
+}
+"""The floor of a question, given the texts of the confirmed claims, by the test it stands for."""
 
 
-def test_floor_a_question_naming_nothing_needs_one_confirmed_claim() -> None:
-    assert floor_coverage("What is wrong?", KNOWN, ["x"])["status"] == "answered"
-    assert floor_coverage("What is wrong?", KNOWN, [])["status"] == "unanswered"
-
-
-def test_floor_service_names_are_whole_names() -> None:
-    report = floor_coverage("Is payment-service ok?", KNOWN, ["payment-service-7c4d8 restarted"])
-    assert report["status"] == "unanswered"
+@pytest.mark.parametrize(
+    ("question", "confirmed", "expected"), FLOOR_CASES.values(), ids=FLOOR_CASES.keys()
+)
+def test_floor(question: str, confirmed: list[str], expected: dict[str, object]) -> None:
+    """Each case states the parts of the report it is about; those parts must hold."""
+    report = floor_coverage(question, KNOWN, confirmed)
+    assert {key: report.get(key) for key in expected} == expected
 
 
 # --------------------------------------------------------------------------- combined
