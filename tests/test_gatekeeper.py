@@ -454,8 +454,6 @@ def test_gatekeeper_excerpt_matching_normalises_text(excerpt: str) -> None:
 INVOCATION_REF = ["evidence.invocation_ref"]
 RAW_PATH_MISSING = ["evidence.raw_path_missing"]
 EXCERPT_MISMATCH = ["evidence.excerpt_mismatch"]
-LEGACY_INV_2 = binding(invocation_id=None, raw_path=None, source_invocation_ids=["inv-2"])
-LEGACY_INV_2_3 = binding(invocation_id=None, source_invocation_ids=["inv-2", "inv-3"])
 BAD_BINDINGS: dict[str, tuple[JSONObject, list[str], str, str]] = {
     "binding_without_tool_name_fails_invocation_ref": (
         _without(binding(), "tool_name"),
@@ -464,7 +462,7 @@ BAD_BINDINGS: dict[str, tuple[JSONObject, list[str], str, str]] = {
         "binding has no tool_name",
     ),
     "legacy_single_id_without_raw_path_fails_raw_path_missing": (
-        LEGACY_INV_2,
+        binding(invocation_id=None, raw_path=None, source_invocation_ids=["inv-2"]),
         RAW_PATH_MISSING,
         "low_confid",
         "has no raw_path",
@@ -476,7 +474,7 @@ BAD_BINDINGS: dict[str, tuple[JSONObject, list[str], str, str]] = {
         "inv-77",
     ),
     "legacy_ids_each_checked_for_tool_name": (
-        LEGACY_INV_2_3,
+        binding(invocation_id=None, source_invocation_ids=["inv-2", "inv-3"]),
         ["evidence.invocation_ref", "evidence.raw_path_missing"],
         "reject",
         "differs from inv-3's recorded tool",
