@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from state.records import (
@@ -123,9 +125,13 @@ def _label(
     return check(output, gatekeeper, TRACE, known_services)["claim_checks"][0]["verification"]
 
 
-def _negative_label(text: str, source: str) -> str:
-    """The label of a negative observation bound to one summary ref."""
-    return _label(text, sources=(source,), claim_type="negative_observation")
+def negative(source: str) -> dict[str, Any]:
+    """The ``_label`` options of a negative observation bound to one summary ref."""
+    return {"sources": (source,), "claim_type": "negative_observation"}
+
+
+NO_ALERT = "No alert named HighErrorRate exists in the data"
+NO_SERIES = "No metric series exists for HighErrorRate"
 
 
 # --- tokens ----------------------------------------------------------------------------------
@@ -185,30 +191,101 @@ def test_check_claims_some_tokens_missing_is_overstated() -> None:
     assert result["groundedness_score"] == 0.6
 
 
-def test_check_claims_no_token_present_is_unsupported() -> None:
-    assert _label("payment-service returned HTTP 502") == "unsupported"
+LABEL_CASES: dict[str, list[tuple[str, dict[str, Any], str]]] = {
+    "no_token_present_is_unsupported": [("payment-service returned HTTP 502", {}, "unsupported")],
+    "number_inside_a_longer_number_does_not_count": [
+        # "5" is not stated by "500", nor "2.5%" by "12.5%"
+        ("order-service had 5 errors", {}, "overstated"),
+        ("error ratio was 2.5%", {"sources": ("alerts[0]",)}, "unsupported"),
+        ("error ratio was 12.5%", {"sources": ("alerts[0]",)}, "direct_observation"),
+    ],
+    "exception_names_compare_case_insensitively": [
+        ("order-service threw sqltransientconnectionexception", {}, "direct_observation"),
+        ("order-service threw SQLTimeoutException", {}, "overstated"),
+    ],
+    "known_services_are_tokens": [
+        ("checkout reports HTTP 500", {"known_services": ["checkout"]}, "overstated"),
+        ("checkout reports HTTP 500", {}, "direct_observation"),
+    ],
+    "knowledge_text_does_not_support_incident_tokens": [
+        # "50" is only in the runbook, not in the incident evidence
+        (
+            "order-service pool size is 50 and it returned 500",
+            {"sources": ("logs[0]", "documents[0]")},
+            "overstated",
+        )
+    ],
+    "indirect_support_is_at_most_inference": [
+        ("order-service returned HTTP 500", {"support_level": "indirect"}, "reasonable_inference")
+    ],
+    "tokenless_observation_with_word_overlap_is_direct": [
+        ("Cannot acquire connection from the pool", {}, "direct_observation")
+    ],
+    "tokenless_observation_without_overlap_is_inference": [
+        ("Database replicas are lagging behind", {}, "reasonable_inference"),
+        (
+            "Cannot acquire connection from the pool",
+            {"support_level": "indirect"},
+            "reasonable_inference",
+        ),
+    ],
+    "tokenless_cjk_claim_is_inference": [("数据库连接池耗尽", {}, "reasonable_inference")],
+    "tokenless_negated_claim_without_negation_in_evidence_is_inference": [
+        ("Connection from the pool was not acquired", {}, "reasonable_inference")
+    ],
+    "positive_claim_on_zero_match_summary_is_unsupported": [
+        ("payment-service has ERROR logs", {"sources": ("summary-zero",)}, "unsupported"),
+        # an absence typed as a plain observation still reads as one
+        ("payment-service 没有 ERROR 日志", {"sources": ("summary-zero",)}, "direct_observation"),
+    ],
+    "positive_alert_claim_on_zero_alerts_summary_is_unsupported": [
+        ("payment-service alert is firing", {"sources": ("summary-no-alert",)}, "unsupported")
+    ],
+    "time_range_counts_when_both_ends_are_stated": [
+        (
+            "payment-service 在 10:00-10:30 没有 ERROR 日志",
+            negative("summary-zero"),
+            "direct_observation",
+        )
+    ],
+    "negative_observation_on_zero_match_summary_is_direct": [
+        ("payment-service had no ERROR logs", negative("summary-zero"), "direct_observation"),
+        ("no ERROR logs in the window", negative("summary-zero"), "direct_observation"),
+    ],
+    "zero_match_reads_separate_alert_and_series_counts": [
+        (NO_ALERT, negative("summary-metrics-zero"), "direct_observation"),
+        # zero alerts is an observed absence for a claim about alerts, whatever the series count
+        (NO_ALERT, negative("summary-metrics-some"), "direct_observation"),
+        # but not for a claim about metric series when series were found
+        (NO_SERIES, negative("summary-metrics-zero"), "direct_observation"),
+        (NO_SERIES, negative("summary-metrics-some"), "reasonable_inference"),
+    ],
+    "negative_observation_tokens_must_match_the_summary": [
+        ("order-service had no ERROR logs", negative("summary-zero"), "unsupported")
+    ],
+    "negative_observation_without_zero_match_is_not_direct": [
+        ("order-service had no ERROR logs", negative("summary-found"), "reasonable_inference")
+    ],
+    "no_alert_claim_on_zero_alerts_metrics_summary_is_direct": [
+        ("payment-service has no firing alert", negative("summary-no-alert"), "direct_observation"),
+        ("payment-service 没有告警", negative("summary-no-alert"), "direct_observation"),
+    ],
+    "no_series_claim_on_a_summary_with_series_is_not_direct": [
+        # the summary found two series: it observes no absence of metrics
+        (
+            "payment-service has no metric series",
+            negative("summary-no-alert"),
+            "reasonable_inference",
+        )
+    ],
+}
+"""Claims of one test, by its name: the text, the options of ``_label`` and the label expected."""
 
 
-def test_check_claims_number_inside_a_longer_number_does_not_count() -> None:
-    # "5" is not stated by "500", nor "2.5%" by "12.5%"
-    assert _label("order-service had 5 errors") == "overstated"
-    assert _label("error ratio was 2.5%", sources=("alerts[0]",)) == "unsupported"
-    assert _label("error ratio was 12.5%", sources=("alerts[0]",)) == "direct_observation"
-
-
-def test_check_claims_exception_names_compare_case_insensitively() -> None:
-    assert _label("order-service threw sqltransientconnectionexception") == "direct_observation"
-    assert _label("order-service threw SQLTimeoutException") == "overstated"
-
-
-def test_check_claims_known_services_are_tokens() -> None:
-    assert _label("checkout reports HTTP 500", known_services=["checkout"]) == "overstated"
-    assert _label("checkout reports HTTP 500") == "direct_observation"
-
-
-def test_check_claims_time_range_counts_when_both_ends_are_stated() -> None:
-    label = _negative_label("payment-service 在 10:00-10:30 没有 ERROR 日志", "summary-zero")
-    assert label == "direct_observation"
+@pytest.mark.parametrize("cases", LABEL_CASES.values(), ids=LABEL_CASES.keys())
+def test_check_claims(cases: list[tuple[str, dict[str, Any], str]]) -> None:
+    for text, options, expected in cases:
+        assert _label(text, **options) == expected, (text, options)
 
 
 def test_check_claims_without_verified_binding_is_unsupported() -> None:
@@ -227,14 +304,6 @@ def test_check_claims_knowledge_only_is_external_unknown() -> None:
     assert checked["evidence_refs"][0]["trace_ref"] == "t3"
 
 
-def test_check_claims_knowledge_text_does_not_support_incident_tokens() -> None:
-    # "50" is only in the runbook, not in the incident evidence
-    label = _label(
-        "order-service pool size is 50 and it returned 500", sources=("logs[0]", "documents[0]")
-    )
-    assert label == "overstated"
-
-
 @pytest.mark.parametrize("claim_type", ["correlation", "causal", "state"])
 def test_check_claims_inferential_types_are_at_most_inference(claim_type: str) -> None:
     assert _label("order-service returned HTTP 500", claim_type=claim_type) == (
@@ -242,87 +311,6 @@ def test_check_claims_inferential_types_are_at_most_inference(claim_type: str) -
     )
     assert _label("the pool exhaustion caused the outage", claim_type=claim_type) == (
         "reasonable_inference"
-    )
-
-
-def test_check_claims_indirect_support_is_at_most_inference() -> None:
-    assert _label("order-service returned HTTP 500", support_level="indirect") == (
-        "reasonable_inference"
-    )
-
-
-def test_check_claims_tokenless_observation_with_word_overlap_is_direct() -> None:
-    assert _label("Cannot acquire connection from the pool") == "direct_observation"
-
-
-def test_check_claims_tokenless_observation_without_overlap_is_inference() -> None:
-    assert _label("Database replicas are lagging behind") == "reasonable_inference"
-    assert _label("Cannot acquire connection from the pool", support_level="indirect") == (
-        "reasonable_inference"
-    )
-
-
-def test_check_claims_tokenless_cjk_claim_is_inference() -> None:
-    assert _label("数据库连接池耗尽") == "reasonable_inference"
-
-
-def test_check_claims_tokenless_negated_claim_without_negation_in_evidence_is_inference() -> None:
-    assert _label("Connection from the pool was not acquired") == "reasonable_inference"
-
-
-def test_check_claims_negative_observation_on_zero_match_summary_is_direct() -> None:
-    assert _negative_label("payment-service had no ERROR logs", "summary-zero") == (
-        "direct_observation"
-    )
-    assert _negative_label("no ERROR logs in the window", "summary-zero") == "direct_observation"
-
-
-def test_check_claims_zero_match_reads_separate_alert_and_series_counts() -> None:
-    claim_text = "No alert named HighErrorRate exists in the data"
-    assert _negative_label(claim_text, "summary-metrics-zero") == "direct_observation"
-    # zero alerts is an observed absence for a claim about alerts, whatever the series count
-    assert _negative_label(claim_text, "summary-metrics-some") == "direct_observation"
-    # but not for a claim about metric series when series were found
-    series_claim = "No metric series exists for HighErrorRate"
-    assert _negative_label(series_claim, "summary-metrics-zero") == "direct_observation"
-    assert _negative_label(series_claim, "summary-metrics-some") == "reasonable_inference"
-
-
-def test_check_claims_negative_observation_tokens_must_match_the_summary() -> None:
-    assert _negative_label("order-service had no ERROR logs", "summary-zero") == "unsupported"
-
-
-def test_check_claims_negative_observation_without_zero_match_is_not_direct() -> None:
-    assert _negative_label("order-service had no ERROR logs", "summary-found") == (
-        "reasonable_inference"
-    )
-
-
-def test_check_claims_positive_claim_on_zero_match_summary_is_unsupported() -> None:
-    assert _label("payment-service has ERROR logs", sources=("summary-zero",)) == "unsupported"
-    # an absence typed as a plain observation still reads as one
-    assert _label("payment-service 没有 ERROR 日志", sources=("summary-zero",)) == (
-        "direct_observation"
-    )
-
-
-def test_check_claims_no_alert_claim_on_zero_alerts_metrics_summary_is_direct() -> None:
-    assert _negative_label("payment-service has no firing alert", "summary-no-alert") == (
-        "direct_observation"
-    )
-    assert _negative_label("payment-service 没有告警", "summary-no-alert") == "direct_observation"
-
-
-def test_check_claims_no_series_claim_on_a_summary_with_series_is_not_direct() -> None:
-    # the summary found two series: it observes no absence of metrics
-    assert _negative_label("payment-service has no metric series", "summary-no-alert") == (
-        "reasonable_inference"
-    )
-
-
-def test_check_claims_positive_alert_claim_on_zero_alerts_summary_is_unsupported() -> None:
-    assert _label("payment-service alert is firing", sources=("summary-no-alert",)) == (
-        "unsupported"
     )
 
 

@@ -21,27 +21,22 @@ def select_material(
     return select_records(checks, read_answer(VALID, structured), gatekeeper)
 
 
-TEXTS = {
-    "c1": "order-service 在 10:01 返回 HTTP 500",
-    "c2": "order-service 的连接池已耗尽",
-    "c3": "order-service 全部实例都在报错",
-    "c4": "payment-service 的 CPU 达到 95%",
-    "c5": "连接池大小应设置为 50",
-    "c6": "order-service 没有任何错误日志",
+CLAIMS: dict[str, tuple[str, ClaimLabel]] = {
+    "c1": ("order-service 在 10:01 返回 HTTP 500", "direct_observation"),
+    "c2": ("order-service 的连接池已耗尽", "reasonable_inference"),
+    "c3": ("order-service 全部实例都在报错", "overstated"),
+    "c4": ("payment-service 的 CPU 达到 95%", "unsupported"),
+    "c5": ("连接池大小应设置为 50", "external_unknown"),
+    "c6": ("order-service 没有任何错误日志", "contradicted"),
 }
+"""Each claim of the executor answer, by id: its text and the label the Verifier gave it."""
+TEXTS = {cid: text for cid, (text, _) in CLAIMS.items()}
+LABELS = {cid: label for cid, (_, label) in CLAIMS.items()}
 HYPOTHESIS = "慢查询长时间占用连接导致连接池耗尽"
 BASIS = "连接池报错与 500 同时出现"
 MISSING = "缺少数据库侧的连接数指标"
 ACTION = "检查 order-service 的连接池配置"
 LOG_TEXT = "2026-03-01T10:01:00Z ERROR order-service order-1: HTTP 500 Cannot acquire connection"
-LABELS: dict[str, ClaimLabel] = {
-    "c1": "direct_observation",
-    "c2": "reasonable_inference",
-    "c3": "overstated",
-    "c4": "unsupported",
-    "c5": "external_unknown",
-    "c6": "contradicted",
-}
 
 CONFIRMED_HEADINGS = {
     "zh": ("已确认的事实", "结论（已确认的事实）"),

@@ -23,6 +23,14 @@ def _settings(env: dict[str, str], tmp_path: Path, toml: str | None = None) -> S
     return load_settings(env, cwd=tmp_path)
 
 
+def _prometheus(**settings: str) -> dict[str, str]:
+    """Variables for a Prometheus at ``http://h``, plus ``SUPERBIZ_PROMETHEUS_<name>`` settings."""
+    return {
+        "SUPERBIZ_PROMETHEUS_URL": "http://h",
+        **{f"SUPERBIZ_PROMETHEUS_{name}": value for name, value in settings.items()},
+    }
+
+
 def test_config_nothing_set_is_the_sample(tmp_path: Path) -> None:
     settings = load_settings({}, cwd=tmp_path)
     assert not settings.real
@@ -77,23 +85,15 @@ def test_config_superbiz_config_names_the_file(tmp_path: Path) -> None:
         ({"SUPERBIZ_PROMETHEUS_URL": "ftp://x"}, None, "SUPERBIZ_PROMETHEUS_URL=ftp://x must be"),
         ({"SUPERBIZ_PROMETHEUS_TOKEN": "t"}, None, "SUPERBIZ_PROMETHEUS_URL is not"),
         ({"SUPERBIZ_PROMETHEUS_TOKN": "t"}, None, "unknown setting SUPERBIZ_PROMETHEUS_TOKN"),
+        (_prometheus(HEADERS="{nope"), None, "SUPERBIZ_PROMETHEUS_HEADERS must be a JSON object"),
         (
-            {"SUPERBIZ_PROMETHEUS_URL": "http://h", "SUPERBIZ_PROMETHEUS_HEADERS": "{nope"},
-            None,
-            "SUPERBIZ_PROMETHEUS_HEADERS must be a JSON object",
-        ),
-        (
-            {"SUPERBIZ_PROMETHEUS_URL": "http://h", "SUPERBIZ_PROMETHEUS_INSECURE": "maybe"},
+            _prometheus(INSECURE="maybe"),
             None,
             "SUPERBIZ_PROMETHEUS_INSECURE='maybe' must be 1/true",
         ),
+        (_prometheus(USER="u"), None, "set SUPERBIZ_PROMETHEUS_PASSWORD too"),
         (
-            {"SUPERBIZ_PROMETHEUS_URL": "http://h", "SUPERBIZ_PROMETHEUS_USER": "u"},
-            None,
-            "set SUPERBIZ_PROMETHEUS_PASSWORD too",
-        ),
-        (
-            {"SUPERBIZ_PROMETHEUS_URL": "http://h", "SUPERBIZ_PROMETHEUS_CA_FILE": "/no/ca.pem"},
+            _prometheus(CA_FILE="/no/ca.pem"),
             None,
             "SUPERBIZ_PROMETHEUS_CA_FILE=/no/ca.pem: no such file",
         ),
@@ -130,14 +130,9 @@ def test_config_bad_settings_name_the_setting_and_the_fix(
 def test_config_errors_never_show_a_secret(tmp_path: Path) -> None:
     cases = [
         {"SUPERBIZ_PROMETHEUS_URL": f"http://u:{PASSWORD}@h:9090"},
-        {
-            "SUPERBIZ_PROMETHEUS_URL": "http://h",
-            "SUPERBIZ_PROMETHEUS_TOKEN": TOKEN,
-            "SUPERBIZ_PROMETHEUS_USER": "u",
-            "SUPERBIZ_PROMETHEUS_PASSWORD": PASSWORD,
-        },
-        {"SUPERBIZ_PROMETHEUS_URL": "http://h", "SUPERBIZ_PROMETHEUS_HEADERS": f'["{TOKEN}"]'},
-        {"SUPERBIZ_PROMETHEUS_URL": "http://h", "SUPERBIZ_PROMETHEUS_PASSWORD": PASSWORD},
+        _prometheus(TOKEN=TOKEN, USER="u", PASSWORD=PASSWORD),
+        _prometheus(HEADERS=f'["{TOKEN}"]'),
+        _prometheus(PASSWORD=PASSWORD),
     ]
     for env in cases:
         with pytest.raises(ConfigError) as caught:

@@ -346,15 +346,6 @@ def test_gatekeeper_invocation_ref_fails_with_reject(
     assert fragment in error["message"]
 
 
-def test_gatekeeper_binding_without_tool_name_fails_invocation_ref() -> None:
-    bare = binding()
-    del bare["tool_name"]
-
-    result = check(output(claim(bindings=[bare])))
-
-    assert result["failed_rules"] == ["evidence.invocation_ref"]
-
-
 def test_gatekeeper_backfills_id_from_single_candidate_with_warning() -> None:
     result = check(output(claim(bindings=[binding(invocation_id=None)])))
 
@@ -412,16 +403,6 @@ def test_gatekeeper_legacy_single_id_with_raw_path_is_treated_as_singular() -> N
     assert result["verified_excerpts"]["c1"][0]["invocation_id"] == "inv-2"
 
 
-def test_gatekeeper_legacy_single_id_without_raw_path_fails_raw_path_missing() -> None:
-    legacy = binding(invocation_id=None, raw_path=None, source_invocation_ids=["inv-2"])
-
-    result = check(output(claim(bindings=[legacy])))
-
-    assert result["status"] == "fail"
-    assert result["failed_rules"] == ["evidence.raw_path_missing"]
-    assert result["severity"] == "low_confid"
-
-
 def test_gatekeeper_legacy_several_ids_fail_raw_path_missing() -> None:
     legacy = binding(invocation_id=None, source_invocation_ids=["inv-2", "inv-3"])
     legacy["tool_name"] = "query_logs"
@@ -435,35 +416,7 @@ def test_gatekeeper_legacy_several_ids_fail_raw_path_missing() -> None:
     assert result["verified_excerpts"] == {}
 
 
-def test_gatekeeper_legacy_unknown_id_fails_invocation_ref() -> None:
-    legacy = binding(invocation_id=None, source_invocation_ids=["inv-77"])
-
-    result = check(output(claim(bindings=[legacy])))
-
-    assert result["failed_rules"] == ["evidence.invocation_ref"]
-    assert result["severity"] == "reject"
-    assert "inv-77" in result["errors"][0]["message"]
-
-
-def test_gatekeeper_legacy_ids_each_checked_for_tool_name() -> None:
-    legacy = binding(invocation_id=None, source_invocation_ids=["inv-2", "inv-3"])
-
-    result = check(output(claim(bindings=[legacy])))
-
-    assert result["failed_rules"] == ["evidence.invocation_ref", "evidence.raw_path_missing"]
-    assert result["severity"] == "reject"
-
-
 # --------------------------------------------------------------------------- raw path rules
-
-
-def test_gatekeeper_missing_raw_path_fails_with_low_confid() -> None:
-    result = check(output(claim(bindings=[binding(raw_path=None)])))
-
-    assert result["status"] == "fail"
-    assert result["failed_rules"] == ["evidence.raw_path_missing"]
-    assert result["severity"] == "low_confid"
-    assert result["verified_excerpts"] == {}
 
 
 def test_gatekeeper_invocation_without_refs_fails_refs_missing() -> None:
@@ -477,36 +430,7 @@ def test_gatekeeper_invocation_without_refs_fails_refs_missing() -> None:
     assert result["verified_excerpts"] == {}
 
 
-def test_gatekeeper_unknown_raw_path_fails_with_reject() -> None:
-    result = check(output(claim(bindings=[binding(raw_path="logs[7]")])))
-
-    assert result["failed_rules"] == ["evidence.raw_path"]
-    assert result["severity"] == "reject"
-    assert "logs[7]" in result["errors"][0]["message"]
-
-
 # --------------------------------------------------------------------------- excerpt rule
-
-
-def test_gatekeeper_excerpt_not_in_ref_text_fails_with_reject() -> None:
-    result = check(output(claim(bindings=[binding(excerpt="Connection refused by database")])))
-
-    assert result["failed_rules"] == ["evidence.excerpt_mismatch"]
-    assert result["severity"] == "reject"
-    assert result["verified_excerpts"] == {}
-
-
-def test_gatekeeper_excerpt_from_another_ref_fails() -> None:
-    result = check(output(claim(bindings=[binding(raw_path="logs[1]")])))
-
-    assert result["failed_rules"] == ["evidence.excerpt_mismatch"]
-
-
-@pytest.mark.parametrize("excerpt", ["", "   \n\t "])
-def test_gatekeeper_empty_excerpt_fails(excerpt: str) -> None:
-    result = check(output(claim(bindings=[binding(excerpt=excerpt)])))
-
-    assert result["failed_rules"] == ["evidence.excerpt_mismatch"]
 
 
 @pytest.mark.parametrize(
@@ -523,6 +447,89 @@ def test_gatekeeper_excerpt_matching_normalises_text(excerpt: str) -> None:
 
     assert result["status"] == "pass"
     assert "c1" in result["verified_excerpts"]
+
+
+# --------------------------------------------------------------------------- one bad binding
+
+INVOCATION_REF = ["evidence.invocation_ref"]
+RAW_PATH_MISSING = ["evidence.raw_path_missing"]
+EXCERPT_MISMATCH = ["evidence.excerpt_mismatch"]
+BAD_BINDINGS: dict[str, tuple[JSONObject, list[str], str, str]] = {
+    "binding_without_tool_name_fails_invocation_ref": (
+        _without(binding(), "tool_name"),
+        INVOCATION_REF,
+        "reject",
+        "binding has no tool_name",
+    ),
+    "legacy_single_id_without_raw_path_fails_raw_path_missing": (
+        binding(invocation_id=None, raw_path=None, source_invocation_ids=["inv-2"]),
+        RAW_PATH_MISSING,
+        "low_confid",
+        "has no raw_path",
+    ),
+    "legacy_unknown_id_fails_invocation_ref": (
+        binding(invocation_id=None, source_invocation_ids=["inv-77"]),
+        INVOCATION_REF,
+        "reject",
+        "inv-77",
+    ),
+    "legacy_ids_each_checked_for_tool_name": (
+        binding(invocation_id=None, source_invocation_ids=["inv-2", "inv-3"]),
+        ["evidence.invocation_ref", "evidence.raw_path_missing"],
+        "reject",
+        "differs from inv-3's recorded tool",
+    ),
+    "missing_raw_path_fails_with_low_confid": (
+        binding(raw_path=None),
+        RAW_PATH_MISSING,
+        "low_confid",
+        "has no raw_path",
+    ),
+    "unknown_raw_path_fails_with_reject": (
+        binding(raw_path="logs[7]"),
+        ["evidence.raw_path"],
+        "reject",
+        "logs[7]",
+    ),
+    "excerpt_not_in_ref_text_fails_with_reject": (
+        binding(excerpt="Connection refused by database"),
+        EXCERPT_MISMATCH,
+        "reject",
+        "is not contained in the text of inv-2 logs[0]",
+    ),
+    "excerpt_from_another_ref_fails": (
+        binding(raw_path="logs[1]"),
+        EXCERPT_MISMATCH,
+        "reject",
+        "is not contained in the text of inv-2 logs[1]",
+    ),
+    "empty_excerpt_fails-empty": (binding(excerpt=""), EXCERPT_MISMATCH, "reject", "is empty"),
+    "empty_excerpt_fails-blank": (
+        binding(excerpt="   \n\t "),
+        EXCERPT_MISMATCH,
+        "reject",
+        "is empty",
+    ),
+}
+"""A claim's only binding, by the test it stands for: the rules it fails, the severity, what the
+first error says."""
+
+
+@pytest.mark.parametrize(
+    ("bad_binding", "rules", "severity", "fragment"), BAD_BINDINGS.values(), ids=BAD_BINDINGS.keys()
+)
+def test_gatekeeper(
+    bad_binding: JSONObject, rules: list[str], severity: str, fragment: str
+) -> None:
+    """Each case, named after the test it was, fails with its rules and nothing verified."""
+    result = check(output(claim(bindings=[bad_binding])))
+
+    assert result["status"] == "fail"
+    assert result["failed_rules"] == rules
+    assert result["severity"] == severity
+    assert result["verified_excerpts"] == {}
+    assert result["warnings"] == []
+    assert fragment in result["errors"][0]["message"]
 
 
 # --------------------------------------------------------------------------- unbound specifics

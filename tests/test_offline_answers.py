@@ -22,6 +22,7 @@ from nodes.offline import OfflineExecutor, OfflinePlanner
 from nodes.offline.rules import parse_steps, plan_steps
 from nodes.tool_calls import SKIPPED
 from state.context import Context
+from state.records import LogEntry
 from tests.records import document_entry, log_entry, series_entry
 from tools.backend import KnowledgeOutput, LogsOutput, MetricsOutput, TimeOutput
 from tools.environment import Environment, default_environment
@@ -250,6 +251,25 @@ def test_planner_writes_a_plan_the_executor_reads_back() -> None:
     assert "follow the services" in plan
 
 
+def _first_call(question: str, language: str, result: ToolMessage) -> list[Any]:
+    """The executor's task for ``question``, then the tool call that ``result`` answers."""
+    task = {
+        "question": question,
+        "round": 1,
+        "language": language,
+        "known_services": KNOWN,
+        "plan": "",
+    }
+    artifact = result.artifact
+    call = {
+        "name": artifact["tool_name"],
+        "args": artifact["arguments"],
+        "id": result.tool_call_id,
+        "type": "tool_call",
+    }
+    return [HumanMessage(json.dumps(task)), AIMessage(content="", tool_calls=[call]), result]
+
+
 def _tool_message(
     call_id: str,
     invocation: str,
@@ -277,6 +297,14 @@ def _tool_message(
     )
 
 
+def _one_log_found(
+    args: dict[str, Any], entry: LogEntry, refs: list[dict[str, str]]
+) -> ToolMessage:
+    """The result of query_logs call c1 (invocation inv-1) that matched one entry."""
+    output = {"logs": [entry], "total": 1, "truncated": False}
+    return _tool_message("c1", "inv-1", "query_logs", args, output, refs)
+
+
 def _answer(messages: list[Any]) -> dict[str, Any]:
     reply = OfflineExecutor().invoke(messages)
     assert isinstance(reply.content, str) and reply.content
@@ -285,13 +313,6 @@ def _answer(messages: list[Any]) -> dict[str, Any]:
 
 
 def test_executor_reads_log_entries_without_instance_from_the_structured_output() -> None:
-    task = {
-        "question": "does payment-service have errors?",
-        "round": 1,
-        "language": "en",
-        "known_services": KNOWN,
-        "plan": "",
-    }
     args = {"service": "payment-service", "level": "ERROR"}
     entry = log_entry(
         "card provider: answered 503 [retryable]",
@@ -301,21 +322,12 @@ def test_executor_reads_log_entries_without_instance_from_the_structured_output(
     )
     text = "2026-03-01T10:00:00Z ERROR payment-service: card provider: answered 503 [retryable]"
     summary = "query_logs level=ERROR service=payment-service matched 1 of 1 (complete)"
-    messages = [
-        HumanMessage(json.dumps(task)),
-        AIMessage(
-            content="",
-            tool_calls=[{"name": "query_logs", "args": args, "id": "c1", "type": "tool_call"}],
-        ),
-        _tool_message(
-            "c1",
-            "inv-1",
-            "query_logs",
-            args,
-            {"logs": [entry], "total": 1, "truncated": False},
-            [{"raw_path": "logs[0]", "text": text}, {"raw_path": "summary", "text": summary}],
-        ),
-    ]
+    result = _one_log_found(
+        args,
+        entry,
+        [{"raw_path": "logs[0]", "text": text}, {"raw_path": "summary", "text": summary}],
+    )
+    messages = _first_call("does payment-service have errors?", "en", result)
     answer = _answer(messages)
 
     claim = answer["claims"][0]
@@ -327,13 +339,6 @@ def test_executor_reads_log_entries_without_instance_from_the_structured_output(
 
 
 def test_executor_states_a_value_with_its_unit_bound_to_the_series_ref() -> None:
-    task = {
-        "question": "inventory-service 的 CPU 使用率是多少？",
-        "round": 1,
-        "language": "zh",
-        "known_services": KNOWN,
-        "plan": "",
-    }
     args = {"service": "inventory-service"}
     series = [
         series_entry("http_request_duration_p99_ms", 41, 12280, 9650, labels=INVENTORY, unit="ms"),
@@ -353,14 +358,10 @@ def test_executor_states_a_value_with_its_unit_bound_to_the_series_ref() -> None
             "text": "query_metrics service=inventory-service matched 2 of 2 (complete)",
         },
     ]
-    messages = [
-        HumanMessage(json.dumps(task)),
-        AIMessage(
-            content="",
-            tool_calls=[{"name": "query_metrics", "args": args, "id": "m1", "type": "tool_call"}],
-        ),
-        _tool_message("m1", "inv-1", "query_metrics", args, {"alerts": [], "series": series}, refs),
-    ]
+    result = _tool_message(
+        "m1", "inv-1", "query_metrics", args, {"alerts": [], "series": series}, refs
+    )
+    messages = _first_call("inventory-service 的 CPU 使用率是多少？", "zh", result)
     follow = OfflineExecutor().invoke(messages)
     assert [c["name"] for c in follow.tool_calls] == ["lookup_knowledge"]
     messages += [
@@ -385,32 +386,18 @@ def test_executor_states_a_value_with_its_unit_bound_to_the_series_ref() -> None
 
 
 def test_executor_asks_once_more_for_what_the_budget_cut() -> None:
-    task = {
-        "question": "Why is order-service failing?",
-        "round": 1,
-        "language": "en",
-        "known_services": KNOWN,
-        "plan": "",
-    }
     args = {"service": "order-service", "level": "ERROR"}
     entry = log_entry("call to inventory-service failed: 503")
+    result = _one_log_found(
+        args,
+        entry,
+        [
+            {"raw_path": "logs[0]", "text": "x call to inventory-service failed: 503"},
+            {"raw_path": "summary", "text": "matched 1 of 1"},
+        ],
+    )
     messages = [
-        HumanMessage(json.dumps(task)),
-        AIMessage(
-            content="",
-            tool_calls=[{"name": "query_logs", "args": args, "id": "c1", "type": "tool_call"}],
-        ),
-        _tool_message(
-            "c1",
-            "inv-1",
-            "query_logs",
-            args,
-            {"logs": [entry], "total": 1, "truncated": False},
-            [
-                {"raw_path": "logs[0]", "text": "x call to inventory-service failed: 503"},
-                {"raw_path": "summary", "text": "matched 1 of 1"},
-            ],
-        ),
+        *_first_call("Why is order-service failing?", "en", result),
         HumanMessage(BUDGET_SPENT),
     ]
     reply = OfflineExecutor().invoke(messages)

@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from state.records import VERDICTS, Invocation, JSONValue, ParseStatus
+from tests.records import binding, claim, executor_output
 from tests.scenario_kit import ERROR_LOGS_CALL, default_logs, environment, final, run_diagnosis
 from verification.executor_output import MAX_DEPTH, depth, parse_executor_output
 from verification.gatekeeper import run_gatekeeper
@@ -182,28 +183,9 @@ def test_gatekeeper_verifies_exactly_what_the_rules_say(claims: list[list[dict[s
 
 
 def _near_valid(value: JSONValue, claim_text: str, excerpt: str) -> str:
-    claim = {
-        "claim_id": "c1",
-        "claim_type": "observation",
-        "claim_text": claim_text,
-        "support_level": "direct",
-        "evidence_bindings": [
-            {
-                "source_type": "log",
-                "tool_name": "query_logs",
-                "source_invocation_id": "inv-1",
-                "raw_path": "logs[0]",
-                "evidence_excerpt": excerpt,
-            }
-        ],
-    }
-    document: dict[str, JSONValue] = {
-        "answer_version": "executor_evidence_v2",
-        "claims": [claim, value],  # type: ignore[list-item]
-        "hypotheses": [value],
-        "recommended_actions": [],
-        "missing_info": [],
-    }
+    bound = claim("c1", claim_text, binding("inv-1", "logs[0]", excerpt))
+    document = executor_output(bound, hypotheses=[value])
+    document["claims"] = [bound, value]
     return json.dumps(document, ensure_ascii=True)
 
 

@@ -6,6 +6,8 @@ lower it, never lift it; ``unanswered`` caps the verdict at LOW_CONFID, ``partia
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from state.records import (
@@ -134,52 +136,58 @@ def test_floor_answered_when_every_facet_is_in_a_confirmed_claim() -> None:
     )
 
 
-def test_floor_partial_when_a_facet_is_missing() -> None:
-    report = floor_coverage(
+FLOOR_CASES: dict[str, tuple[str, list[str], dict[str, object]]] = {
+    "partial_when_a_facet_is_missing": (
         "What is the CPU usage of inventory-service?",
-        KNOWN,
         ["Alert InventoryServiceSlowQueries on inventory-service is firing"],
-    )
-    assert report["status"] == "partial"
-    assert report["unanswered"] == ["cpu"]
-
-
-def test_floor_unanswered_when_only_other_services_are_confirmed() -> None:
-    report = floor_coverage(
-        "notification-service 有错误吗？", KNOWN, ["order-service has 8 ERROR log entries"]
-    )
-    assert report["status"] == "unanswered"
-    assert report["unanswered"] == ["notification-service"]
-
-
-def test_floor_counts_a_negative_observation_about_the_facet() -> None:
-    report = floor_coverage(
+        {"status": "partial", "unanswered": ["cpu"]},
+    ),
+    "unanswered_when_only_other_services_are_confirmed": (
+        "notification-service 有错误吗？",
+        ["order-service has 8 ERROR log entries"],
+        {"status": "unanswered", "unanswered": ["notification-service"]},
+    ),
+    "counts_a_negative_observation_about_the_facet": (
         "is the HighErrorRate alert firing for order-service?",
-        KNOWN,
         ["No: no alert named HighErrorRate exists for order-service."],
-    )
-    assert report["status"] == "answered"
-
-
-def test_floor_matches_a_metric_by_its_concept_in_either_language() -> None:
-    question = "order-service 的 p99 延迟是多少？"
-    zh = floor_coverage(question, KNOWN, ["order-service 的 p99 为 30040ms"])
-    en = floor_coverage(
+        {"status": "answered"},
+    ),
+    "matches_a_metric_by_its_concept_in_either_language-zh": (
+        "order-service 的 p99 延迟是多少？",
+        ["order-service 的 p99 为 30040ms"],
+        {"status": "answered"},
+    ),
+    "matches_a_metric_by_its_concept_in_either_language-en": (
         "What is the latency of order-service?",
-        KNOWN,
         ["http_request_duration_p99_ms{service=order-service} last=30040ms"],
-    )
-    assert zh["status"] == en["status"] == "answered"
+        {"status": "answered"},
+    ),
+    "a_question_naming_nothing_needs_one_confirmed_claim-one": (
+        "What is wrong?",
+        ["x"],
+        {"status": "answered"},
+    ),
+    "a_question_naming_nothing_needs_one_confirmed_claim-none": (
+        "What is wrong?",
+        [],
+        {"status": "unanswered"},
+    ),
+    "service_names_are_whole_names": (
+        "Is payment-service ok?",
+        ["payment-service-7c4d8 restarted"],
+        {"status": "unanswered"},
+    ),
+}
+"""The floor of a question, given the texts of the confirmed claims, by the test it stands for."""
 
 
-def test_floor_a_question_naming_nothing_needs_one_confirmed_claim() -> None:
-    assert floor_coverage("What is wrong?", KNOWN, ["x"])["status"] == "answered"
-    assert floor_coverage("What is wrong?", KNOWN, [])["status"] == "unanswered"
-
-
-def test_floor_service_names_are_whole_names() -> None:
-    report = floor_coverage("Is payment-service ok?", KNOWN, ["payment-service-7c4d8 restarted"])
-    assert report["status"] == "unanswered"
+@pytest.mark.parametrize(
+    ("question", "confirmed", "expected"), FLOOR_CASES.values(), ids=FLOOR_CASES.keys()
+)
+def test_floor(question: str, confirmed: list[str], expected: dict[str, object]) -> None:
+    """Each case states the parts of the report it is about; those parts must hold."""
+    report = floor_coverage(question, KNOWN, confirmed)
+    assert {key: report.get(key) for key in expected} == expected
 
 
 # --------------------------------------------------------------------------- combined
@@ -316,14 +324,6 @@ def _decide(
     )
 
 
-def test_decide_unanswered_caps_the_verdict_at_low_confid() -> None:
-    decision = _decide("Does payment-service have errors?", "order-service has HTTP 500 errors")
-    assert decision["derived_verdict"] == "PASS"
-    assert decision["question_coverage"]["status"] == "unanswered"
-    assert decision["verdict"] == "LOW_CONFID"
-    assert any("capped at LOW_CONFID" in note for note in decision["notes"])
-
-
 @pytest.mark.parametrize("mode", ["model", "offline", "fallback"])
 def test_decide_floor_holds_in_every_mode(mode: VerifierMode) -> None:
     decision = _decide(
@@ -332,52 +332,92 @@ def test_decide_floor_holds_in_every_mode(mode: VerifierMode) -> None:
     assert decision["verdict"] == "LOW_CONFID"
 
 
-def test_decide_model_answered_cannot_lift_an_unanswered_floor() -> None:
-    decision = _decide(
-        "Does payment-service have errors?",
-        "order-service has HTTP 500 errors",
-        coverage={"status": "answered", "asked": ["payment-service errors"], "unanswered": []},
-    )
-    assert decision["question_coverage"]["model"] is not None
-    assert decision["question_coverage"]["status"] == "unanswered"
-    assert decision["verdict"] == "LOW_CONFID"
+PAYMENT_ERRORS = "Does payment-service have errors?"
+WHY_500 = "Why does order-service return 500?"
+HTTP_500 = "order-service has HTTP 500 errors"
 
 
-def test_decide_model_unanswered_caps_a_floor_that_passes() -> None:
-    decision = _decide(
-        "Why does order-service return 500?",
-        "order-service has HTTP 500 errors",
-        coverage={"status": "unanswered", "asked": ["why"], "unanswered": ["why"]},
-    )
-    assert decision["question_coverage"]["floor"]["status"] == "answered"
-    assert decision["verdict"] == "LOW_CONFID"
+def _outcome(decision: Decision) -> dict[str, object]:
+    """What ``decide`` made of the question coverage, by the name a case states it under."""
+    coverage = decision["question_coverage"]
+    return {
+        "derived": decision["derived_verdict"],
+        "status": coverage["status"],
+        "verdict": decision["verdict"],
+        "model_read": coverage["model"] is not None,
+        "floor": coverage["floor"]["status"],
+        "capped": any("capped at LOW_CONFID" in note for note in decision["notes"]),
+    }
 
 
-def test_decide_partial_keeps_the_verdict() -> None:
-    decision = _decide(
-        "Why does order-service return 500?",
-        "order-service has HTTP 500 errors",
-        coverage={"status": "partial", "asked": ["who calls it"], "unanswered": ["who calls it"]},
-    )
-    assert decision["question_coverage"]["status"] == "partial"
-    assert decision["verdict"] == "PASS"
-
-
-def test_decide_reply_without_coverage_is_judged_by_the_floor_alone() -> None:
-    decision = _decide("Why does order-service return 500?", "order-service has HTTP 500 errors")
-    assert decision["question_coverage"]["model"] is None
-    assert decision["question_coverage"]["status"] == "answered"
-    assert decision["verdict"] == "PASS"
-
-
-def test_decide_not_run_calls_make_coverage_partial_and_keep_pass() -> None:
-    decision = _decide(
-        "Why does order-service return 500?",
-        "order-service has HTTP 500 errors",
-        not_run=("query_logs level=WARN service=order-service",),
-    )
-    assert decision["question_coverage"]["status"] == "partial"
-    assert decision["verdict"] == "PASS"
+@pytest.mark.parametrize(
+    ("question", "options", "expected"),
+    [
+        pytest.param(
+            PAYMENT_ERRORS,
+            {},
+            {"derived": "PASS", "status": "unanswered", "verdict": "LOW_CONFID", "capped": True},
+            id="unanswered_caps_the_verdict_at_low_confid",
+        ),
+        pytest.param(
+            PAYMENT_ERRORS,
+            {
+                "coverage": {
+                    "status": "answered",
+                    "asked": ["payment-service errors"],
+                    "unanswered": [],
+                }
+            },
+            {"model_read": True, "status": "unanswered", "verdict": "LOW_CONFID"},
+            id="model_answered_cannot_lift_an_unanswered_floor",
+        ),
+        pytest.param(
+            WHY_500,
+            {"coverage": {"status": "unanswered", "asked": ["why"], "unanswered": ["why"]}},
+            {"floor": "answered", "verdict": "LOW_CONFID"},
+            id="model_unanswered_caps_a_floor_that_passes",
+        ),
+        pytest.param(
+            WHY_500,
+            {
+                "coverage": {
+                    "status": "partial",
+                    "asked": ["who calls it"],
+                    "unanswered": ["who calls it"],
+                }
+            },
+            {"status": "partial", "verdict": "PASS"},
+            id="partial_keeps_the_verdict",
+        ),
+        pytest.param(
+            WHY_500,
+            {},
+            {"model_read": False, "status": "answered", "verdict": "PASS"},
+            id="reply_without_coverage_is_judged_by_the_floor_alone",
+        ),
+        pytest.param(
+            WHY_500,
+            {"not_run": ("query_logs level=WARN service=order-service",)},
+            {"status": "partial", "verdict": "PASS"},
+            id="not_run_calls_make_coverage_partial_and_keep_pass",
+        ),
+        pytest.param(
+            WHY_500,
+            {
+                "coverage": {"status": "unanswered", "asked": [], "unanswered": []},
+                "mode": "fallback",
+            },
+            {"model_read": False},
+            id="fallback_ignores_a_coverage_it_could_not_read",
+        ),
+    ],
+)
+def test_decide_question_coverage(
+    question: str, options: dict[str, Any], expected: dict[str, object]
+) -> None:
+    """Each case states the facts of the outcome it is about; those facts must hold."""
+    outcome = _outcome(_decide(question, HTTP_500, **options))
+    assert {name: outcome[name] for name in expected} == expected
 
 
 def _failed_item(ref: str, args: str, *, calls: int = 1, errors: int = 1) -> TraceItem:
@@ -421,16 +461,6 @@ def test_decide_a_failed_call_makes_coverage_partial_keeps_pass_and_is_a_gap() -
     answer, gatekeeper = _claimed(text)
     gaps = select_material(decision["claim_checks"], answer, gatekeeper, coverage=coverage)["gaps"]
     assert [(g["kind"], g["text"]) for g in gaps] == [("failed", coverage["failed"][0])]
-
-
-def test_decide_fallback_ignores_a_coverage_it_could_not_read() -> None:
-    decision = _decide(
-        "Why does order-service return 500?",
-        "order-service has HTTP 500 errors",
-        coverage={"status": "unanswered", "asked": [], "unanswered": []},
-        mode="fallback",
-    )
-    assert decision["question_coverage"]["model"] is None
 
 
 # --------------------------------------------------------------------------- reply reader

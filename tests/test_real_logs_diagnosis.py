@@ -115,23 +115,34 @@ def postgres_in_loki() -> Iterator[str]:
     yield from serve_loki(fake)
 
 
-def test_diagnose_answers_postgres_fatal_errors_from_loki(
-    postgres_in_loki: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("server", "variable", "reported"),
+    [
+        pytest.param(
+            "postgres_in_loki",
+            "SUPERBIZ_LOKI_URL",
+            'password authentication failed for user "shop"',
+            id="loki",
+        ),
+        pytest.param(
+            "opensearch_url",
+            "SUPERBIZ_OPENSEARCH_URL",
+            'database "ghost" does not exist',
+            id="opensearch",
+        ),
+    ],
+)
+def test_diagnose_answers_postgres_fatal_errors_from(
+    server: str,
+    variable: str,
+    reported: str,
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    result, calls, claims = _diagnose(
-        {"SUPERBIZ_LOKI_URL": postgres_in_loki}, tmp_path, monkeypatch
-    )
+    """A log server (the fixture named ``server``) holds two postgres FATAL lines."""
+    url: str = request.getfixturevalue(server)
+    result, calls, claims = _diagnose({variable: url}, tmp_path, monkeypatch)
     logs = _check_answer(result, calls, claims)
     assert (logs["output"] or {})["total"] == 2
-    assert 'password authentication failed for user "shop"' in str(result["answer"])
-
-
-def test_diagnose_answers_postgres_fatal_errors_from_opensearch(
-    opensearch_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    result, calls, claims = _diagnose(
-        {"SUPERBIZ_OPENSEARCH_URL": opensearch_url}, tmp_path, monkeypatch
-    )
-    logs = _check_answer(result, calls, claims)
-    assert (logs["output"] or {})["total"] == 2
-    assert 'database "ghost" does not exist' in str(result["answer"])
+    assert reported in str(result["answer"])

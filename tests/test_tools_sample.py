@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any, Literal
 
 import pytest
 from pydantic import TypeAdapter
@@ -106,49 +107,62 @@ def test_sample_query_logs_service_is_exact(backend: SampleBackend) -> None:
     assert backend.query_logs(service="ORDER-SERVICE")["total"] == 0
 
 
-def test_sample_query_logs_level_is_case_insensitive_exact(backend: SampleBackend) -> None:
-    result = backend.query_logs(level="error")
-    assert _messages(result) == [
-        "Connection is not available",
-        "POST /api/orders failed: status=500",
-        "connection reset",
-        "CONNECTION refused",
-    ]
-    assert backend.query_logs(level="ERR")["total"] == 0
-
-
-def test_sample_query_logs_query_is_case_insensitive_substring(backend: SampleBackend) -> None:
-    result = backend.query_logs(query="connection")
-    assert _messages(result) == [
-        "Connection is not available",
-        "connection reset",
-        "CONNECTION refused",
-    ]
-    assert backend.query_logs(query="status=500")["total"] == 1
-
-
-def test_sample_query_logs_window_is_inclusive(backend: SampleBackend) -> None:
-    result = backend.query_logs(start="2026-03-01T10:00:00Z", end="2026-03-01T10:10:00Z")
-    assert [e["timestamp"] for e in result["logs"]] == [
-        "2026-03-01T10:05:00Z",
-        "2026-03-01T10:00:00Z",
-        "2026-03-01T10:10:00Z",
-        "2026-03-01T10:02:00Z",
-    ]
-
-
-def test_sample_query_logs_window_compares_datetimes_across_offsets(
-    backend: SampleBackend,
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        pytest.param(
+            {"level": "error"},
+            [
+                "Connection is not available",
+                "POST /api/orders failed: status=500",
+                "connection reset",
+                "CONNECTION refused",
+            ],
+            id="level_is_case_insensitive",
+        ),
+        pytest.param({"level": "ERR"}, [], id="level_is_exact"),
+        pytest.param(
+            {"query": "connection"},
+            ["Connection is not available", "connection reset", "CONNECTION refused"],
+            id="query_is_case_insensitive",
+        ),
+        pytest.param(
+            {"query": "status=500"},
+            ["POST /api/orders failed: status=500"],
+            id="query_is_substring",
+        ),
+    ],
+)
+def test_sample_query_logs_level_and_query_filters(
+    backend: SampleBackend, query: dict[str, Any], expected: list[str]
 ) -> None:
-    # 18:05+08:00 is 10:05Z: only the 10:05, 10:10 and 10:20 lines are at or after it.
-    result = backend.query_logs(start="2026-03-01T18:05:00+08:00")
-    assert [e["timestamp"] for e in result["logs"]] == [
-        "2026-03-01T10:05:00Z",
-        "2026-03-01T10:10:00Z",
-        "2026-03-01T10:20:00Z",
-    ]
-    only_end = backend.query_logs(end="2026-03-01T09:59:59Z")
-    assert _messages(only_end) == ["CONNECTION refused"]
+    result = backend.query_logs(**query)
+    assert _messages(result) == expected
+    assert result["total"] == len(expected)
+
+
+@pytest.mark.parametrize(
+    ("window", "positions"),
+    [
+        pytest.param(
+            {"start": "2026-03-01T10:00:00Z", "end": "2026-03-01T10:10:00Z"},
+            [0, 1, 2, 3],
+            id="is_inclusive",
+        ),
+        # 18:05+08:00 is 10:05Z: only the 10:05, 10:10 and 10:20 lines are at or after it.
+        pytest.param(
+            {"start": "2026-03-01T18:05:00+08:00"},
+            [0, 2, 4],
+            id="compares_datetimes_across_offsets",
+        ),
+        pytest.param({"end": "2026-03-01T09:59:59Z"}, [5], id="end_alone"),
+    ],
+)
+def test_sample_query_logs_window(
+    backend: SampleBackend, window: dict[str, Any], positions: list[int]
+) -> None:
+    """The window keeps the entries (``LOGS`` positions) whose timestamps lie in it."""
+    assert backend.query_logs(**window)["logs"] == [LOGS[i] for i in positions]
 
 
 def test_sample_query_logs_filters_combine(backend: SampleBackend) -> None:
@@ -406,6 +420,13 @@ def test_sample_default_environment_payment_service_is_healthy() -> None:
     assert metrics["series"]
 
 
+ENTRY_FIELDS: dict[Literal["alerts", "series"], str] = {
+    "alerts": "alert_name service severity state value threshold summary active_at",
+    "series": "metric labels points_count min max last unit points",
+}
+"""The fields every entry of a table of the bundled environment has, and no other."""
+
+
 def test_sample_default_environment_alerts_and_documents() -> None:
     env = default_environment()
     alerts = {a["alert_name"]: a for a in env["alerts"]}
@@ -419,28 +440,10 @@ def test_sample_default_environment_alerts_and_documents() -> None:
     assert alerts["OrderServiceDBPoolSaturated"]["state"] == "firing"
     resolved = [a for a in env["alerts"] if a["state"] == "resolved"]
     assert resolved and all(a["service"] != "order-service" for a in resolved)
-    for alert in env["alerts"]:
-        assert set(alert) == {
-            "alert_name",
-            "service",
-            "severity",
-            "state",
-            "value",
-            "threshold",
-            "summary",
-            "active_at",
-        }
+    for table, fields in ENTRY_FIELDS.items():
+        for entry in env[table]:
+            assert set(entry) == set(fields.split()), (table, entry)
     for series in env["series"]:
-        assert set(series) == {
-            "metric",
-            "labels",
-            "points_count",
-            "min",
-            "max",
-            "last",
-            "unit",
-            "points",
-        }
         assert series["labels"]["service"]
     docs = env["documents"]
     assert len(docs) >= 5

@@ -19,7 +19,6 @@ from state.records import (
     GatekeeperResult,
     GatekeeperStatus,
     JSONObject,
-    JSONValue,
     ParseStatus,
     Severity,
     TraceCitation,
@@ -28,6 +27,7 @@ from state.records import (
 )
 from tests import records
 from tests.records import VALID, json_list, json_object
+from tests.scenario_kit import check
 from verification.executor_output import read_answer
 from verification.verdict import (
     LEGACY,
@@ -83,24 +83,6 @@ def _gatekeeper(
         status=status,
         severity=severity,
     )
-
-
-def _check(
-    claim_id: str, label: str, trace_ref: str = "t1", ids: list[JSONValue] | None = None
-) -> JSONObject:
-    """One claim check as the Verifier writes it."""
-    return {
-        "claim_id": claim_id,
-        "verification": label,
-        "detail": f"model says {label}",
-        "evidence_refs": [
-            {
-                "trace_ref": trace_ref,
-                "tool_name": "query_logs",
-                "source_invocation_ids": ["inv-1"] if ids is None else ids,
-            }
-        ],
-    }
 
 
 def _labels(checks: list[ClaimCheck]) -> list[str]:
@@ -174,7 +156,7 @@ def _run(
         "verdict": model_verdict,
         "groundedness_score": 0.99,
         "critical_fact_count": len(labels),
-        "claim_checks": [_check(cid, label) for cid, label in labels.items()],
+        "claim_checks": [check(cid, label) for cid, label in labels.items()],
         "rationale": "because",
     }
     return finalize(
@@ -375,20 +357,20 @@ def test_strictest_verdict_ignores_absent_bounds() -> None:
 
 
 def test_normalize_unknown_label_becomes_unsupported() -> None:
-    checks, notes = _normalize_c1([_check("c1", "totally_true")])
+    checks, notes = _normalize_c1([check("c1", "totally_true")])
     assert checks[0]["verification"] == "unsupported"
     assert checks[0]["model_verification"] == "totally_true"
     assert any("totally_true" in n for n in notes)
 
 
 def test_normalize_tolerates_label_spelling() -> None:
-    checks, _ = _normalize_c1([_check("c1", " Direct Observation ")])
+    checks, _ = _normalize_c1([check("c1", " Direct Observation ")])
     assert checks[0]["verification"] == "direct_observation"
 
 
 def test_normalize_missing_check_is_unsupported() -> None:
     checks, notes = normalize_claim_checks(
-        [_check("c1", "direct_observation")], _output("c1", "c2"), _gatekeeper(("c1", "c2")), TRACE
+        [check("c1", "direct_observation")], _output("c1", "c2"), _gatekeeper(("c1", "c2")), TRACE
     )
     assert [c["claim_id"] for c in checks] == ["c1", "c2"]
     assert _labels(checks) == ["direct_observation", "unsupported"]
@@ -399,9 +381,9 @@ def test_normalize_missing_check_is_unsupported() -> None:
 
 def test_normalize_follows_claim_order_and_drops_checks_for_unknown_claims() -> None:
     raw = [
-        _check("c2", "reasonable_inference"),
-        _check("c9", "direct_observation"),
-        _check("c1", "direct_observation"),
+        check("c2", "reasonable_inference"),
+        check("c9", "direct_observation"),
+        check("c1", "direct_observation"),
     ]
     checks, notes = normalize_claim_checks(
         raw, _output("c1", "c2"), _gatekeeper(("c1", "c2")), TRACE
@@ -412,7 +394,7 @@ def test_normalize_follows_claim_order_and_drops_checks_for_unknown_claims() -> 
 
 
 def test_normalize_invalid_trace_ref_dropped_and_direct_downgraded() -> None:
-    checks, notes = _normalize_c1([_check("c1", "direct_observation", trace_ref="t7")])
+    checks, notes = _normalize_c1([check("c1", "direct_observation", trace_ref="t7")])
     assert checks[0]["evidence_refs"] == []
     assert checks[0]["verification"] == "unsupported"
     assert checks[0]["model_verification"] == "direct_observation"
@@ -420,14 +402,16 @@ def test_normalize_invalid_trace_ref_dropped_and_direct_downgraded() -> None:
 
 
 def test_normalize_invalid_trace_ref_keeps_inference_label() -> None:
-    checks, _ = _normalize_c1([_check("c1", "reasonable_inference", trace_ref="t7")])
+    checks, _ = _normalize_c1([check("c1", "reasonable_inference", trace_ref="t7")])
     assert checks[0]["verification"] == "reasonable_inference"
     assert checks[0]["evidence_refs"] == []
 
 
 def test_normalize_drops_invocation_ids_not_in_trace_item_and_fills_tool_name() -> None:
-    raw = _check("c1", "direct_observation", ids=["inv-1", "inv-2", "inv-99"])
-    json_object(json_list(raw["evidence_refs"])[0])["tool_name"] = "made_up_tool"
+    raw = check("c1", "direct_observation")
+    ref = json_object(json_list(raw["evidence_refs"])[0])
+    ref["source_invocation_ids"] = ["inv-1", "inv-2", "inv-99"]
+    ref["tool_name"] = "made_up_tool"
     checks, notes = _normalize_c1([raw])
     assert checks[0]["evidence_refs"] == [
         {"trace_ref": "t1", "tool_name": "query_logs", "source_invocation_ids": ["inv-1"]}
@@ -437,14 +421,14 @@ def test_normalize_drops_invocation_ids_not_in_trace_item_and_fills_tool_name() 
 
 
 def test_normalize_unverified_claim_is_unsupported_but_contradicted_stays() -> None:
-    raw = [_check("c1", "direct_observation"), _check("c2", "contradicted")]
+    raw = [check("c1", "direct_observation"), check("c2", "contradicted")]
     checks, notes = normalize_claim_checks(raw, _output("c1", "c2"), _gatekeeper(()), TRACE)
     assert _labels(checks) == ["unsupported", "contradicted"]
     assert any("c1" in n and "Gatekeeper" in n for n in notes)
 
 
 def test_normalize_duplicate_checks_keep_the_strictest() -> None:
-    checks, notes = _normalize_c1([_check("c1", "direct_observation"), _check("c1", "overstated")])
+    checks, notes = _normalize_c1([check("c1", "direct_observation"), check("c1", "overstated")])
     assert len(checks) == 1
     assert checks[0]["verification"] == "overstated"
     assert any("more than once" in n for n in notes)
@@ -467,7 +451,7 @@ def test_reading_garbage_checks_leaves_every_claim_unsupported(raw_checks: objec
 )
 def test_normalize_no_readable_claims_gives_no_checks(structured_output: object) -> None:
     checks, _ = normalize_claim_checks(
-        [_check("c1", "direct_observation")], structured_output, _gatekeeper(("c1",)), TRACE
+        [check("c1", "direct_observation")], structured_output, _gatekeeper(("c1",)), TRACE
     )
     assert checks == []
 
@@ -488,7 +472,7 @@ def test_claims_without_usable_ids_get_positional_ids() -> None:
     assert ids == ["claims[0]", "claims[1]", "c1", "claims[3]", "claims[4]", "claims[5]"]
     gatekeeper = _gatekeeper(("claims[0]",))
     checks, _ = normalize_claim_checks(
-        [_check("claims[0]", "direct_observation")], output, gatekeeper, TRACE
+        [check("claims[0]", "direct_observation")], output, gatekeeper, TRACE
     )
     assert _labels(checks)[0] == "direct_observation"
     assert _labels(checks)[1:] == ["unsupported"] * 5
@@ -568,7 +552,7 @@ def test_normalize_meets_padded_claim_ids_at_their_normal_form() -> None:
     output = _output("c1")
     json_object(json_list(output["claims"])[0])["claim_id"] = " c1 "
     checks, notes = normalize_claim_checks(
-        [_check("c1\u200b", "direct_observation")], output, _gatekeeper(("c1",)), TRACE
+        [check("c1\u200b", "direct_observation")], output, _gatekeeper(("c1",)), TRACE
     )
     assert [c["claim_id"] for c in checks] == ["c1"]
     assert _labels(checks) == ["direct_observation"]
@@ -584,7 +568,7 @@ def test_verdict_claim_bound_only_to_knowledge_is_external_unknown(label: str) -
         records.excerpt("inv-1", "lookup_knowledge", "documents[0]", "Runbook (runbook/x.md): ...")
     ]
     result = finalize(
-        {"verdict": "PASS", "claim_checks": [_check("c1", label)]},
+        {"verdict": "PASS", "claim_checks": [check("c1", label)]},
         structured_output=_output("c1"),
         parse_status=VALID,
         gatekeeper_result=gate,
