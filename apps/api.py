@@ -52,13 +52,13 @@ from apps.auth import (
 )
 from apps.export import ExportError, export_scenario
 from apps.http_guard import ApiGuard, GuardSettings
-from apps.resuming import backend_for, environment_ref, plan_for
+from apps.resuming import backend_for, environment_ref
 from apps.sweeper import PeriodicSweeper, sweep_interval
 from apps.web import web_routes
 from graph.builder import build_graph
 from graph.failures import DiagnosisFailed
 from graph.model_calls import ModelCallFailed
-from graph.resume import ResumeRefused, models_configured
+from graph.resume import ResumeRefused, models_configured, plan_resume
 from graph.runner import NothingToResume, run_diagnosis, summary_of
 from nodes.common import GetModel
 from persistence.database import DatabaseError
@@ -421,7 +421,7 @@ class Service:
             raise ApiError(404, f"no diagnosis {diagnosis_id!r}")
         thread_id = str(record["thread_id"])
         try:
-            plan = plan_for(
+            plan = plan_resume(
                 persistence,
                 thread_id,
                 models_available=models_configured if self._get_model is None else lambda: True,

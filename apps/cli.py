@@ -411,11 +411,11 @@ def _interrupted(app: Graph, thread: str, args: argparse.Namespace, err: TextIO)
 
 def diagnose(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """Run (or resume) one diagnosis and print it."""
-    from apps.resuming import backend_for, environment_ref, plan_for
+    from apps.resuming import backend_for, environment_ref
     from graph.builder import build_graph
     from graph.failures import DiagnosisFailed
     from graph.guard import RunGuard
-    from graph.resume import ResumeRefused
+    from graph.resume import ResumeRefused, plan_resume
     from graph.runner import NothingToResume, run_diagnosis, summary_of
     from persistence.database import DatabaseError
     from tools.composed import configured_backend
@@ -452,7 +452,7 @@ def diagnose(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         app: Graph | None = None
         try:
             if args.resume:  # the settings and environment the diagnosis started with
-                plan = plan_for(persistence, thread, requested=_requested(args, ctx))
+                plan = plan_resume(persistence, thread, requested=_requested(args, ctx))
                 if args.env and env_ref != plan.environment:
                     raise ResumeRefused(
                         f"diagnosis {plan.diagnosis_id} ran on {plan.environment}; a resume "
