@@ -12,11 +12,14 @@ import sys
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+if TYPE_CHECKING:
+    from state.records import GatekeeperResult, TraceItem, VerifierInput
 
 PG_ADMIN_DSN = os.environ.get(
     "SUPERBIZ_BENCH_PG", "host=127.0.0.1 port=5432 user=postgres dbname=postgres"
@@ -113,6 +116,51 @@ def machine() -> str:
 def verdict_line(ok: bool, text: str) -> str:
     """A target line that is easy to spot in the output."""
     return f"{'TARGET MET' if ok else 'TARGET MISSED'}: {text}"
+
+
+class Targets:
+    """The targets a benchmark checks: a line for each as it is checked, a summary line last."""
+
+    def __init__(self) -> None:
+        self.ok = True
+
+    def check(self, met: bool, text: str) -> None:
+        """Print the target line of one target, met or missed."""
+        self.ok = self.ok and met
+        print(verdict_line(met, text))
+
+    def summary(self) -> int:
+        """Print whether every target was met; the exit status (a benchmark never fails)."""
+        print("all targets met" if self.ok else "some targets missed (see above)")
+        return 0  # a benchmark reports; it never fails (see bench/README.md)
+
+
+VALID_PARSE: Any = {"status": "valid", "fence_stripped": False, "error": None}
+"""The parse status of an executor answer that is valid JSON (no fence)."""
+
+
+def verifier_input(
+    question: str,
+    final_answer: str,
+    answer: dict[str, Any],
+    trace: list[TraceItem],
+    gate: GatekeeperResult,
+) -> VerifierInput:
+    """What the Verifier is given in round 1 for a valid executor ``answer`` (no retry)."""
+    from state.records import VerifierInput
+    from verification.executor_output import read_answer
+
+    return VerifierInput(
+        question=question,
+        final_answer=final_answer,
+        parse_status=VALID_PARSE,
+        structured_output=answer,
+        answer=read_answer(VALID_PARSE, answer),
+        trace_summary=trace,
+        gatekeeper_result=gate,
+        retry_context=None,
+        round=1,
+    )
 
 
 @contextlib.contextmanager
