@@ -19,7 +19,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 if TYPE_CHECKING:
-    from state.records import GatekeeperResult, TraceItem, VerifierInput
+    from state.records import VerifierInput
 
 PG_ADMIN_DSN = os.environ.get(
     "SUPERBIZ_BENCH_PG", "host=127.0.0.1 port=5432 user=postgres dbname=postgres"
@@ -139,27 +139,18 @@ VALID_PARSE: Any = {"status": "valid", "fence_stripped": False, "error": None}
 """The parse status of an executor answer that is valid JSON (no fence)."""
 
 
-def verifier_input(
-    question: str,
-    final_answer: str,
-    answer: dict[str, Any],
-    trace: list[TraceItem],
-    gate: GatekeeperResult,
-) -> VerifierInput:
-    """What the Verifier is given in round 1 for a valid executor ``answer`` (no retry)."""
+def verifier_input(**fields: Any) -> VerifierInput:
+    """What the Verifier is given in round 1 for a valid executor answer (no retry).
+
+    ``fields`` are the input's ``question``, ``final_answer``, ``structured_output`` (the
+    answer object), ``trace_summary`` and ``gatekeeper_result``; the answer is read from them.
+    """
     from state.records import VerifierInput
     from verification.executor_output import read_answer
 
+    answer = read_answer(VALID_PARSE, fields["structured_output"])
     return VerifierInput(
-        question=question,
-        final_answer=final_answer,
-        parse_status=VALID_PARSE,
-        structured_output=answer,
-        answer=read_answer(VALID_PARSE, answer),
-        trace_summary=trace,
-        gatekeeper_result=gate,
-        retry_context=None,
-        round=1,
+        parse_status=VALID_PARSE, answer=answer, retry_context=None, round=1, **fields
     )
 
 

@@ -95,7 +95,13 @@ def main(argv: list[str] | None = None) -> int:
         results["trace summary"][size] = median(samples)
         answer = answer_of(rows)
         gate = run_gatekeeper(VALID_PARSE, answer, rows)  # type: ignore[arg-type]
-        inputs = verifier_input(QUESTION, json.dumps(answer), answer, trace, gate)
+        inputs = verifier_input(
+            question=QUESTION,
+            final_answer=json.dumps(answer),
+            structured_output=answer,
+            trace_summary=trace,
+            gatekeeper_result=gate,
+        )
         samples, _ = timed(lambda inputs=inputs: render_payload(build_payload(inputs)), runs)
         results["verifier payload"][size] = median(samples)
 

@@ -281,7 +281,14 @@ def measure(shape: str, size: int, runs: int) -> list[str]:
     payload: dict[str, Any] = {}
     for _ in range(runs):
         start = time.perf_counter()
-        payload = build_payload(verifier_input(QUESTION, final_answer, answer, trace, gate))
+        inputs = verifier_input(
+            question=QUESTION,
+            final_answer=final_answer,
+            structured_output=answer,
+            trace_summary=trace,
+            gatekeeper_result=gate,
+        )
+        payload = build_payload(inputs)
         text = render_payload(payload)
         samples.append((time.perf_counter() - start) * 1000.0)
     payload_bytes = len(text.encode("utf-8"))
