@@ -27,14 +27,21 @@ PG_ADMIN_DSN = os.environ.get(
 """Where the throw-away benchmark database is created (trust auth on this machine)."""
 
 
+def bench_parser(
+    doc: str, default: int, quick_help: str, runs_help: str = "timed repetitions per case"
+) -> argparse.ArgumentParser:
+    """A parser with ``--runs N`` (``default``) and ``--quick``; a benchmark may add more."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=default, help=runs_help)
+    parser.add_argument("--quick", action="store_true", help=quick_help)
+    return parser
+
+
 def run_count(
     doc: str, default: int, quick: int, quick_help: str, argv: list[str] | None
 ) -> tuple[int, bool]:
     """Parse ``--runs N`` and ``--quick`` (``quick`` runs); return the runs and the flag."""
-    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=default, help="timed repetitions per case")
-    parser.add_argument("--quick", action="store_true", help=quick_help)
-    args = parser.parse_args(argv)
+    args = bench_parser(doc, default, quick_help).parse_args(argv)
     return (quick if args.quick else max(args.runs, 1)), bool(args.quick)
 
 
