@@ -33,7 +33,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from apps.alert_payload import PayloadError, investigation_of, parse_notification
-from apps.auth import Caller, ConfigError
+from apps.auth import Caller, ConfigError, env_number
+from apps.http_guard import ApiError, read_limited
 from graph.failures import DiagnosisFailed
 from persistence.alert_queue import AlertQueue, Claimed, NewInvestigation, QueueFull
 from persistence.locks import ThreadBusy
@@ -60,23 +61,17 @@ MAX_LIST = 500
 
 
 def _env_number(env: Mapping[str, str], name: str, default: float, minimum: float) -> float:
-    raw = env.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError as exc:
-        raise ConfigError(f"{name} must be a number, got {raw!r}") from exc
-    if value < minimum:
-        raise ConfigError(f"{name} must be at least {minimum:g}, got {raw}")
-    return value
+    return env_number(env, name, default, minimum, parse=float, kind="a number")
+
+
+def _whole(raw: str) -> int:
+    if not raw.isdigit():
+        raise ValueError(raw)
+    return int(float(raw))
 
 
 def _env_whole(env: Mapping[str, str], name: str, default: int, minimum: int) -> int:
-    raw = env.get(name, "").strip()
-    if raw and not raw.isdigit():
-        raise ConfigError(f"{name} must be a whole number, got {raw!r}")
-    return int(_env_number(env, name, default, minimum))
+    return env_number(env, name, default, minimum, parse=_whole, kind="a whole number")
 
 
 def _env_url(env: Mapping[str, str], name: str) -> str | None:
@@ -149,29 +144,12 @@ class AlertSettings:
         )
 
 
-class _Refused(Exception):
-    def __init__(self, status: int, message: str, headers: Mapping[str, str] | None = None):
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.headers = dict(headers or {})
-
-
 async def _read_body(request: Request, limit: int) -> bytes:
-    too_large = _Refused(
-        413,
+    too_large = (
         f"the notification is larger than the limit of {limit} bytes; lower max_alerts in "
-        "the receiver's webhook_configs or raise SUPERBIZ_ALERT_MAX_BODY_BYTES",
+        "the receiver's webhook_configs or raise SUPERBIZ_ALERT_MAX_BODY_BYTES"
     )
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise too_large
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise too_large
-    return bytes(body)
+    return await read_limited(request, limit, too_large)
 
 
 def notification_text(row: Mapping[str, Any], answer: str, link: str) -> str:
@@ -245,7 +223,7 @@ class AlertReceiver:
             try:
                 notification = parse_notification(body)
             except PayloadError as exc:
-                raise _Refused(
+                raise ApiError(
                     422, "not an Alertmanager webhook notification: " + "; ".join(exc.problems)
                 ) from exc
             if notification.version != "4":
@@ -257,8 +235,8 @@ class AlertReceiver:
             status, payload = await anyio.to_thread.run_sync(
                 partial(self._accept, caller.identity, notification, base, settings)
             )
-        except _Refused as exc:
-            return JSONResponse({"error": exc.message}, exc.status, headers=exc.headers)
+        except ApiError as exc:
+            return exc.response()
         if status == 202:
             self._wake.set()
         return JSONResponse(payload, status)
@@ -274,7 +252,7 @@ class AlertReceiver:
             resolved = queue.record_resolved(owner, notification.groupKey)
             return 200, {"accepted": [], "resolved": resolved}
         if not ThreadOwners(self._open().db).claim(investigation.thread_id, owner):
-            raise _Refused(409, f"thread {investigation.thread_id!r} belongs to someone else")
+            raise ApiError(409, f"thread {investigation.thread_id!r} belongs to someone else")
         item = NewInvestigation(
             diagnosis_id=investigation.diagnosis_id,
             thread_id=investigation.thread_id,
@@ -290,7 +268,7 @@ class AlertReceiver:
         try:
             (entry,) = queue.enqueue([item], settings.queue_max)
         except QueueFull as exc:
-            raise _Refused(
+            raise ApiError(
                 429,
                 f"the alert queue is full ({exc}); Alertmanager retries the notification",
                 {"Retry-After": str(RETRY_AFTER_S)},

@@ -51,14 +51,14 @@ from apps.auth import (
     retry_after_header,
 )
 from apps.export import ExportError, export_scenario
-from apps.http_guard import ApiGuard, GuardSettings
-from apps.resuming import backend_for, environment_ref, plan_for
+from apps.http_guard import ApiError, ApiGuard, GuardSettings, read_limited
+from apps.resuming import backend_for, environment_ref
 from apps.sweeper import PeriodicSweeper, sweep_interval
 from apps.web import web_routes
 from graph.builder import build_graph
 from graph.failures import DiagnosisFailed
 from graph.model_calls import ModelCallFailed
-from graph.resume import ResumeRefused, models_configured
+from graph.resume import ResumeRefused, models_configured, plan_resume
 from graph.runner import NothingToResume, run_diagnosis, summary_of
 from nodes.common import GetModel
 from persistence.database import DatabaseError
@@ -82,20 +82,6 @@ _PING_S = 15.0
 SCHEMA_CHECK_S = 5.0
 """How often (at most) a request checks the database's schema version."""
 _DB_ERRORS = (DatabaseError, psycopg.Error, PoolTimeout, sqlite3.Error)
-
-
-class ApiError(Exception):
-    """A request that ends with an error status; the message is the ``error`` text."""
-
-    def __init__(self, status: int, message: str, headers: Mapping[str, str] | None = None):
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.headers = dict(headers or {})
-
-    def response(self) -> JSONResponse:
-        """The JSON error response."""
-        return JSONResponse({"error": self.message}, self.status, headers=self.headers)
 
 
 def _one_line(exc: BaseException) -> str:
@@ -230,16 +216,8 @@ async def read_body(request: Request, limit: int) -> bytes:
     Raises:
         ApiError: 413 when the body is too large.
     """
-    too_large = ApiError(413, f"the request body is larger than the limit of {limit} bytes")
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise too_large
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise too_large
-    return bytes(body)
+    too_large = f"the request body is larger than the limit of {limit} bytes"
+    return await read_limited(request, limit, too_large)
 
 
 class Service:
@@ -421,7 +399,7 @@ class Service:
             raise ApiError(404, f"no diagnosis {diagnosis_id!r}")
         thread_id = str(record["thread_id"])
         try:
-            plan = plan_for(
+            plan = plan_resume(
                 persistence,
                 thread_id,
                 models_available=models_configured if self._get_model is None else lambda: True,

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 ANONYMOUS = "anonymous"
 KEYS_ENV = "SUPERBIZ_API_KEYS"
@@ -141,17 +142,45 @@ def authenticate(keys: ApiKeys, headers: Mapping[str, str], client: str) -> Call
     return Caller(identity, f"key:{_digest(key)[:24]}")
 
 
-def _env_int(environ: Mapping[str, str], name: str, default: int, minimum: int) -> int:
+Number = TypeVar("Number", int, float)
+
+
+def env_number(
+    environ: Mapping[str, str],
+    name: str,
+    default: Number,
+    minimum: Number,
+    *,
+    parse: Callable[[str], Number],
+    kind: str,
+) -> Number:
+    """A number of at least ``minimum`` from the variable ``name`` (``default`` when unset).
+
+    Args:
+        environ: The environment.
+        name: The variable.
+        default: The value when the variable is unset or blank.
+        minimum: The least value allowed.
+        parse: Reads the text; raises ``ValueError`` for one that is not of the ``kind``.
+        kind: What the value must be, for the message (``"a whole number"``).
+
+    Raises:
+        ConfigError: naming the variable, for a value that does not parse or is too small.
+    """
     raw = environ.get(name, "").strip()
     if not raw:
         return default
     try:
-        value = int(raw)
+        value = parse(raw)
     except ValueError as exc:
-        raise ConfigError(f"{name} must be a whole number, got {raw!r}") from exc
+        raise ConfigError(f"{name} must be {kind}, got {raw!r}") from exc
     if value < minimum:
-        raise ConfigError(f"{name} must be at least {minimum}, got {value}")
+        raise ConfigError(f"{name} must be at least {minimum:g}, got {raw}")
     return value
+
+
+def _env_int(environ: Mapping[str, str], name: str, default: int, minimum: int) -> int:
+    return env_number(environ, name, default, minimum, parse=int, kind="a whole number")
 
 
 @dataclass(frozen=True)

@@ -81,6 +81,15 @@ class Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"superbiz: error: {message} (see: {self.prog} --help)\n")
 
 
+def _output_options(
+    parser: argparse.ArgumentParser, json_help: str | None = None, *, db_help: str = DB_HELP
+) -> None:
+    """Add the options most commands share: ``--json`` (when ``json_help``) and ``--db URL``."""
+    if json_help is not None:
+        parser.add_argument("--json", action="store_true", help=json_help)
+    parser.add_argument("--db", metavar="URL", help=db_help)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="superbiz",
@@ -132,8 +141,7 @@ def _parser() -> argparse.ArgumentParser:
     diagnose.add_argument(
         "--max-tool-calls", metavar="N", help="tool calls allowed per round (default 8)"
     )
-    diagnose.add_argument("--json", action="store_true", help="print one JSON object instead")
-    diagnose.add_argument("--db", metavar="URL", help=DB_HELP)
+    _output_options(diagnose, "print one JSON object instead")
 
     sessions = commands.add_parser(
         "sessions", help="list and inspect recorded diagnoses", description="Read the audit log."
@@ -145,12 +153,10 @@ def _parser() -> argparse.ArgumentParser:
     listing.add_argument(
         "--verdict", choices=("PASS", "LOW_CONFID", "REJECT"), help="only this verdict"
     )
-    listing.add_argument("--json", action="store_true", help="print a JSON array")
-    listing.add_argument("--db", metavar="URL", help=DB_HELP)
+    _output_options(listing, "print a JSON array")
     show = session_commands.add_parser("show", help="show one diagnosis in full")
     show.add_argument("diagnosis_id", metavar="DIAGNOSIS_ID")
-    show.add_argument("--json", action="store_true", help="print the full record as JSON")
-    show.add_argument("--db", metavar="URL", help=DB_HELP)
+    _output_options(show, "print the full record as JSON")
     export = session_commands.add_parser(
         "export",
         help="write a finished diagnosis as a replayable scenario file",
@@ -164,7 +170,7 @@ def _parser() -> argparse.ArgumentParser:
         "--scenario", metavar="FILE", required=True, help="the scenario file to write"
     )
     export.add_argument("--id", metavar="ID", help="the scenario's id (default replay-<id>)")
-    export.add_argument("--db", metavar="URL", help=DB_HELP)
+    _output_options(export)
 
     recheck = commands.add_parser(
         "reverify",
@@ -176,8 +182,7 @@ def _parser() -> argparse.ArgumentParser:
     recheck.add_argument(
         "--offline", action="store_true", help="use the deterministic verifier (no model)"
     )
-    recheck.add_argument("--json", action="store_true", help="print one JSON object instead")
-    recheck.add_argument("--db", metavar="URL", help=DB_HELP)
+    _output_options(recheck, "print one JSON object instead")
 
     evaluate = commands.add_parser(
         "eval",
@@ -197,7 +202,7 @@ def _parser() -> argparse.ArgumentParser:
     upgrade = db_commands.add_parser(
         "upgrade", help="create or migrate the audit tables (also done at every start)"
     )
-    upgrade.add_argument("--db", metavar="URL", help=DB_HELP)
+    _output_options(upgrade)
     add_prune_parser(db_commands, DB_HELP)
 
     serve = commands.add_parser(
@@ -212,7 +217,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--workers", type=int, default=1, help="worker processes (default 1; more need PostgreSQL)"
     )
-    serve.add_argument("--db", metavar="URL", help=DB_HELP)
+    _output_options(serve)
 
     doctor = commands.add_parser(
         "doctor",
@@ -221,8 +226,9 @@ def _parser() -> argparse.ArgumentParser:
         "trivial query, the services found, or why it failed and the setting to check. Exit 0 "
         "when all answer, 1 otherwise.",
     )
-    doctor.add_argument("--json", action="store_true", help="print one JSON object instead")
-    doctor.add_argument("--db", metavar="URL", help=DB_HELP + "; where the runbook index is")
+    _output_options(
+        doctor, "print one JSON object instead", db_help=DB_HELP + "; where the runbook index is"
+    )
     _kb_parser(commands)
     config = commands.add_parser("config", help="show the backend configuration")
     config_commands = config.add_subparsers(dest="config_command", metavar="ACTION")
@@ -250,14 +256,13 @@ def _kb_parser(commands: Any) -> None:
         "and those of folders not named removed. Progress goes to stderr.",
     )
     index.add_argument("folders", nargs="*", metavar="DIR", help="runbook folders")
-    index.add_argument("--db", metavar="URL", help=DB_HELP)
+    _output_options(index)
     search = kb_commands.add_parser(
         "search", help="look a query up in the index (the folders of SUPERBIZ_RUNBOOKS)"
     )
     search.add_argument("query", help='what to look for, e.g. "KubePodCrashLooping"')
     search.add_argument("--top-k", type=int, default=3, help="documents at most (1-10, default 3)")
-    search.add_argument("--json", action="store_true", help="print the documents as JSON")
-    search.add_argument("--db", metavar="URL", help=DB_HELP)
+    _output_options(search, "print the documents as JSON")
 
 
 def kb_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -411,11 +416,11 @@ def _interrupted(app: Graph, thread: str, args: argparse.Namespace, err: TextIO)
 
 def diagnose(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """Run (or resume) one diagnosis and print it."""
-    from apps.resuming import backend_for, environment_ref, plan_for
+    from apps.resuming import backend_for, environment_ref
     from graph.builder import build_graph
     from graph.failures import DiagnosisFailed
     from graph.guard import RunGuard
-    from graph.resume import ResumeRefused
+    from graph.resume import ResumeRefused, plan_resume
     from graph.runner import NothingToResume, run_diagnosis, summary_of
     from persistence.database import DatabaseError
     from tools.composed import configured_backend
@@ -452,7 +457,7 @@ def diagnose(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         app: Graph | None = None
         try:
             if args.resume:  # the settings and environment the diagnosis started with
-                plan = plan_for(persistence, thread, requested=_requested(args, ctx))
+                plan = plan_resume(persistence, thread, requested=_requested(args, ctx))
                 if args.env and env_ref != plan.environment:
                     raise ResumeRefused(
                         f"diagnosis {plan.diagnosis_id} ran on {plan.environment}; a resume "

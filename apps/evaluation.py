@@ -190,6 +190,14 @@ def _show(values: Iterable[object]) -> str:
     return "[" + ", ".join(str(v) for v in values) + "]"
 
 
+def _set_mismatch(name: str, expected: Iterable[str], actual: Iterable[str]) -> list[str]:
+    """``name: expected [..] got [..]`` when the two differ as sets, else nothing."""
+    wanted, got = set(expected), set(actual)
+    if wanted == got:
+        return []
+    return [f"{name}: expected {_show(sorted(wanted))} got {_show(sorted(got))}"]
+
+
 _PlainKey: TypeAlias = Literal[
     "verdict", "model_verdict", "rounds", "gatekeeper_status", "gatekeeper_severity"
 ]
@@ -221,11 +229,8 @@ def compare(expect: Expect, result: ScenarioResult) -> list[str]:
         ("confirmed_claims", result["confirmed_claims"]),
     )
     for set_key, actual_list in sets:
-        if set_key in expect and set(expect[set_key]) != set(actual_list):
-            problems.append(
-                f"{set_key}: expected {_show(sorted(set(expect[set_key])))} "
-                f"got {_show(sorted(set(actual_list)))}"
-            )
+        if set_key in expect:
+            problems += _set_mismatch(set_key, expect[set_key], actual_list)
     if "groundedness_score" in expect:
         score = result["groundedness_score"]
         if score is None or abs(score - expect["groundedness_score"]) > SCORE_TOLERANCE:
@@ -259,11 +264,8 @@ def _coverage_mismatches(expect: Expect, result: ScenarioResult) -> list[str]:
         ("unanswered", actual["unanswered"]),
     )
     for key, got in lists:
-        if key in wanted and set(wanted[key]) != set(got):
-            problems.append(
-                f"question_coverage.{key}: expected {_show(sorted(set(wanted[key])))} "
-                f"got {_show(sorted(set(got)))}"
-            )
+        if key in wanted:
+            problems += _set_mismatch(f"question_coverage.{key}", wanted[key], got)
     return problems
 
 

@@ -24,11 +24,13 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from starlette.datastructures import Headers
+from starlette.requests import Request
+from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from apps.auth import ApiKeys, ConfigError
@@ -243,3 +245,35 @@ def _is_json(headers: Headers) -> bool:
     return kind == "application/json" or (
         kind.startswith("application/") and kind.endswith("+json")
     )
+
+
+class ApiError(Exception):
+    """A request that ends with an error status; the message is the ``error`` text."""
+
+    def __init__(self, status: int, message: str, headers: Mapping[str, str] | None = None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.headers = dict(headers or {})
+
+    def response(self) -> JSONResponse:
+        """The JSON error response."""
+        return JSONResponse({"error": self.message}, self.status, headers=self.headers)
+
+
+async def read_limited(request: Request, limit: int, too_large: str) -> bytes:
+    """The request body, refusing one larger than ``limit`` bytes without reading it all.
+
+    Raises:
+        ApiError: 413 with the message ``too_large``, when the declared or the streamed body is
+            over the limit.
+    """
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise ApiError(413, too_large)
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise ApiError(413, too_large)
+    return bytes(body)

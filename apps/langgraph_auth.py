@@ -137,22 +137,12 @@ async def refuse_anything_else(ctx: Auth.types.AuthContext, value: Any) -> bool:
     return False
 
 
-@auth.on.threads.create
-async def create_thread(
-    ctx: Auth.types.AuthContext, value: Auth.types.ThreadsCreate
-) -> Auth.types.FilterType:
-    """A new thread is the caller's (and its id must not be another identity's)."""
-    identity = _identity(ctx)
-    _own(value, identity)
-    await _claim(value.get("thread_id"), identity)
-    return {OWNER: identity}
+@auth.on(resources="threads", actions=["create", "create_run"])
+async def create_on_thread(ctx: Auth.types.AuthContext, value: Any) -> Auth.types.FilterType:
+    """A new thread, or a new run and the thread it may create, is the caller's.
 
-
-@auth.on.threads.create_run
-async def create_run(
-    ctx: Auth.types.AuthContext, value: Auth.types.RunsCreate
-) -> Auth.types.FilterType:
-    """Runs only on the caller's threads; a thread the run creates is the caller's."""
+    Runs only on the caller's threads; a thread id must not be another identity's.
+    """
     identity = _identity(ctx)
     _own(value, identity)
     await _claim(value.get("thread_id"), identity)

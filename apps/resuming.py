@@ -11,13 +11,11 @@ configured, so it continues on the same kind of evidence.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from graph.builder import build_graph
-from graph.resume import ResumePlan, ResumeRefused, models_configured, plan_resume
-from persistence.store import Persistence
+from graph.resume import ResumeRefused
 from tools.backend import EvidenceBackend
 from tools.composed import configured_backend
 from tools.config import ConfigError, load_settings
@@ -77,29 +75,4 @@ def backend_for(environment: Mapping[str, Any], *, database: str | None = None) 
     raise ResumeRefused(
         f"the diagnosis ran on an evidence environment of kind {kind!r}, "
         "which this version cannot open"
-    )
-
-
-def plan_for(
-    persistence: Persistence,
-    thread_id: str,
-    *,
-    requested: Mapping[str, Any] | None = None,
-    models_available: Callable[[], bool] = models_configured,
-) -> ResumePlan:
-    """The resume plan of a thread's interrupted diagnosis (see ``graph.resume.plan_resume``).
-
-    Raises:
-        NothingToResume: when the thread has nothing interrupted.
-        ResumeRefused: when the stored settings cannot be honoured here.
-    """
-    reader = build_graph(ledger=persistence.ledger, audit=persistence.audit).compile(
-        checkpointer=persistence.checkpointer
-    )
-    return plan_resume(
-        reader,
-        persistence.audit,
-        thread_id,
-        requested=requested,
-        models_available=models_available,
     )

@@ -12,11 +12,14 @@ import sys
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+if TYPE_CHECKING:
+    from state.records import VerifierInput
 
 PG_ADMIN_DSN = os.environ.get(
     "SUPERBIZ_BENCH_PG", "host=127.0.0.1 port=5432 user=postgres dbname=postgres"
@@ -24,14 +27,21 @@ PG_ADMIN_DSN = os.environ.get(
 """Where the throw-away benchmark database is created (trust auth on this machine)."""
 
 
+def bench_parser(
+    doc: str, default: int, quick_help: str, runs_help: str = "timed repetitions per case"
+) -> argparse.ArgumentParser:
+    """A parser with ``--runs N`` (``default``) and ``--quick``; a benchmark may add more."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=default, help=runs_help)
+    parser.add_argument("--quick", action="store_true", help=quick_help)
+    return parser
+
+
 def run_count(
     doc: str, default: int, quick: int, quick_help: str, argv: list[str] | None
 ) -> tuple[int, bool]:
     """Parse ``--runs N`` and ``--quick`` (``quick`` runs); return the runs and the flag."""
-    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=default, help="timed repetitions per case")
-    parser.add_argument("--quick", action="store_true", help=quick_help)
-    args = parser.parse_args(argv)
+    args = bench_parser(doc, default, quick_help).parse_args(argv)
     return (quick if args.quick else max(args.runs, 1)), bool(args.quick)
 
 
@@ -113,6 +123,42 @@ def machine() -> str:
 def verdict_line(ok: bool, text: str) -> str:
     """A target line that is easy to spot in the output."""
     return f"{'TARGET MET' if ok else 'TARGET MISSED'}: {text}"
+
+
+class Targets:
+    """The targets a benchmark checks: a line for each as it is checked, a summary line last."""
+
+    def __init__(self) -> None:
+        self.ok = True
+
+    def check(self, met: bool, text: str) -> None:
+        """Print the target line of one target, met or missed."""
+        self.ok = self.ok and met
+        print(verdict_line(met, text))
+
+    def summary(self) -> int:
+        """Print whether every target was met; the exit status (a benchmark never fails)."""
+        print("all targets met" if self.ok else "some targets missed (see above)")
+        return 0  # a benchmark reports; it never fails (see bench/README.md)
+
+
+VALID_PARSE: Any = {"status": "valid", "fence_stripped": False, "error": None}
+"""The parse status of an executor answer that is valid JSON (no fence)."""
+
+
+def verifier_input(**fields: Any) -> VerifierInput:
+    """What the Verifier is given in round 1 for a valid executor answer (no retry).
+
+    ``fields`` are the input's ``question``, ``final_answer``, ``structured_output`` (the
+    answer object), ``trace_summary`` and ``gatekeeper_result``; the answer is read from them.
+    """
+    from state.records import VerifierInput
+    from verification.executor_output import read_answer
+
+    answer = read_answer(VALID_PARSE, fields["structured_output"])
+    return VerifierInput(
+        parse_status=VALID_PARSE, answer=answer, retry_context=None, round=1, **fields
+    )
 
 
 @contextlib.contextmanager

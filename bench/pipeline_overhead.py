@@ -14,7 +14,6 @@ before every diagnosis (outside the timed part).
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import cProfile
 import dataclasses
@@ -32,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from _common import (
+    bench_parser,
     fmt,
     fmt_bytes,
     machine,
@@ -473,10 +473,10 @@ def profile(backend: str, runs: int, ctx: Context, top: int) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and print its tables."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=100, help="timed diagnoses per backend")
+    parser = bench_parser(
+        __doc__, 100, "20 runs, 3 warm-up, no profile", runs_help="timed diagnoses per backend"
+    )
     parser.add_argument("--warmup", type=int, default=10, help="untimed diagnoses first")
-    parser.add_argument("--quick", action="store_true", help="20 runs, 3 warm-up, no profile")
     parser.add_argument(
         "--backends",
         default="none,sqlite,postgres",

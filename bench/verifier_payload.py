@@ -25,15 +25,23 @@ import sys
 import time
 from typing import Any
 
-from _common import fmt, fmt_bytes, machine, median, run_count, table, verdict_line
+from _common import (
+    VALID_PARSE,
+    fmt,
+    fmt_bytes,
+    machine,
+    median,
+    run_count,
+    table,
+    verdict_line,
+    verifier_input,
+)
 
 from persistence.ledger import InMemoryLedger
-from state.records import VerifierInput
 from tools.environment import default_environment
 from tools.runner import ToolRunner, tool_message_content
 from tools.sample import SampleBackend
 from tools.trace_summary import build_trace_summary
-from verification.executor_output import read_answer
 from verification.gatekeeper import run_gatekeeper
 from verification.verifier_payload import build_payload, render_payload
 
@@ -266,27 +274,21 @@ def measure(shape: str, size: int, runs: int) -> list[str]:
     tool_messages = sum(len(tool_message_content(row).encode("utf-8")) for row in rows)
     answer = executor_answer(rows, 100 if shape == "stress" else 3)
     final_answer = json.dumps(answer, ensure_ascii=False)
-    parse_status = {"status": "valid", "fence_stripped": False, "error": None}
     trace = build_trace_summary(rows)
-    gate = run_gatekeeper(parse_status, answer, rows)
+    gate = run_gatekeeper(VALID_PARSE, answer, rows)
     samples = []
     text = ""
     payload: dict[str, Any] = {}
     for _ in range(runs):
         start = time.perf_counter()
-        payload = build_payload(
-            VerifierInput(
-                question=QUESTION,
-                final_answer=final_answer,
-                parse_status=parse_status,
-                structured_output=answer,
-                answer=read_answer(parse_status, answer),
-                trace_summary=trace,
-                gatekeeper_result=gate,
-                retry_context=None,
-                round=1,
-            )
+        inputs = verifier_input(
+            question=QUESTION,
+            final_answer=final_answer,
+            structured_output=answer,
+            trace_summary=trace,
+            gatekeeper_result=gate,
         )
+        payload = build_payload(inputs)
         text = render_payload(payload)
         samples.append((time.perf_counter() - start) * 1000.0)
     payload_bytes = len(text.encode("utf-8"))

@@ -16,9 +16,10 @@ from typing import Any, cast
 
 from langchain_core.runnables import RunnableConfig
 
+from graph.builder import build_graph
 from graph.guard import resumed_diagnosis_id
-from graph.runner import Graph, NothingToResume
-from persistence.audit import AuditStore
+from graph.runner import NothingToResume
+from persistence.store import Persistence
 from state.context import ROLES, Context
 from state.records import DiagnosisRecord
 from state.run_settings import RunSettings, context_from_settings
@@ -52,8 +53,7 @@ def _describe(ctx: Context) -> str:
 
 
 def plan_resume(
-    app: Graph,
-    audit: AuditStore,
+    persistence: Persistence,
     thread_id: str,
     *,
     requested: Mapping[str, Any] | None = None,
@@ -62,8 +62,7 @@ def plan_resume(
     """The resume of a thread's interrupted diagnosis, with the settings it started with.
 
     Args:
-        app: A graph compiled on the thread's checkpointer.
-        audit: The audit store holding the diagnosis's record.
+        persistence: The database holding the thread's checkpoints and the diagnosis's record.
         thread_id: The thread.
         requested: ``Context`` fields the caller set explicitly for the resume (e.g. ``--lang``);
             each must equal the stored value.
@@ -73,6 +72,9 @@ def plan_resume(
         NothingToResume: when the thread has nothing interrupted.
         ResumeRefused: when the stored settings cannot be honoured, or differ from ``requested``.
     """
+    app = build_graph(ledger=persistence.ledger, audit=persistence.audit).compile(
+        checkpointer=persistence.checkpointer
+    )
     config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
     snapshot = app.get_state(config)
     if not snapshot.next:
@@ -86,7 +88,7 @@ def plan_resume(
             f"the run interrupted on thread {thread_id!r} stopped before its diagnosis started, "
             "so there are no settings to continue with; ask the question again"
         )
-    record = audit.get(diagnosis_id)
+    record = persistence.audit.get(diagnosis_id)
     if record is None:
         raise ResumeRefused(
             f"the run interrupted on thread {thread_id!r} stopped before its diagnosis started, "
