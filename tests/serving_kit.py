@@ -1,7 +1,8 @@
-"""What the serving and persistence tests share: crashed children and resumes.
+"""What the serving and persistence tests share: crashed children, resumes, loopback endpoints.
 
 A child process runs ``tests/crash_child.py`` until its second tool call and is killed there (as a
-power cut would leave a diagnosis); ``superbiz diagnose --resume`` runs in a child of its own.
+power cut would leave a diagnosis); ``superbiz diagnose --resume`` runs in a child of its own; a
+stand-in HTTP endpoint is served from a thread of the test process.
 """
 
 from __future__ import annotations
@@ -10,7 +11,11 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -108,3 +113,29 @@ def resume_in_child(
         timeout=300,
         check=False,
     )
+
+
+@contextmanager
+def serve_on_loopback(
+    handler: type[BaseHTTPRequestHandler], *, daemon_threads: bool = False
+) -> Iterator[int]:
+    """Serve ``handler`` on a free 127.0.0.1 port from a thread, for the block.
+
+    Args:
+        handler: The request handler.
+        daemon_threads: Whether closing leaves requests still being answered to themselves
+            (otherwise it waits for them).
+
+    Yields:
+        The port.
+    """
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = daemon_threads
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield int(server.server_address[1])
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
