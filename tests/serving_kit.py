@@ -2,7 +2,8 @@
 
 A child process runs ``tests/crash_child.py`` until its second tool call and is killed there (as a
 power cut would leave a diagnosis); ``superbiz diagnose --resume`` runs in a child of its own; a
-stand-in HTTP endpoint is served from a thread of the test process.
+test that runs a lone tool call uses the ids every such test uses; a stand-in HTTP endpoint is
+served from a thread of the test process.
 """
 
 from __future__ import annotations
@@ -17,8 +18,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from state.records import Invocation
+from tools.runner import ToolRunner
 
 ROOT = Path(__file__).resolve().parents[1]
 QUESTION = "order-service 为什么报 500 错误？"
@@ -112,6 +117,22 @@ def resume_in_child(
         capture_output=True,
         timeout=300,
         check=False,
+    )
+
+
+def one_call(runner: ToolRunner, name: str, args: dict[str, Any]) -> Invocation:
+    """Run one tool call through ``runner``, as round 1 of diagnosis ``d1`` on thread ``t1``.
+
+    Args:
+        runner: The tool runner.
+        name: The tool's name.
+        args: Its arguments.
+
+    Returns:
+        The invocation's record.
+    """
+    return runner.run(
+        {"name": name, "args": args, "id": "c1"}, diagnosis_id="d1", thread_id="t1", round=1
     )
 
 
