@@ -14,6 +14,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 
+from persistence.store import Persistence, open_persistence
 from tests.opensearch_kit import opensearch_url  # noqa: F401  (a session fixture)
 from tests.prometheus_kit import prometheus_stack  # noqa: F401  (a session fixture)
 
@@ -141,6 +142,44 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
     url: str = request.getfixturevalue("postgres_url")
     _empty_postgres(url)
     yield url
+
+
+@pytest.fixture
+def own_database(postgres_url: str) -> Iterator[tuple[str, str]]:
+    """A PostgreSQL database of its own, next to the session's, dropped afterwards.
+
+    Yields:
+        Its URL and the URL (the session's database) to drop or create it from.
+    """
+    import psycopg
+
+    base, _, name = postgres_url.rpartition("/")
+    own = f"{name}_own_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(postgres_url, autocommit=True, connect_timeout=5) as conn:
+        conn.execute(f'CREATE DATABASE "{own}"')
+    try:
+        yield f"{base}/{own}", postgres_url
+    finally:
+        with psycopg.connect(postgres_url, autocommit=True, connect_timeout=5) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{own}" WITH (FORCE)')
+
+
+@pytest.fixture
+def store(database_url: str) -> Iterator[Persistence]:
+    """The persistence of ``database_url`` (both databases), closed after the test."""
+    persistence = open_persistence(database_url)
+    try:
+        yield persistence
+    finally:
+        persistence.close()
+
+
+@pytest.fixture
+def no_model_or_superbiz_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No ``OPENAI_*`` or ``SUPERBIZ_*`` variable: offline rules, every setting at its default."""
+    for name in list(os.environ):
+        if name.startswith(("OPENAI_", "SUPERBIZ_")):
+            monkeypatch.delenv(name)
 
 
 @pytest.fixture(params=["memory", "sqlite"])

@@ -13,9 +13,10 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
+from tests.serving_kit import serve_on_loopback
 from tests.test_models_http import _reply
 
 WAIT_S = 120.0
@@ -70,15 +71,9 @@ def gated_openai() -> Iterator[GatedOpenAI]:
         def log_message(self, format: str, *args: Any) -> None:
             return
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    state.url = f"http://127.0.0.1:{server.server_address[1]}/v1"
-    try:
-        yield state
-    finally:
-        state.gate.set()
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
+    with serve_on_loopback(Handler, daemon_threads=True) as port:
+        state.url = f"http://127.0.0.1:{port}/v1"
+        try:
+            yield state
+        finally:
+            state.gate.set()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -12,6 +11,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from apps import cli
+from tests.prometheus_kit import free_port as _free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 QUESTION = "order-service 为什么报 500 错误？"
@@ -27,16 +28,13 @@ ALICE = {"Authorization": "Bearer key-alice"}
 BOB = {"X-API-Key": "key-bob"}
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @dataclass
 class Server:
+    """A running ``superbiz serve``: its base URL, its log file, its process."""
+
     url: str
     log: Path
+    proc: subprocess.Popen[bytes]
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
@@ -85,24 +83,33 @@ def _env(tmp: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-@pytest.fixture(scope="module")
-def server(postgres_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    tmp = tmp_path_factory.mktemp("serve")
+@contextmanager
+def served(tmp: Path, argv: list[str], **extra: str) -> Iterator[Server]:
+    """``superbiz serve *argv`` on a free loopback port for the block, once it is healthy.
+
+    Its log is ``tmp/server.log``; ``extra`` are variables of its environment (``_env``).
+    """
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     log = tmp / "server.log"
-    env = _env(
-        tmp,
+    proc = _start([*argv, "--port", str(port)], _env(tmp, **extra), log)
+    try:
+        _wait_healthy(proc, url, log)
+        yield Server(url, log, proc)
+    finally:
+        _stop(proc)
+
+
+@pytest.fixture(scope="module")
+def server(postgres_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    with served(
+        tmp_path_factory.mktemp("serve"),
+        ["--workers", "2", "--db", postgres_url],
         SUPERBIZ_API_KEYS="key-alice=alice,key-bob=bob",
         SUPERBIZ_DB_POOL_SIZE="7",
         SUPERBIZ_API_RATE_PER_MIN="100000",
-    )
-    proc = _start(["--workers", "2", "--db", postgres_url, "--port", str(port)], env, log)
-    try:
-        _wait_healthy(proc, url, log)
-        yield Server(url, log)
-    finally:
-        _stop(proc)
+    ) as running:
+        yield running
 
 
 def post_chat(client: httpx.Client, headers: dict[str, str], **body: Any) -> httpx.Response:
@@ -177,20 +184,10 @@ def test_serve_other_users_thread_is_not_found(server: Server) -> None:
 
 
 def test_serve_without_keys_binds_loopback_and_says_access_is_open(tmp_path: Path) -> None:
-    port = _free_port()
-    log = tmp_path / "server.log"
-    proc = _start(
-        ["--port", str(port), "--db", f"sqlite:///{tmp_path / 'db.sqlite'}"], _env(tmp_path), log
-    )
-    try:
-        _wait_healthy(proc, f"http://127.0.0.1:{port}", log)
-        answer = httpx.post(
-            f"http://127.0.0.1:{port}/api/chat", json={"question": QUESTION}, timeout=120
-        )
-    finally:
-        _stop(proc)
+    with served(tmp_path, ["--db", f"sqlite:///{tmp_path / 'db.sqlite'}"]) as running:
+        answer = httpx.post(f"{running.url}/api/chat", json={"question": QUESTION}, timeout=120)
 
-    assert "access is open" in log.read_text()
+    assert "access is open" in running.log.read_text()
     assert answer.status_code == 200
     assert answer.json()["verdict"] == "PASS"
 

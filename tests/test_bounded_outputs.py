@@ -11,6 +11,7 @@ from typing import Any
 
 from persistence.ledger import InMemoryLedger
 from state.records import LogEntry
+from tests.serving_kit import one_call
 from tools.backend import LogsOutput
 from tools.environment import Environment
 from tools.runner import TRUNCATION_MARKER, ToolRunner
@@ -19,16 +20,12 @@ from tools.sample import SampleBackend
 TEN_MB = 10 * 1024 * 1024
 
 
-def _peak_of_one_call(environment: Environment, args: dict[str, object]) -> tuple[int, dict]:
-    runner = ToolRunner(SampleBackend(environment), InMemoryLedger())
+def _peak_of_one_call(backend: SampleBackend, args: dict[str, object]) -> tuple[int, dict]:
+    """One ``query_logs`` call: the peak of memory it took, and its output."""
+    runner = ToolRunner(backend, InMemoryLedger())
     tracemalloc.start()
     try:
-        row = runner.run(
-            {"name": "query_logs", "args": args, "id": "c1"},
-            diagnosis_id="d1",
-            thread_id="t1",
-            round=1,
-        )
+        row = one_call(runner, "query_logs", args)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -42,7 +39,9 @@ def test_runner_a_10_mb_message_is_cut_before_any_copy() -> None:
         service="order-service",
         message="x" * TEN_MB,
     )
-    peak, output = _peak_of_one_call(Environment(logs=[entry]), {"service": "order-service"})
+    peak, output = _peak_of_one_call(
+        SampleBackend(Environment(logs=[entry])), {"service": "order-service"}
+    )
 
     message = output["logs"][0]["message"]
     assert message == "x" * 1000 + TRUNCATION_MARKER
@@ -67,19 +66,7 @@ def test_runner_ten_thousand_entries_are_cut_to_the_limit_before_any_copy() -> N
         )
         for i in range(10_000)
     ]
-    runner = ToolRunner(_Unbounded(Environment(logs=logs)), InMemoryLedger())
-    tracemalloc.start()
-    try:
-        row = runner.run(
-            {"name": "query_logs", "args": {"limit": 5}, "id": "c1"},
-            diagnosis_id="d1",
-            thread_id="t1",
-            round=1,
-        )
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    output = row["output"] or {}
+    peak, output = _peak_of_one_call(_Unbounded(Environment(logs=logs)), {"limit": 5})
 
     assert len(output["logs"]) == 5 and output["total"] == 10_000 and output["truncated"]
     assert peak < 2 * 1024 * 1024, f"peak {peak} bytes for 10,000 entries of 2 KB"

@@ -301,14 +301,19 @@ def _failing_models(role: str, ctx: Context) -> Any:
     raise ConnectionError("model endpoint refused the connection\n(127.0.0.1:9)")
 
 
-def test_cli_diagnose_reports_an_unexpected_failure_in_one_line(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def failing_models(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every graph the command line builds gets models whose endpoint refuses the connection."""
     monkeypatch.setattr(
         "graph.builder.build_graph",
         lambda **kwargs: build_graph(get_model=_failing_models, **kwargs),
     )
 
+
+@pytest.mark.usefixtures("failing_models")
+def test_cli_diagnose_reports_an_unexpected_failure_in_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     code, out, err = run(capsys, "diagnose", ORDER_QUESTION, "--thread", "t-failed")
 
     assert code == 1
@@ -327,13 +332,10 @@ def test_cli_diagnose_reports_an_unexpected_failure_in_one_line(
     assert record["self_evaluation"]["failure"]["reason"] == reason
 
 
+@pytest.mark.usefixtures("failing_models")
 def test_cli_debug_variable_prints_the_traceback(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(
-        "graph.builder.build_graph",
-        lambda **kwargs: build_graph(get_model=_failing_models, **kwargs),
-    )
     monkeypatch.setenv("SUPERBIZ_DEBUG", "1")
 
     code, _, err = run(capsys, "diagnose", ORDER_QUESTION)

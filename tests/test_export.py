@@ -35,6 +35,7 @@ from persistence.store import open_persistence
 from state.context import Context
 from state.records import DiagnosisRecord
 from tests.prometheus_kit import Stack
+from tests.serving_kit import one_call
 from tests.test_models_http import (  # noqa: F401  (fixtures of the fake endpoint)
     QUESTION,
     FakeOpenAI,
@@ -89,6 +90,17 @@ def _run(
     return record, ledger.list(record["id"])
 
 
+def _stored(db: str, diagnosis_id: str) -> DiagnosisRecord:
+    """The diagnosis as the database ``db`` holds it."""
+    persistence = open_persistence(db)
+    try:
+        record = persistence.audit.get(diagnosis_id)
+    finally:
+        persistence.close()
+    assert record is not None
+    return record
+
+
 # --- offline, through the command line ---------------------------------------------------------
 
 
@@ -127,12 +139,7 @@ def test_export_offline_sample_diagnosis_replays_through_eval(
     assert main(["eval", str(file.parent), "--json", str(report)]) == 0
     assert "1 passed, 0 failed" in capsys.readouterr().out
     (result,) = json.loads(report.read_text(encoding="utf-8"))["scenarios"]
-    persistence = open_persistence(db)
-    try:
-        record = persistence.audit.get(diagnosed["diagnosis_id"])
-    finally:
-        persistence.close()
-    assert record is not None
+    record = _stored(db, diagnosed["diagnosis_id"])
     _replays_exactly(record, result)
 
 
@@ -254,12 +261,7 @@ def test_export_with_model_replies_off_notes_it_and_runs_the_offline_rules(
     assert main(["diagnose", "--json", "--db", db, QUESTION]) == 0
     diagnosed = json.loads(capsys.readouterr().out)
     assert diagnosed["offline"] is False
-    persistence = open_persistence(db)
-    try:
-        record = persistence.audit.get(diagnosed["diagnosis_id"])
-    finally:
-        persistence.close()
-    assert record is not None
+    record = _stored(db, diagnosed["diagnosis_id"])
     replay: Any = (record["self_evaluation"] or {})["replay"]
     assert replay["model_replies"] == "off"
     assert [(c["role"], c["content"], c["tool_calls"]) for c in replay["model_calls"]] == [
@@ -317,12 +319,7 @@ def test_export_diagnosis_on_real_prometheus_replays_without_it(
     calls = scenario["environment"]["replay"]["calls"]
     alerts = [a["alert_name"] for c in calls if c["output"] for a in c["output"].get("alerts", [])]
     assert "HighErrorRate" in alerts
-    persistence = open_persistence(db)
-    try:
-        record = persistence.audit.get(diagnosed["diagnosis_id"])
-    finally:
-        persistence.close()
-    assert record is not None
+    record = _stored(db, diagnosed["diagnosis_id"])
 
     monkeypatch.delenv("SUPERBIZ_PROMETHEUS_URL")  # the replay needs no Prometheus
     result = run_scenario(load_scenario(file))
@@ -403,12 +400,7 @@ def test_replay_of_a_call_the_recording_lacks_is_an_error_invocation_naming_it()
     )
     runner = ToolRunner(backend, InMemoryLedger())
 
-    row = runner.run(
-        {"name": "query_logs", "args": {"service": "payment-service"}, "id": "c1"},
-        diagnosis_id="d1",
-        thread_id="t1",
-        round=1,
-    )
+    row = one_call(runner, "query_logs", {"service": "payment-service"})
 
     assert row["status"] == "error"
     assert row["error"] == (

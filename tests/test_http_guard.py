@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +23,7 @@ PREFLIGHT = {
 }
 
 
-@pytest.fixture(autouse=True)
-def _offline(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in list(os.environ):
-        if name.startswith(("OPENAI_", "SUPERBIZ_")):
-            monkeypatch.delenv(name)
+pytestmark = pytest.mark.usefixtures("no_model_or_superbiz_settings")
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any, cast
 
@@ -29,6 +29,7 @@ from nodes.offline import (
 )
 from persistence.audit import InMemoryAuditStore
 from state.context import Context
+from tests.serving_kit import serve_on_loopback
 from verification.verifier_payload import CLOSE, OPEN
 
 QUESTION = "order-service 为什么报 500？"
@@ -268,16 +269,9 @@ def fake_openai() -> Iterator[FakeOpenAI]:
         def log_message(self, format: str, *args: Any) -> None:
             return
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    state.url = f"http://127.0.0.1:{server.server_address[1]}/v1"
-    try:
+    with serve_on_loopback(Handler) as port:
+        state.url = f"http://127.0.0.1:{port}/v1"
         yield state
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
 
 
 @pytest.fixture

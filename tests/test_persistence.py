@@ -3,12 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -40,19 +35,13 @@ from tests.records import (
     rule_evaluation_of,
 )
 from tests.scenario_kit import ERROR_LOGS_CALL, executor_answer, final
+from tests.serving_kit import (
+    QUESTION,
+    child_env,
+    kill_at_second_tool_call,
+    resume_in_child,
+)
 from tools.sample import SampleBackend, default_environment
-
-ROOT = Path(__file__).resolve().parents[1]
-QUESTION = "order-service 为什么报 500 错误？"
-
-
-@pytest.fixture
-def store(database_url: str) -> Iterator[Persistence]:
-    persistence = open_persistence(database_url)
-    try:
-        yield persistence
-    finally:
-        persistence.close()
 
 
 def diagnose(
@@ -220,40 +209,13 @@ def test_persistence_ledger_is_idempotent_when_a_node_re_executes(store: Persist
 # --- crash safety, one writer ------------------------------------------------------------------
 
 
-def _child_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "SUPERBIZ_"))}
-    env["PYTHONPATH"] = str(ROOT)
-    return env
-
-
 def test_persistence_resumes_after_sigkill_with_the_same_verdict(
     database_url: str, tmp_path: Path
 ) -> None:
-    marker = tmp_path / "stalled"
-    child = subprocess.Popen(
-        [
-            sys.executable,
-            str(ROOT / "tests" / "crash_child.py"),
-            database_url,
-            "crash",
-            str(marker),
-            QUESTION,
-        ],
-        env=_child_env(),
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
+    returncode = kill_at_second_tool_call(
+        database_url, "crash", tmp_path / "stalled", env=child_env()
     )
-    deadline = time.monotonic() + 120
-    while not marker.exists():
-        if child.poll() is not None or time.monotonic() > deadline:
-            child.kill()
-            output = child.communicate()[0].decode(errors="replace")
-            pytest.fail(f"the child never reached its second tool call:\n{output}")
-        time.sleep(0.05)
-    child.send_signal(signal.SIGKILL)
-    child.wait(timeout=30)
-    assert child.returncode == -signal.SIGKILL
+    assert returncode == -signal.SIGKILL
 
     persistence = open_persistence(database_url)
     try:
@@ -264,26 +226,7 @@ def test_persistence_resumes_after_sigkill_with_the_same_verdict(
     finally:
         persistence.close()
 
-    resumed = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "apps.cli",
-            "diagnose",
-            "--resume",
-            "--thread",
-            "crash",
-            "--db",
-            database_url,
-            "--offline",
-            "--json",
-        ],
-        env=_child_env(),
-        cwd=ROOT,
-        capture_output=True,
-        timeout=300,
-        check=False,
-    )
+    resumed = resume_in_child(database_url, "crash", "--offline", "--json")
     assert resumed.returncode == 0, resumed.stderr.decode(errors="replace")
     result = json.loads(resumed.stdout)
 
@@ -526,17 +469,12 @@ def test_persistence_reverify_reports_what_changed(store: Persistence) -> None:
     assert any(c.startswith("verdict: 'PASS' -> 'REJECT'") for c in report["changes"])
 
 
-def test_persistence_concurrent_first_setups_of_postgres_all_succeed(postgres_url: str) -> None:
+def test_persistence_concurrent_first_setups_of_postgres_all_succeed(
+    own_database: tuple[str, str],
+) -> None:
     import threading
 
-    import psycopg
-
-    from tests.conftest import POSTGRES_ADMIN_URL
-
-    name = f"{postgres_url.rsplit('/', 1)[1]}_setup"
-    with psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    url = f"{postgres_url.rsplit('/', 1)[0]}/{name}"
+    url, _ = own_database
     errors: list[BaseException] = []
 
     def open_once() -> None:
@@ -545,17 +483,13 @@ def test_persistence_concurrent_first_setups_of_postgres_all_succeed(postgres_ur
         except BaseException as exc:  # collected and asserted below
             errors.append(exc)
 
-    try:
-        workers = [threading.Thread(target=open_once) for _ in range(4)]
-        for worker in workers:
-            worker.start()
-        for worker in workers:
-            worker.join(timeout=120)
-        assert not any(worker.is_alive() for worker in workers)
-        assert errors == []
-    finally:
-        with psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    workers = [threading.Thread(target=open_once) for _ in range(4)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=120)
+    assert not any(worker.is_alive() for worker in workers)
+    assert errors == []
 
 
 def test_persistence_update_channel_of_an_unknown_diagnosis_raises(store: Persistence) -> None:

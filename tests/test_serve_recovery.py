@@ -12,31 +12,19 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import psycopg
 import pytest
 
+from tests import conftest
 from tests.gated_openai import gated_openai
-from tests.test_api_serve import ALICE, QUESTION, _env, _free_port, _start, _stop, _wait_healthy
+from tests.test_api_serve import ALICE, QUESTION, served
 
 WAIT_S = 60.0
-
-
-@pytest.fixture
-def own_database(postgres_url: str) -> Iterator[tuple[str, str]]:
-    """A PostgreSQL database for one server: (its URL, the admin URL that drops or creates it)."""
-    base, _, name = postgres_url.rpartition("/")
-    own = f"{name}_serve_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(postgres_url, autocommit=True, connect_timeout=5) as conn:
-        conn.execute(f'CREATE DATABASE "{own}"')
-    try:
-        yield f"{base}/{own}", postgres_url
-    finally:
-        with psycopg.connect(postgres_url, autocommit=True, connect_timeout=5) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{own}" WITH (FORCE)')
+# The fixture, here too: tests/test_alert_serve_recovery.py imports it from this module.
+own_database = conftest.own_database
 
 
 @pytest.mark.postgres
@@ -44,39 +32,34 @@ def test_serve_killed_worker_diagnosis_is_resumed_by_the_sweep(
     own_database: tuple[str, str], tmp_path: Path
 ) -> None:
     url, _ = own_database
-    with gated_openai() as endpoint:
-        port = _free_port()
-        base = f"http://127.0.0.1:{port}"
-        log = tmp_path / "server.log"
-        env = _env(
+    with (
+        gated_openai() as endpoint,
+        served(
             tmp_path,
+            ["--workers", "2", "--db", url],
             SUPERBIZ_API_KEYS="key-alice=alice",
             SUPERBIZ_LEASE_TTL_S="1",
             SUPERBIZ_SWEEP_INTERVAL_S="0.5",
             **endpoint.env(),
+        ) as server,
+    ):
+        thread = f"killed-{uuid.uuid4().hex[:8]}"
+        stream = threading.Thread(
+            target=_read_stream, args=(server.url, {"question": QUESTION, "thread_id": thread})
         )
-        proc = _start(["--workers", "2", "--db", url, "--port", str(port)], env, log)
-        try:
-            _wait_healthy(proc, base, log)
-            thread = f"killed-{uuid.uuid4().hex[:8]}"
-            stream = threading.Thread(
-                target=_read_stream, args=(base, {"question": QUESTION, "thread_id": thread})
-            )
-            stream.start()
-            assert endpoint.received.wait(WAIT_S), "the diagnosis never called its model"
-            lease = _lease(url, thread)
-            holder_pid = int(lease["holder"].split(":")[1])
-            assert holder_pid != proc.pid  # a worker, not the supervisor
-            os.kill(holder_pid, signal.SIGKILL)
-            endpoint.gate.set()
-            stream.join(WAIT_S)
-            record = _wait_done(base, lease["diagnosis_id"])
-        finally:
-            _stop(proc)
+        stream.start()
+        assert endpoint.received.wait(WAIT_S), "the diagnosis never called its model"
+        lease = _lease(url, thread)
+        holder_pid = int(lease["holder"].split(":")[1])
+        assert holder_pid != server.proc.pid  # a worker, not the supervisor
+        os.kill(holder_pid, signal.SIGKILL)
+        endpoint.gate.set()
+        stream.join(WAIT_S)
+        record = _wait_done(server.url, lease["diagnosis_id"])
     assert record["status"] == "done", record
     assert record["verdict"] == "PASS"
     assert record["note"] == "resumed after an interrupted run"
-    assert "resuming orphaned diagnosis" in log.read_text()
+    assert "resuming orphaned diagnosis" in server.log.read_text()
 
 
 def _read_stream(base: str, body: dict[str, str]) -> None:
@@ -123,28 +106,21 @@ def test_serve_database_dropped_and_recreated_fails_fast_then_recovers(
 ) -> None:
     url, admin = own_database
     name = url.rsplit("/", 1)[1]
-    port = _free_port()
-    base = f"http://127.0.0.1:{port}"
-    log = tmp_path / "server.log"
-    proc = _start(
-        ["--db", url, "--port", str(port)], _env(tmp_path, SUPERBIZ_API_KEYS="key-alice=alice"), log
-    )
-    try:
-        _wait_healthy(proc, base, log)
-        with httpx.Client(base_url=base, timeout=15) as client:  # far below a 30 s pool wait
-            assert client.post("/api/chat", json={"question": QUESTION}, headers=ALICE).is_success
-            with psycopg.connect(admin, autocommit=True) as conn:
-                conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+    with (
+        served(tmp_path, ["--db", url], SUPERBIZ_API_KEYS="key-alice=alice") as server,
+        httpx.Client(base_url=server.url, timeout=15) as client,  # far below a 30 s pool wait
+    ):
+        assert client.post("/api/chat", json={"question": QUESTION}, headers=ALICE).is_success
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
 
-            lost = client.post("/api/chat", json={"question": QUESTION}, headers=ALICE)
-            health = client.get("/healthz")
+        lost = client.post("/api/chat", json={"question": QUESTION}, headers=ALICE)
+        health = client.get("/healthz")
 
-            with psycopg.connect(admin, autocommit=True) as conn:
-                conn.execute(f'CREATE DATABASE "{name}"')
-            recovered = client.get("/healthz")
-            again = client.post("/api/chat", json={"question": QUESTION}, headers=ALICE)
-    finally:
-        _stop(proc)
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        recovered = client.get("/healthz")
+        again = client.post("/api/chat", json={"question": QUESTION}, headers=ALICE)
     assert lost.status_code == 503, lost.text
     assert f'database "{name}" does not exist' in lost.json()["error"]
     assert "PoolTimeout" not in lost.text

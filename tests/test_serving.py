@@ -9,14 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
-import subprocess
-import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -46,33 +41,25 @@ from persistence.retention import prune_finished
 from persistence.runs import SqlRunLocks
 from persistence.store import Persistence, open_persistence
 from state.context import Context
+from state.graph_state import DiagnosisState
 from state.run_settings import run_settings
+from tests.serving_kit import (
+    QUESTION,
+    child_env,
+    kill_at_second_tool_call,
+    resume_in_child,
+)
 from tools.backend import LogsOutput, LogsQuery
 from tools.environment import Environment
 from tools.sample import SampleBackend, default_environment
 
-ROOT = Path(__file__).resolve().parents[1]
-QUESTION = "order-service 为什么报 500 错误？"
 KEYS = {"key-alice": "alice", "key-bob": "bob"}
 ALICE = {"Authorization": "Bearer key-alice"}
 BOB = {"X-API-Key": "key-bob"}
 BOUND_S = 60.0
 
 
-@pytest.fixture(autouse=True)
-def _offline(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in list(os.environ):
-        if name.startswith(("OPENAI_", "SUPERBIZ_")):
-            monkeypatch.delenv(name)
-
-
-@pytest.fixture
-def store(database_url: str) -> Iterator[Persistence]:
-    persistence = open_persistence(database_url)
-    try:
-        yield persistence
-    finally:
-        persistence.close()
+pytestmark = pytest.mark.usefixtures("no_model_or_superbiz_settings")
 
 
 class GatedBackend(SampleBackend):
@@ -103,6 +90,25 @@ def _graph(store: Persistence, backend: SampleBackend | None = None) -> Any:
         locks=store.locks,
         environment={"kind": "sample"},
     ).compile(checkpointer=store.checkpointer)
+
+
+def _diagnose(
+    store: Persistence,
+    thread: str,
+    question: str | None = QUESTION,
+    *,
+    backend: SampleBackend | None = None,
+    resume: bool = False,
+) -> DiagnosisState:
+    """Run (or resume) the thread's diagnosis offline on the sample, to the end."""
+    return run_diagnosis(
+        _graph(store, backend),
+        thread_id=thread,
+        context=Context(offline=True),
+        audit=store.audit,
+        question=question,
+        resume=resume,
+    )
 
 
 def _leases(store: Persistence) -> list[dict[str, Any]]:
@@ -337,40 +343,12 @@ def test_serving_resume_refuses_a_setting_that_differs_from_the_stored_one(
     assert "started with language='en'" in capsys.readouterr().err
 
 
-def _child_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "SUPERBIZ_"))}
-    env["PYTHONPATH"] = str(ROOT)
-    env.update(extra)
-    return env
-
-
 def _crash(database_url: str, thread: str, tmp_path: Path, *args: str, ttl: str = "60") -> str:
     """Run tests/crash_child.py until its second tool call, SIGKILL it; the diagnosis id."""
     marker = tmp_path / f"stalled-{thread}"
-    child = subprocess.Popen(
-        [
-            sys.executable,
-            str(ROOT / "tests" / "crash_child.py"),
-            database_url,
-            thread,
-            str(marker),
-            QUESTION,
-            *args,
-        ],
-        env=_child_env(SUPERBIZ_LEASE_TTL_S=ttl),
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
+    kill_at_second_tool_call(
+        database_url, thread, marker, *args, env=child_env(SUPERBIZ_LEASE_TTL_S=ttl)
     )
-    deadline = time.monotonic() + 120
-    while not marker.exists():
-        if child.poll() is not None or time.monotonic() > deadline:
-            child.kill()
-            output = child.communicate()[0].decode(errors="replace")
-            pytest.fail(f"the child never reached its second tool call:\n{output}")
-        time.sleep(0.05)
-    child.send_signal(signal.SIGKILL)
-    child.wait(timeout=30)
     persistence = open_persistence(database_url)
     try:
         [running] = [r for r in persistence.audit.list(thread) if r["status"] == "running"]
@@ -393,25 +371,7 @@ def test_serving_killed_lang_en_env_run_resumes_in_english_on_its_environment(
     thread = f"t-{uuid.uuid4().hex[:12]}"
     crashed = _crash(database_url, thread, tmp_path, "--lang", "en", "--env", str(env_file))
 
-    resumed = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "apps.cli",
-            "diagnose",
-            "--resume",
-            "--thread",
-            thread,
-            "--db",
-            database_url,
-            "--json",
-        ],
-        env=_child_env(),
-        cwd=ROOT,
-        capture_output=True,
-        timeout=300,
-        check=False,
-    )
+    resumed = resume_in_child(database_url, thread, "--json")
 
     assert resumed.returncode == 0, resumed.stderr.decode(errors="replace")
     result = json.loads(resumed.stdout)
@@ -614,13 +574,7 @@ def test_serving_db_prune_keeps_audit_rows_and_the_newest_checkpoint(
     store: Persistence, database_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     finished = f"t-{uuid.uuid4().hex[:12]}"
-    values = run_diagnosis(
-        _graph(store),
-        thread_id=finished,
-        context=Context(offline=True),
-        audit=store.audit,
-        question=QUESTION,
-    )
+    values = _diagnose(store, finished)
     interrupted = f"t-{uuid.uuid4().hex[:12]}"
     _interrupted(store, interrupted, Context(offline=True))
 
@@ -644,25 +598,13 @@ def test_serving_db_prune_keeps_audit_rows_and_the_newest_checkpoint(
     assert record is not None and record["status"] == "done"
     assert store.ledger.list(str(values["diagnosis_id"]))
     # The thread goes on from its newest checkpoint.
-    again = run_diagnosis(
-        _graph(store),
-        thread_id=finished,
-        context=Context(offline=True),
-        audit=store.audit,
-        question="second question",
-    )
+    again = _diagnose(store, finished, "second question")
     assert [m.type for m in again["messages"]] == ["human", "ai", "human", "ai"]
 
 
 def test_serving_db_prune_keeps_recent_threads(store: Persistence) -> None:
     thread = f"t-{uuid.uuid4().hex[:12]}"
-    run_diagnosis(
-        _graph(store),
-        thread_id=thread,
-        context=Context(offline=True),
-        audit=store.audit,
-        question=QUESTION,
-    )
+    _diagnose(store, thread)
 
     report = prune_finished(store.db, keep_days=1)
 
@@ -672,25 +614,11 @@ def test_serving_db_prune_keeps_recent_threads(store: Persistence) -> None:
 # --- database lost and recreated --------------------------------------------------------------
 
 
-@pytest.fixture
-def doomed_postgres(postgres_url: str) -> Iterator[tuple[str, str]]:
-    """A PostgreSQL database of its own: (its URL, an admin URL to drop and recreate it)."""
-    base, _, name = postgres_url.rpartition("/")
-    doomed = f"{name}_doomed_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(postgres_url, autocommit=True, connect_timeout=5) as conn:
-        conn.execute(f'CREATE DATABASE "{doomed}"')
-    try:
-        yield f"{base}/{doomed}", postgres_url
-    finally:
-        with psycopg.connect(postgres_url, autocommit=True, connect_timeout=5) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{doomed}" WITH (FORCE)')
-
-
 @pytest.mark.postgres
 def test_serving_lost_database_fails_with_the_reason_and_a_recreated_one_is_used(
-    doomed_postgres: tuple[str, str],
+    own_database: tuple[str, str],
 ) -> None:
-    url, admin = doomed_postgres
+    url, admin = own_database
     name = url.rsplit("/", 1)[1]
     persistence = open_persistence(url)
     try:
@@ -701,13 +629,7 @@ def test_serving_lost_database_fails_with_the_reason_and_a_recreated_one_is_used
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{name}"')
         assert persistence.db.check_schema() >= 3  # set up again, no restart
-        values = run_diagnosis(
-            _graph(persistence),
-            thread_id="after",
-            context=Context(offline=True),
-            audit=persistence.audit,
-            question=QUESTION,
-        )
+        values = _diagnose(persistence, "after")
         assert values["verdict"] == "PASS"
         assert [r["status"] for r in persistence.audit.list("after")] == ["done"]
     finally:
@@ -718,13 +640,7 @@ def test_serving_server_prunes_when_retention_is_set(
     store: Persistence, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     thread = f"t-{uuid.uuid4().hex[:12]}"
-    run_diagnosis(
-        _graph(store),
-        thread_id=thread,
-        context=Context(offline=True),
-        audit=store.audit,
-        question=QUESTION,
-    )
+    _diagnose(store, thread)
     monkeypatch.setenv("SUPERBIZ_RETENTION_DAYS", "0")
 
     PeriodicSweeper(lambda: store, lambda d: None, 0).run_once()
@@ -772,13 +688,7 @@ def test_serving_ctrl_c_leaves_a_resumable_diagnosis_that_no_sweep_touches(
 ) -> None:
     thread = f"t-{uuid.uuid4().hex[:12]}"
     with pytest.raises(KeyboardInterrupt):
-        run_diagnosis(
-            _graph(store, InterruptingBackend(default_environment())),
-            thread_id=thread,
-            context=Context(offline=True),
-            audit=store.audit,
-            question=QUESTION,
-        )
+        _diagnose(store, thread, backend=InterruptingBackend(default_environment()))
 
     [record] = store.audit.list(thread)
     assert record["status"] == "running"
@@ -787,13 +697,7 @@ def test_serving_ctrl_c_leaves_a_resumable_diagnosis_that_no_sweep_touches(
     )
     assert _leases(store) == []  # given back: not an orphan
     assert sweep(store) == []
-    values = run_diagnosis(
-        _graph(store),
-        thread_id=thread,
-        context=Context(offline=True),
-        audit=store.audit,
-        resume=True,
-    )
+    values = _diagnose(store, thread, None, resume=True)
     assert values["verdict"] == "PASS" and values["diagnosis_id"] == record["id"]
 
 
@@ -844,13 +748,7 @@ def test_serving_an_orphan_on_a_busy_thread_waits_for_the_next_sweep(store: Pers
         )
 
     def resume(diagnosis: str) -> None:
-        run_diagnosis(
-            _graph(store),
-            thread_id=thread,
-            context=Context(offline=True),
-            audit=store.audit,
-            resume=True,
-        )
+        _diagnose(store, thread, None, resume=True)
 
     with store.locks.hold(thread):  # another run has the thread right now
         busy = sweep(store, resume=resume)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import socket
 import threading
 import time
 import uuid
@@ -39,6 +38,7 @@ from persistence.ownership import ThreadOwners
 from persistence.store import Persistence, open_persistence
 from state.context import Context
 from tests.components import component_unavailable
+from tests.prometheus_kit import free_port as _free_port
 from tools.environment import Environment, default_environment
 from tools.sample import SampleBackend
 
@@ -52,12 +52,6 @@ HOSTILE = [
 ]
 
 playwright_sync = pytest.importorskip("playwright.sync_api")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass
