@@ -19,7 +19,7 @@ too): a ``ValidationError`` becomes one line naming the field, e.g.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, NoReturn, NotRequired, Self, TypeAlias, cast, get_args
@@ -204,13 +204,23 @@ class FileModel(BaseModel):
         return data
 
 
-def _without_nulls(model: type[BaseModel], data: Mapping[str, object]) -> dict[str, object]:
-    """``data`` without the keys of ``model``'s fields that are null (null counts as absent)."""
-    return {
+def _without_nulls(
+    model: type[BaseModel], data: object, check: Callable[[dict[str, object]], None]
+) -> object:
+    """``data`` without the keys of ``model``'s fields that are null (null counts as absent).
+
+    ``check`` sees what is left (and raises for what the model refuses); anything but an object
+    is returned as it is, for the model's own type check.
+    """
+    if not isinstance(data, dict):
+        return data
+    given = {
         key: value
         for key, value in data.items()
         if value is not None or key not in model.model_fields
     }
+    check(given)
+    return given
 
 
 def _iso_timestamp(value: str) -> str:
@@ -237,10 +247,11 @@ class _Entry(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _required_fields(cls, data: object) -> object:
-        if not isinstance(data, dict):
-            return data  # refused by the model's own type check
-        given = _without_nulls(cls, data)
+    def _nulls_absent(cls, data: object) -> object:
+        return _without_nulls(cls, data, cls._required_fields)
+
+    @classmethod
+    def _required_fields(cls, given: dict[str, object]) -> None:
         required = [name for name, field in cls.model_fields.items() if field.is_required()]
         for name in required:
             if name not in given:
@@ -250,7 +261,6 @@ class _Entry(BaseModel):
                     "remove the entry",
                     {"field": name, "required": ", ".join(required)},
                 )
-        return given
 
 
 class _Log(_Entry):
@@ -314,6 +324,17 @@ class _Replay(FileModel):
     calls: list[_ReplayCall] = []
 
 
+def _replay_alone(given: dict[str, object]) -> None:
+    if "replay" in given and len(given) > 1:
+        others = ", ".join(sorted(str(key) for key in given if key != "replay"))
+        raise PydanticCustomError(
+            "replay_alone",
+            "has 'replay' and also {others}: a replay environment serves only the recorded "
+            "calls; remove one of them",
+            {"others": others},
+        )
+
+
 class EnvironmentFile(FileModel):
     """The environment object of an environment or scenario file."""
 
@@ -327,18 +348,7 @@ class EnvironmentFile(FileModel):
     @model_validator(mode="before")
     @classmethod
     def _absent_nulls(cls, data: object) -> object:
-        if not isinstance(data, dict):
-            return data  # refused by the model's own type check
-        given = _without_nulls(cls, data)
-        if "replay" in given and len(given) > 1:
-            others = ", ".join(sorted(str(key) for key in given if key != "replay"))
-            raise PydanticCustomError(
-                "replay_alone",
-                "has 'replay' and also {others}: a replay environment serves only the recorded "
-                "calls; remove one of them",
-                {"others": others},
-            )
-        return given
+        return _without_nulls(cls, data, _replay_alone)
 
     def record(self) -> Environment:
         """The environment as a record: the keys and entry fields given (a replay in full)."""
