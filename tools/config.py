@@ -292,6 +292,10 @@ def _boolean(value: object) -> bool:
     raise ValueError("must be " + "/".join(TRUE_WORDS) + " or " + "/".join(FALSE_WORDS))
 
 
+_TYPE_ERRORS = {"string_type": "must be a string"}
+"""How a type error pydantic found in a connection key reads (the key's own checks say more)."""
+
+
 class _Connection(BaseModel):
     """The connection keys of any backend, checked where they enter."""
 
@@ -324,14 +328,10 @@ class _Connection(BaseModel):
             raise ValueError("must be an http:// or https:// URL with a host")
         return text.rstrip("/")
 
-    @field_validator("token", "user", "password", "ca_file", mode="before")
+    @field_validator("token", "user", "password", "ca_file")
     @classmethod
-    def _text(cls, value: object) -> str | None:
-        if value is None:
-            return None
-        if not isinstance(value, str):
-            raise ValueError("must be a string")
-        return value.strip() or None
+    def _text(cls, value: str | None) -> str | None:
+        return value.strip() or None if value is not None else None
 
     @field_validator("headers", mode="before")
     @classmethod
@@ -502,7 +502,7 @@ def _log_files(value: object, where: str, base: Path) -> tuple[tuple[str, str], 
     example = "e.g. postgres=/var/log/postgresql/*.log;api=/srv/api/*.jsonl"
     if isinstance(value, dict):
         for service, globs in value.items():
-            listed = json_shape.strings(globs if isinstance(globs, list) else [globs])
+            listed = json_shape.strings(_parts(globs))
             if listed is None:
                 raise ConfigError(f"{where}: {service} must name a glob or a list of globs")
             pairs += [(str(service).strip(), item.strip()) for item in listed]
@@ -532,10 +532,13 @@ def _log_files(value: object, where: str, base: Path) -> tuple[tuple[str, str], 
     return tuple(checked)
 
 
-def _parts(value: object, separator: str) -> list[object] | None:
-    """The items of a list setting: its text split at ``separator``, or its TOML array."""
+def _parts(value: object, separator: str | None = None) -> list[object] | None:
+    """The items of a list setting, None when it is neither a text nor a TOML array.
+
+    A text is split at ``separator`` (it is one item when there is none).
+    """
     if isinstance(value, str):
-        return list(value.split(separator))
+        return list(value.split(separator)) if separator is not None else [value]
     return list(value) if isinstance(value, list) else None
 
 
@@ -627,7 +630,8 @@ def _backend(
     except ValidationError as exc:
         error = exc.errors(include_url=False)[0]
         key = str(error["loc"][0]) if error["loc"] else "url"
-        raise ConfigError(_message(name, key, values, origin, error["msg"])) from None
+        problem = _TYPE_ERRORS.get(error["type"], error["msg"])
+        raise ConfigError(_message(name, key, values, origin, problem)) from None
     extras: dict[str, Any] = {}
     for key, spec in options.items():
         if key not in values:
