@@ -59,7 +59,7 @@ def _now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def _plain(value: Mapping[str, object]) -> JSONObject:
+def _plain(value: dict[str, object]) -> JSONObject:
     """A backend result (or call arguments) as a plain JSON object.
 
     Values JSON has no type for become their text; every string, keys included, is cleaned of
@@ -106,10 +106,9 @@ def _cap_strings(value: object, cap: int) -> tuple[object, bool]:
 
 def _series_points(entry: object) -> object:
     """A series entry with its ``points`` bounded (``tools.points``); other entries unchanged."""
-    given = json_shape.obj(entry)
-    if "points" not in given:
+    if not isinstance(entry, Mapping) or "points" not in entry:
         return entry
-    return {**given, "points": bounded_points(given["points"])}
+    return {**entry, "points": bounded_points(entry["points"])}
 
 
 def _validation_message(tool_name: str, exc: ValidationError) -> str:
