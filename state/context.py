@@ -9,9 +9,10 @@ unknown key is reported, never dropped.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from state.settings import SettingsError, as_any, check_settings, describe, env_value
 
@@ -52,11 +53,22 @@ def default_of(name: str) -> Any:
     return DEFAULTS.get(name)
 
 
-def _setting(name: str) -> Any:
-    return field(default_factory=lambda: default_of(name), metadata={"description": describe(name)})
+T = TypeVar("T")
+
+
+def _settings(cls: type[T]) -> type[T]:
+    """Give every field of ``cls`` its setting's default (``default_of``) and description."""
+    for name in cls.__annotations__:
+        setting = field(
+            default_factory=functools.partial(default_of, name),
+            metadata={"description": describe(name)},
+        )
+        setattr(cls, name, setting)
+    return cls
 
 
 @dataclass(kw_only=True, init=False)
+@_settings
 class Context:
     """Settings of one run; shown as a form in LangGraph Studio.
 
@@ -64,24 +76,24 @@ class Context:
     ``ValueError``); settings not given take their defaults from the environment.
     """
 
-    model: str = _setting("model")
-    planner_model: str | None = _setting("planner_model")
-    executor_model: str | None = _setting("executor_model")
-    verifier_model: str | None = _setting("verifier_model")
-    composer_model: str | None = _setting("composer_model")
-    offline: bool = _setting("offline")
-    language: Language = _setting("language")
-    composer_mode: ComposerMode = _setting("composer_mode")
-    max_tool_calls_per_round: int = _setting("max_tool_calls_per_round")
-    executor_context_chars: int = _setting("executor_context_chars")
-    tool_timeout_s: float = _setting("tool_timeout_s")
-    model_timeout_s: float = _setting("model_timeout_s")
-    model_retries: int = _setting("model_retries")
-    diagnosis_deadline_s: float = _setting("diagnosis_deadline_s")
-    max_model_calls: int = _setting("max_model_calls")
-    max_input_tokens: int = _setting("max_input_tokens")
-    max_output_tokens: int = _setting("max_output_tokens")
-    record_model_replies: bool = _setting("record_model_replies")
+    model: str
+    planner_model: str | None
+    executor_model: str | None
+    verifier_model: str | None
+    composer_model: str | None
+    offline: bool
+    language: Language
+    composer_mode: ComposerMode
+    max_tool_calls_per_round: int
+    executor_context_chars: int
+    tool_timeout_s: float
+    model_timeout_s: float
+    model_retries: int
+    diagnosis_deadline_s: float
+    max_model_calls: int
+    max_input_tokens: int
+    max_output_tokens: int
+    record_model_replies: bool
 
     def __init__(self, **values: Any) -> None:
         """Check ``values`` and fill the other settings from the environment.

@@ -8,6 +8,8 @@ boolean is never a number here (JSON ``true`` is not ``1``).
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from typing import Any, TypeGuard
 
 
@@ -53,6 +55,11 @@ def is_number(value: object) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+def whole(value: object) -> int | None:
+    """A JSON integer (never a bool), else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def scalar_text(value: object) -> str | None:
     """A string or number as non-blank text (a bool, object or array gives None)."""
     if isinstance(value, str) or is_number(value):
@@ -72,3 +79,20 @@ def string_map(value: object) -> dict[str, str] | None:
     if isinstance(value, dict) and all(text(item) for item in value.values()):
         return {str(key): str(item) for key, item in value.items()}
     return None
+
+
+def loads(text: str, error: Callable[[json.JSONDecodeError], Exception]) -> object:
+    """The decoded JSON of ``text``.
+
+    Args:
+        text: JSON text from a file, a variable or a request.
+        error: Builds the caller's exception from the decoding error (its ``msg``, ``pos``,
+            ``lineno`` and ``colno`` say where the text is wrong).
+
+    Raises:
+        Exception: ``error(...)`` when ``text`` is not JSON (raised from None).
+    """
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise error(exc) from None

@@ -12,6 +12,7 @@ or the wiring.
 from __future__ import annotations
 
 import difflib
+import json
 import math
 import os
 from collections.abc import Callable, Mapping
@@ -167,13 +168,14 @@ BY_VARIABLE: dict[str, Rule] = {rule.variable: rule for rule in RULES}
 
 
 def _show(value: object) -> str:
-    if isinstance(value, str):
-        return repr(value)
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
+    """A value as a message shows it.
+
+    Null, true and false as JSON writes them; text and numbers as Python does; anything else by
+    its type.
+    """
+    if value is None or isinstance(value, bool):
+        return json.dumps(value)
+    if isinstance(value, str) or json_shape.is_number(value):
         return repr(value)
     return f"a {type(value).__name__}"
 
@@ -198,11 +200,12 @@ def _check(rule: Rule, value: object) -> object:
         if isinstance(value, bool):
             return value
     elif rule.kind == "choice":
-        if isinstance(value, str) and value in rule.choices:
+        if value in rule.choices:  # the choices are texts: only a text equals one
             return value
     elif rule.kind == "count":
-        if json_shape.is_number(value) and isinstance(value, int) and value >= rule.minimum:
-            return value
+        number = json_shape.whole(value)
+        if number is not None and number >= rule.minimum:
+            return number
     elif rule.kind == "seconds":
         if json_shape.is_number(value) and math.isfinite(value) and value > 0:
             return float(value)

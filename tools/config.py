@@ -33,6 +33,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from state import json_shape
+from state.settings import FALSE_WORDS, TRUE_WORDS
 
 PREFIX = "SUPERBIZ_"
 CONFIG_VARIABLE = "SUPERBIZ_CONFIG"
@@ -176,6 +177,10 @@ def _string_map(value: object) -> dict[str, str]:
     return mapped
 
 
+def _as_json(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
 @dataclass(frozen=True)
 class OptionSpec:
     """One backend-specific key: its check, its default and what it means."""
@@ -184,6 +189,8 @@ class OptionSpec:
     default: Any
     help: str
     secret: bool = False
+    show: Callable[[Any], str] = str
+    """How ``describe`` shows the checked value."""
 
 
 BACKEND_SPECS: dict[str, dict[str, OptionSpec]] = {
@@ -195,6 +202,7 @@ BACKEND_SPECS: dict[str, dict[str, OptionSpec]] = {
             _string_map,
             None,
             "JSON object name -> PromQL template ($label, $service) queried for a service",
+            show=_as_json,
         ),
     },
     "alertmanager": {},
@@ -212,6 +220,7 @@ BACKEND_SPECS: dict[str, dict[str, OptionSpec]] = {
             dict(DEFAULT_OPENSEARCH_FIELDS),
             "JSON object naming the document fields: timestamp, level, service, instance, "
             "message (defaults @timestamp, level, service, host, message)",
+            show=_as_json,
         ),
     },
 }
@@ -257,37 +266,34 @@ def known_variables() -> list[str]:
 
 
 def _integer(value: object) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        return int(value.strip())
-    return None
+    """A whole number given as a TOML integer or as text (a bool or a float is none)."""
+    given = json_shape.scalar_text(value)
+    return int(given) if given is not None and given.lstrip("-").isdigit() else None
 
 
 def _json_object(value: object) -> dict[str, Any]:
     if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as exc:
-            raise ValueError(
-                f"must be a JSON object (invalid JSON at character {exc.pos})"
-            ) from None
+        value = json_shape.loads(
+            value,
+            lambda exc: ValueError(f"must be a JSON object (invalid JSON at character {exc.pos})"),
+        )
     if not isinstance(value, dict):
         raise ValueError('must be a JSON object, e.g. {"X-Scope-OrgID": "team-a"}')
     return value
 
 
 def _boolean(value: object) -> bool:
-    if isinstance(value, bool):
-        return value
+    """A flag given as a TOML boolean (its text is true or false) or as text."""
     text = str(value).strip().lower()
-    if text in {"1", "true", "yes", "on"}:
+    if text in TRUE_WORDS:
         return True
-    if text in {"", "0", "false", "no", "off"}:
+    if text in ("", *FALSE_WORDS):
         return False
-    raise ValueError("must be 1/true/yes/on or 0/false/no/off")
+    raise ValueError("must be " + "/".join(TRUE_WORDS) + " or " + "/".join(FALSE_WORDS))
+
+
+_TYPE_ERRORS = {"string_type": "must be a string"}
+"""How a type error pydantic found in a connection key reads (the key's own checks say more)."""
 
 
 class _Connection(BaseModel):
@@ -322,14 +328,10 @@ class _Connection(BaseModel):
             raise ValueError("must be an http:// or https:// URL with a host")
         return text.rstrip("/")
 
-    @field_validator("token", "user", "password", "ca_file", mode="before")
+    @field_validator("token", "user", "password", "ca_file")
     @classmethod
-    def _text(cls, value: object) -> str | None:
-        if value is None:
-            return None
-        if not isinstance(value, str):
-            raise ValueError("must be a string")
-        return value.strip() or None
+    def _text(cls, value: str | None) -> str | None:
+        return value.strip() or None if value is not None else None
 
     @field_validator("headers", mode="before")
     @classmethod
@@ -500,11 +502,10 @@ def _log_files(value: object, where: str, base: Path) -> tuple[tuple[str, str], 
     example = "e.g. postgres=/var/log/postgresql/*.log;api=/srv/api/*.jsonl"
     if isinstance(value, dict):
         for service, globs in value.items():
-            items = globs if isinstance(globs, list) else [globs]
-            for item in items:
-                if not isinstance(item, str):
-                    raise ConfigError(f"{where}: {service} must name a glob or a list of globs")
-                pairs.append((str(service).strip(), item.strip()))
+            listed = json_shape.strings(_parts(globs))
+            if listed is None:
+                raise ConfigError(f"{where}: {service} must name a glob or a list of globs")
+            pairs += [(str(service).strip(), item.strip()) for item in listed]
     elif isinstance(value, str):
         for part in value.split(";"):
             if not part.strip():
@@ -531,15 +532,22 @@ def _log_files(value: object, where: str, base: Path) -> tuple[tuple[str, str], 
     return tuple(checked)
 
 
+def _parts(value: object, separator: str | None = None) -> list[object] | None:
+    """The items of a list setting, None when it is neither a text nor a TOML array.
+
+    A text is split at ``separator`` (it is one item when there is none).
+    """
+    if isinstance(value, str):
+        return list(value.split(separator)) if separator is not None else [value]
+    return list(value) if isinstance(value, list) else None
+
+
 def _runbooks(value: object, where: str, base: Path) -> tuple[str, ...]:
     """Folders separated by ``;`` (or a TOML array), each an existing directory."""
-    listed = json_shape.strings(value)
-    if isinstance(value, str):
-        items = [part.strip() for part in value.split(";")]
-    elif listed is not None:
-        items = [part.strip() for part in listed]
-    else:
+    listed = json_shape.strings(_parts(value, ";"))
+    if listed is None:
         raise ConfigError(f"{where} must be folders separated by ; (or a TOML array of folders)")
+    items = [part.strip() for part in listed]
     folders: list[str] = []
     for item in items:
         if not item:
@@ -596,12 +604,10 @@ def _timeout(value: object, where: str) -> float:
 
 
 def _labels(value: object, where: str) -> tuple[str, ...]:
-    if isinstance(value, str):
-        items = [part.strip() for part in value.split(",")]
-    elif isinstance(value, list):
-        items = [str(part).strip() for part in value]
-    else:
+    parts = _parts(value, ",")
+    if parts is None:
         raise ConfigError(f"{where} must be comma-separated label names, e.g. service,job,app")
+    items = [str(part).strip() for part in parts]
     labels = tuple(item for item in items if item)
     bad = [item for item in labels if not _LABEL.fullmatch(item)]
     if not labels or bad:
@@ -624,7 +630,8 @@ def _backend(
     except ValidationError as exc:
         error = exc.errors(include_url=False)[0]
         key = str(error["loc"][0]) if error["loc"] else "url"
-        raise ConfigError(_message(name, key, values, origin, error["msg"])) from None
+        problem = _TYPE_ERRORS.get(error["type"], error["msg"])
+        raise ConfigError(_message(name, key, values, origin, problem)) from None
     extras: dict[str, Any] = {}
     for key, spec in options.items():
         if key not in values:
@@ -727,12 +734,7 @@ def describe(settings: Settings) -> list[tuple[str, str, str]]:
             value = backend.options.get(key)
             if value is None:
                 continue
-            if spec.secret:
-                shown[key] = MASK
-            elif isinstance(value, dict):
-                shown[key] = json.dumps(value, ensure_ascii=False)
-            else:
-                shown[key] = str(value)
+            shown[key] = MASK if spec.secret else spec.show(value)
         for key, text in shown.items():
             if text is not None:
                 variable = variable_name(name, key)

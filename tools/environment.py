@@ -19,7 +19,7 @@ too): a ``ValidationError`` becomes one line naming the field, e.g.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, NoReturn, NotRequired, Self, TypeAlias, cast, get_args
@@ -37,6 +37,7 @@ from pydantic_core import PydanticCustomError
 from pydantic_core.core_schema import ErrorType
 from typing_extensions import TypedDict
 
+from state import json_shape
 from state.records import (
     AlertEntry,
     DocumentEntry,
@@ -61,6 +62,15 @@ _EXPECTED = {
     "model_type": "an object",
 }
 """How ``validation_message`` names the type a built-in type error expected."""
+
+_JSON_TYPES: tuple[tuple[type | tuple[type, ...], str], ...] = (
+    (bool, "a boolean"),  # before numbers: a bool is an int in Python, never in JSON
+    ((int, float), "a number"),
+    (str, "a string"),
+    (list, "an array"),
+    (dict, "an object"),
+)
+"""How ``json_type`` names each JSON type, tried in order."""
 
 Wording: TypeAlias = Mapping[str, str]
 """Messages by location pattern; see ``validation_message``."""
@@ -91,17 +101,8 @@ def json_type(value: object) -> str:
     """How a JSON value's type reads in a message (``an object``, ``a string``, ...)."""
     if value is None:
         return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, dict):
-        return "an object"
-    return type(value).__name__
+    named = (name for kind, name in _JSON_TYPES if isinstance(value, kind))
+    return next(named, type(value).__name__)
 
 
 def refuse(value: object, must_be: str) -> NoReturn:
@@ -193,26 +194,33 @@ class FileModel(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _known_keys(cls, data: object) -> object:
-        if isinstance(data, dict):
-            unknown = sorted(str(key) for key in data if key not in cls.model_fields)
-            if unknown:
-                raise PydanticCustomError(
-                    "unknown_keys",
-                    "has unknown key(s) {unknown}; allowed: {allowed}",
-                    {"unknown": ", ".join(unknown), "allowed": ", ".join(cls.model_fields)},
-                )
+        unknown = sorted(str(key) for key in json_shape.obj(data) if key not in cls.model_fields)
+        if unknown:
+            raise PydanticCustomError(
+                "unknown_keys",
+                "has unknown key(s) {unknown}; allowed: {allowed}",
+                {"unknown": ", ".join(unknown), "allowed": ", ".join(cls.model_fields)},
+            )
         return data
 
 
-def _without_nulls(model: type[BaseModel], data: object) -> object:
-    """``data`` without the keys of ``model``'s fields that are null (null counts as absent)."""
+def _without_nulls(
+    model: type[BaseModel], data: object, check: Callable[[dict[str, object]], None]
+) -> object:
+    """``data`` without the keys of ``model``'s fields that are null (null counts as absent).
+
+    ``check`` sees what is left (and raises for what the model refuses); anything but an object
+    is returned as it is, for the model's own type check.
+    """
     if not isinstance(data, dict):
         return data
-    return {
+    given = {
         key: value
         for key, value in data.items()
         if value is not None or key not in model.model_fields
     }
+    check(given)
+    return given
 
 
 def _iso_timestamp(value: str) -> str:
@@ -239,19 +247,20 @@ class _Entry(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _required_fields(cls, data: object) -> object:
-        given = _without_nulls(cls, data)
-        if isinstance(given, dict):
-            required = [name for name, field in cls.model_fields.items() if field.is_required()]
-            for name in required:
-                if name not in given:
-                    raise PydanticCustomError(
-                        "missing_field",
-                        "is missing required field '{field}'; add it (required: {required}) or "
-                        "remove the entry",
-                        {"field": name, "required": ", ".join(required)},
-                    )
-        return given
+    def _nulls_absent(cls, data: object) -> object:
+        return _without_nulls(cls, data, cls._required_fields)
+
+    @classmethod
+    def _required_fields(cls, given: dict[str, object]) -> None:
+        required = [name for name, field in cls.model_fields.items() if field.is_required()]
+        for name in required:
+            if name not in given:
+                raise PydanticCustomError(
+                    "missing_field",
+                    "is missing required field '{field}'; add it (required: {required}) or "
+                    "remove the entry",
+                    {"field": name, "required": ", ".join(required)},
+                )
 
 
 class _Log(_Entry):
@@ -315,6 +324,17 @@ class _Replay(FileModel):
     calls: list[_ReplayCall] = []
 
 
+def _replay_alone(given: dict[str, object]) -> None:
+    if "replay" in given and len(given) > 1:
+        others = ", ".join(sorted(str(key) for key in given if key != "replay"))
+        raise PydanticCustomError(
+            "replay_alone",
+            "has 'replay' and also {others}: a replay environment serves only the recorded "
+            "calls; remove one of them",
+            {"others": others},
+        )
+
+
 class EnvironmentFile(FileModel):
     """The environment object of an environment or scenario file."""
 
@@ -328,16 +348,7 @@ class EnvironmentFile(FileModel):
     @model_validator(mode="before")
     @classmethod
     def _absent_nulls(cls, data: object) -> object:
-        given = _without_nulls(cls, data)
-        if isinstance(given, dict) and "replay" in given and len(given) > 1:
-            others = ", ".join(sorted(str(key) for key in given if key != "replay"))
-            raise PydanticCustomError(
-                "replay_alone",
-                "has 'replay' and also {others}: a replay environment serves only the recorded "
-                "calls; remove one of them",
-                {"others": others},
-            )
-        return given
+        return _without_nulls(cls, data, _replay_alone)
 
     def record(self) -> Environment:
         """The environment as a record: the keys and entry fields given (a replay in full)."""
@@ -375,6 +386,11 @@ class _ScenarioEnvironment(BaseModel):
 # --------------------------------------------------------------------------- loading
 
 
+def _where(exc: json.JSONDecodeError) -> str:
+    """What is wrong in JSON text and where: ``Expecting value at line 3 column 9``."""
+    return f"{exc.msg} at line {exc.lineno} column {exc.colno}"
+
+
 def environment_reference(data: dict[str, object], *, base: Path, origin: str) -> dict[str, object]:
     """A scenario whose ``environment`` names a file, with that file's environment in its place.
 
@@ -384,23 +400,21 @@ def environment_reference(data: dict[str, object], *, base: Path, origin: str) -
     Raises:
         EnvironmentFileError: The named file cannot be read or is not a bare environment.
     """
-    if not isinstance(data.get("environment"), str):
+    named = data.get("environment")
+    if not isinstance(named, str):
         return data
-    target = base / str(data["environment"])
+    target = base / named
     try:
         text = target.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise EnvironmentFileError(
-            f"{origin}: environment names {data['environment']!r}, which cannot be read "
+            f"{origin}: environment names {named!r}, which cannot be read "
             f"({type(exc).__name__}); give a path relative to the scenario's folder"
         ) from None
-    try:
-        loaded = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise EnvironmentFileError(
-            f"{target} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
-        ) from None
-    if isinstance(loaded, dict) and "environment" in loaded:
+    loaded = json_shape.loads(
+        text, lambda exc: EnvironmentFileError(f"{target} is not valid JSON: {_where(exc)}")
+    )
+    if "environment" in json_shape.obj(loaded):
         raise EnvironmentFileError(
             f"{origin}: environment names {target}, a scenario; name a bare environment file"
         )
@@ -423,13 +437,12 @@ def parse_environment(text: str, *, origin: str, base: Path | None = None) -> En
         EnvironmentFileError: When the text is not JSON, not an object, of an unknown shape, or
             the environment breaks a rule of ``EnvironmentFile``.
     """
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise EnvironmentFileError(
-            f"{origin} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}; "
-            "fix the syntax there"
-        ) from None
+    data = json_shape.loads(
+        text,
+        lambda exc: EnvironmentFileError(
+            f"{origin} is not valid JSON: {_where(exc)}; fix the syntax there"
+        ),
+    )
     if not isinstance(data, dict):
         raise EnvironmentFileError(
             f"{origin} must contain a JSON object (a scenario with an 'environment' key, or an "

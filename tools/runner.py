@@ -19,10 +19,12 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from datetime import UTC, datetime
+from typing import Any, cast
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from persistence.ledger import InvocationLedger
+from state import json_shape
 from state.records import (
     HELPER_TOOLS,
     KNOWLEDGE_TOOL,
@@ -30,13 +32,13 @@ from state.records import (
     InvocationDraft,
     InvocationStatus,
     JSONObject,
-    JSONValue,
     RetrievalDetails,
     ToolOutput,
 )
 from tools.backend import EvidenceBackend
 from tools.points import bounded_points
 from tools.refs import ENTRY_ARRAYS, build_evidence_refs, format_value
+from tools.replay import ReplayedError
 from tools.schemas import ARGUMENT_MODELS
 from tools.unicode import clean_text
 
@@ -57,40 +59,49 @@ def _now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def _plain(value: object) -> JSONValue:
-    """A backend result as plain JSON data (dicts, lists, str, numbers, bools, None).
+def _plain(value: dict[str, object]) -> JSONObject:
+    """A backend result (or call arguments) as a plain JSON object.
 
-    Every string is cleaned of lone surrogates and NUL characters (``tools.unicode``).
+    Values JSON has no type for become their text; every string, keys included, is cleaned of
+    lone surrogates and NUL characters (``tools.unicode``).
     """
-    plain: JSONValue = json.loads(json.dumps(value, ensure_ascii=False, default=str))
-    return _clean(plain)
+    copied: JSONObject = json.loads(json.dumps(value, ensure_ascii=False, default=str))
+    return cast(JSONObject, _map_strings(copied, clean_text, keys=clean_text))
 
 
-def _clean(value: JSONValue) -> JSONValue:
+def _map_strings(
+    value: object, change: Callable[[str], str], *, keys: Callable[[Any], Any] = lambda key: key
+) -> object:
+    """``value`` with ``change`` applied to every string inside it (and ``keys`` to dict keys).
+
+    Dicts, lists and tuples are walked (a tuple becomes a list); other values are kept as they
+    are.
+    """
     if isinstance(value, str):
-        return clean_text(value)
+        return change(value)
     if isinstance(value, dict):
-        return {clean_text(key): _clean(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_clean(item) for item in value]
+        return {keys(key): _map_strings(item, change, keys=keys) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_map_strings(item, change, keys=keys) for item in value]
     return value
 
 
 def _cap_strings(value: object, cap: int) -> tuple[object, bool]:
     """Cap every string inside ``value`` at ``cap`` characters; tell whether any was cut.
 
-    Works on what a backend returned, before any copy into JSON: dicts, lists and tuples are
-    walked, other values are left as they are.
+    Works on what a backend returned, before any copy into JSON.
     """
-    if isinstance(value, str):
-        return (value[:cap] + TRUNCATION_MARKER, True) if len(value) > cap else (value, False)
-    if isinstance(value, dict):
-        pairs = {key: _cap_strings(item, cap) for key, item in value.items()}
-        return {key: item for key, (item, _) in pairs.items()}, any(c for _, c in pairs.values())
-    if isinstance(value, list | tuple):
-        items = [_cap_strings(item, cap) for item in value]
-        return [item for item, _ in items], any(cut for _, cut in items)
-    return value, False
+    cut = False
+
+    def shorten(text: str) -> str:
+        nonlocal cut
+        if len(text) <= cap:
+            return text
+        cut = True
+        return text[:cap] + TRUNCATION_MARKER
+
+    capped = _map_strings(value, shorten)
+    return capped, cut
 
 
 def _series_points(entry: object) -> object:
@@ -110,9 +121,20 @@ def _validation_message(tool_name: str, exc: ValidationError) -> str:
 
 def _count(value: object) -> int | None:
     """A count a backend reported, or None when it is not a non-negative integer."""
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return value
-    return None
+    number = json_shape.whole(value)
+    return number if number is not None and number >= 0 else None
+
+
+def _arguments(name: str, raw: object) -> tuple[dict[str, Any] | None, str | None]:
+    """The arguments of a call as sent (None for none), or the error when they are no object."""
+    if isinstance(raw, str):
+        return None, (
+            f"the arguments of this {name} call are not valid JSON ({raw[:200]!r}); "
+            "call the tool again with one JSON object of arguments"
+        )
+    if raw is not None and not isinstance(raw, dict):
+        return None, f"arguments for {name} must be a JSON object, got {type(raw).__name__}"
+    return raw, None
 
 
 def call_key(call: Mapping[str, object]) -> str:
@@ -177,9 +199,8 @@ class ToolRunner:
         started_at = _now_iso()
         clock = time.perf_counter()
         name = str(call.get("name"))
-        raw_args = call.get("args")
-        plain_args = _plain(raw_args) if isinstance(raw_args, dict) else {}
-        arguments: JSONObject = plain_args if isinstance(plain_args, dict) else {}
+        raw_args, problem = _arguments(name, call.get("args"))
+        arguments: JSONObject = _plain(raw_args) if raw_args is not None else {}
         output: ToolOutput | None = None
         error: str | None = None
         details = RetrievalDetails(evidence_refs=[])
@@ -188,13 +209,8 @@ class ToolRunner:
         model = ARGUMENT_MODELS.get(name)
         if model is None:
             error = f"unknown tool {name!r}; available tools: {', '.join(sorted(ARGUMENT_MODELS))}"
-        elif isinstance(raw_args, str):
-            error = (
-                f"the arguments of this {name} call are not valid JSON ({raw_args[:200]!r}); "
-                "call the tool again with one JSON object of arguments"
-            )
-        elif raw_args is not None and not isinstance(raw_args, dict):
-            error = f"arguments for {name} must be a JSON object, got {type(raw_args).__name__}"
+        elif problem is not None:
+            error = problem
         else:
             try:
                 validated = model.model_validate(raw_args or {})
@@ -265,9 +281,10 @@ class ToolRunner:
             result = self._call_with_timeout(method, kwargs, timeout_s)
         except _Timeout:
             return None, f"timed out after {format_value(timeout_s)}s"
+        except ReplayedError as exc:
+            return None, exc.invocation_error  # a replayed error, as recorded
         except Exception as exc:  # any backend failure becomes an error row
-            verbatim = getattr(exc, "invocation_error", None)  # a replayed error, as recorded
-            return None, verbatim if isinstance(verbatim, str) else f"{type(exc).__name__}: {exc}"
+            return None, f"{type(exc).__name__}: {exc}"
         if not isinstance(result, dict):
             return None, f"backend returned {type(result).__name__}, expected an object"
         try:
@@ -275,8 +292,6 @@ class ToolRunner:
             plain = _plain(self._bound(name, result, validated))
         except (TypeError, ValueError) as exc:
             return None, f"backend returned data that is not JSON-compatible ({exc})"
-        if not isinstance(plain, dict):
-            return None, "backend returned data that is not a JSON object"
         try:
             return _OUTPUT.validate_python(plain), None
         except ValidationError as exc:
@@ -301,21 +316,22 @@ class ToolRunner:
         except FutureTimeout:
             raise _Timeout() from None
 
-    def _bound(self, name: str, output: Mapping[str, object], validated: BaseModel) -> JSONObject:
+    def _bound(
+        self, name: str, output: Mapping[str, object], validated: BaseModel
+    ) -> dict[str, object]:
         """Limit entry counts and cap string fields; set ``truncated`` when anything was cut.
 
         Runs on the backend's own result, before it is copied into plain JSON, so the copy costs
         what the bounded output costs whatever the backend returned.
         """
         if name in HELPER_TOOLS:
-            capped, _ = _cap_strings(dict(output), self._field_cap)
-            return capped if isinstance(capped, dict) else {}
+            return {key: _cap_strings(item, self._field_cap)[0] for key, item in output.items()}
         limit = MAX_ENTRIES
         if name == "query_logs":
             limit = min(int(getattr(validated, "limit", MAX_ENTRIES)), MAX_ENTRIES)
         elif name == KNOWLEDGE_TOOL:
             limit = min(int(getattr(validated, "top_k", MAX_ENTRIES)), MAX_ENTRIES)
-        bounded: JSONObject = {}
+        bounded: dict[str, object] = {}
         cut_any = False
         returned = 0
         for array in ENTRY_ARRAYS[name]:
@@ -326,7 +342,7 @@ class ToolRunner:
                 entries = [_series_points(entry) for entry in entries]
             cut_any = cut_any or len(listed) > limit
             capped, cut = _cap_strings(entries, self._field_cap)
-            bounded[array] = capped  # type: ignore[assignment]  # made plain by the caller
+            bounded[array] = capped
             cut_any = cut_any or cut
             returned = len(entries)
             if name == "query_metrics":
@@ -335,9 +351,7 @@ class ToolRunner:
                 if matched > returned or f"{array}_total" in output:
                     bounded[f"{array}_total"] = matched
         if name == "query_logs":
-            total = output.get("total")
-            if not isinstance(total, int) or isinstance(total, bool) or total < returned:
-                total = returned
+            total = max(_count(output.get("total")) or 0, returned)
             bounded["total"] = total
             at_least = output.get("total_at_least") is True
             if at_least:
