@@ -3,9 +3,9 @@
 One setting selects the database: ``SUPERBIZ_DATABASE_URL`` (or ``--db``). ``postgresql://...``
 selects PostgreSQL; a file path or ``sqlite:///path`` selects SQLite; unset, an SQLite file in
 the user's data directory is used, created on first use. The schema is created and migrated by the
-versioned SQL files in ``persistence/migrations/<dialect>/``; a database whose schema is
-newer than this code is refused. An unreachable or misconfigured database is an error, never
-a silent fall-back.
+versioned SQL files in ``persistence/migrations/versions/`` (one file per version, written for
+both dialects: see ``migrations``); a database whose schema is newer than this code is refused.
+An unreachable or misconfigured database is an error, never a silent fall-back.
 """
 
 from __future__ import annotations
@@ -644,15 +644,63 @@ def _check_readable(
         )
 
 
+DIALECT_WORDS: dict[Dialect, dict[str, str]] = {
+    "postgres": {
+        "json": "JSONB",
+        "real": "DOUBLE PRECISION",
+        "bigint": "BIGINT",
+        "timestamp": "TIMESTAMPTZ",
+        "now_timestamp": "TIMESTAMPTZ NOT NULL DEFAULT now()",
+        "serial_key": "BIGSERIAL PRIMARY KEY",
+        "add_column": "ADD COLUMN IF NOT EXISTS",
+    },
+    "sqlite": {
+        "json": "TEXT",
+        "real": "REAL",
+        "bigint": "INTEGER",
+        "timestamp": "TEXT",
+        "now_timestamp": "TEXT NOT NULL",
+        "serial_key": "INTEGER PRIMARY KEY AUTOINCREMENT",
+        "add_column": "ADD COLUMN",
+    },
+}
+"""What each ``{word}`` of a migration stands for in each dialect. ``now_timestamp`` is a
+required timestamp that PostgreSQL fills with ``now()`` (SQLite's rows are written with one);
+SQLite's ``ADD COLUMN`` has no ``IF NOT EXISTS`` (the version number guards it)."""
+
+_WORD = re.compile(r"\{([a-z_]+)\}")
+_SECTION = re.compile(r"^-- \[(postgres|sqlite|end)\]$")
+
+
 def migrations(dialect: Dialect) -> list[tuple[int, str, str]]:
-    """The bundled migrations of a dialect: ``(version, name, sql)`` in order."""
-    folder = resources.files("persistence").joinpath("migrations", dialect)
+    """The bundled migrations as a dialect runs them: ``(version, name, sql)`` in order.
+
+    One file per version (``persistence/migrations/versions/``) serves both dialects: each
+    ``{word}`` in it stands for the dialect's ``DIALECT_WORDS[word]``, and the lines after a
+    ``-- [postgres]`` (or ``-- [sqlite]``) line, up to the next such line or ``-- [end]``, are
+    that dialect's only.
+    """
+    folder = resources.files("persistence").joinpath("migrations", "versions")
     found = []
     for entry in folder.iterdir():
         match = _MIGRATION_NAME.match(entry.name)
         if match:
-            found.append((int(match.group(1)), entry.name, entry.read_text(encoding="utf-8")))
+            sql = _for_dialect(entry.read_text(encoding="utf-8"), dialect)
+            found.append((int(match.group(1)), entry.name, sql))
     return sorted(found)
+
+
+def _for_dialect(template: str, dialect: Dialect) -> str:
+    """A migration file's text as one dialect runs it (see ``migrations``)."""
+    kept, section = [], "end"
+    for line in template.splitlines(keepends=True):
+        marker = _SECTION.match(line.strip())
+        if marker:
+            section = marker.group(1)
+        elif section in ("end", dialect):
+            kept.append(line)
+    words = DIALECT_WORDS[dialect]
+    return _WORD.sub(lambda word: words[word.group(1)], "".join(kept))
 
 
 def latest_version(dialect: Dialect) -> int:
