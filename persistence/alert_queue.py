@@ -12,10 +12,11 @@ after too many attempts). The finished answer's webhook delivery is tracked on t
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from pydantic import TypeAdapter
 from typing_extensions import TypedDict
 
 from persistence.audit import utcnow
@@ -95,6 +96,9 @@ class Claimed:
     link_base: str
     alerts: list[dict[str, Any]]
 
+
+_CLAIMED: TypeAdapter[Claimed] = TypeAdapter(Claimed)
+"""A claimed row as read (validated: the database is outside the code)."""
 
 _LISTED = (
     "diagnosis_id, thread_id, group_key, receiver, alerts, status, attempts, received_at, "
@@ -245,37 +249,44 @@ class AlertQueue:
         Two processes never take the same row: the update only succeeds while it is queued.
         """
         now = time.time()
+        row = self._take_first(
+            "SELECT diagnosis_id FROM alert_investigation "
+            "WHERE status = 'queued' AND not_before <= %s "
+            "ORDER BY received_at, diagnosis_id LIMIT 1",
+            (now,),
+            lambda tx, candidate: tx.execute(
+                "UPDATE alert_investigation SET status = 'running', holder = %s, "
+                "claim_expires = %s, attempts = attempts + 1, "
+                "started_at = COALESCE(started_at, %s) "
+                "WHERE diagnosis_id = %s AND status = 'queued' "
+                "RETURNING diagnosis_id, thread_id, owner, message_id, question, attempts, "
+                "link_base, alerts",
+                (self.holder, now + lease_s, utcnow(), candidate["diagnosis_id"]),
+            ),
+        )
+        if row is None:
+            return None
+        return _CLAIMED.validate_python({**row, "alerts": list(load_json(row["alerts"]) or [])})
+
+    def _take_first(
+        self,
+        pick: str,
+        params: Sequence[Any],
+        take: Callable[[Transaction, dict[str, Any]], list[dict[str, Any]]],
+    ) -> dict[str, Any] | None:
+        """The row ``take`` updates (and returns) from the first row ``pick`` selects.
+
+        Both run in one transaction; when ``take`` updates nothing (another process took the row
+        first), the next row is picked. None when ``pick`` finds none.
+        """
         while True:
             with self._db.transaction() as tx:
-                candidates = tx.execute(
-                    "SELECT diagnosis_id FROM alert_investigation "
-                    "WHERE status = 'queued' AND not_before <= %s "
-                    "ORDER BY received_at, diagnosis_id LIMIT 1",
-                    (now,),
-                )
+                candidates = tx.execute(pick, params)
                 if not candidates:
                     return None
-                rows = tx.execute(
-                    "UPDATE alert_investigation SET status = 'running', holder = %s, "
-                    "claim_expires = %s, attempts = attempts + 1, "
-                    "started_at = COALESCE(started_at, %s) "
-                    "WHERE diagnosis_id = %s AND status = 'queued' "
-                    "RETURNING diagnosis_id, thread_id, owner, message_id, question, attempts, "
-                    "link_base, alerts",
-                    (self.holder, now + lease_s, utcnow(), candidates[0]["diagnosis_id"]),
-                )
+                rows = take(tx, candidates[0])
             if rows:
-                row = rows[0]
-                return Claimed(
-                    diagnosis_id=str(row["diagnosis_id"]),
-                    thread_id=str(row["thread_id"]),
-                    owner=str(row["owner"]),
-                    message_id=str(row["message_id"]),
-                    question=str(row["question"]),
-                    attempts=int(row["attempts"]),
-                    link_base=str(row["link_base"]),
-                    alerts=list(load_json(row["alerts"]) or []),
-                )
+                return rows[0]
 
     def renew(self, diagnosis_ids: Sequence[str], lease_s: float) -> None:
         """Extend this process's claims on the rows its workers are running (its heartbeat).
@@ -377,29 +388,19 @@ class AlertQueue:
     def claim_notification(self, hold_s: float) -> dict[str, Any] | None:
         """Take one due delivery (it is not due again for ``hold_s`` seconds); None if none."""
         now = time.time()
-        while True:
-            with self._db.transaction() as tx:
-                candidates = tx.execute(
-                    "SELECT diagnosis_id, notify_next_at FROM alert_investigation "
-                    "WHERE notify_status = 'pending' AND notify_next_at <= %s "
-                    "ORDER BY notify_next_at LIMIT 1",
-                    (now,),
-                )
-                if not candidates:
-                    return None
-                rows = tx.execute(
-                    "UPDATE alert_investigation SET notify_next_at = %s, "
-                    "notify_attempts = notify_attempts + 1 "
-                    "WHERE diagnosis_id = %s AND notify_status = 'pending' "
-                    "AND notify_next_at = %s RETURNING " + _LISTED + ", link_base",
-                    (
-                        now + hold_s,
-                        candidates[0]["diagnosis_id"],
-                        candidates[0]["notify_next_at"],
-                    ),
-                )
-            if rows:
-                return rows[0]
+        return self._take_first(
+            "SELECT diagnosis_id, notify_next_at FROM alert_investigation "
+            "WHERE notify_status = 'pending' AND notify_next_at <= %s "
+            "ORDER BY notify_next_at LIMIT 1",
+            (now,),
+            lambda tx, candidate: tx.execute(
+                "UPDATE alert_investigation SET notify_next_at = %s, "
+                "notify_attempts = notify_attempts + 1 "
+                "WHERE diagnosis_id = %s AND notify_status = 'pending' "
+                "AND notify_next_at = %s RETURNING " + _LISTED + ", link_base",
+                (now + hold_s, candidate["diagnosis_id"], candidate["notify_next_at"]),
+            ),
+        )
 
     def notified(
         self, diagnosis_id: str, *, status: NotifyStatus, error: str | None, next_at: float | None

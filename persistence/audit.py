@@ -12,9 +12,9 @@ import builtins
 import copy
 import json
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from pydantic import TypeAdapter, ValidationError
 
@@ -26,6 +26,8 @@ from state.records import (
     JSONObject,
     VerifierEvaluation,
 )
+
+T = TypeVar("T")
 
 ABANDONED_NOTE = "superseded by a newer question on the same thread"
 
@@ -176,17 +178,39 @@ def verifier_evaluation_of(record: DiagnosisRecord) -> VerifierEvaluation | None
     Raises:
         StoredRecordError: when the stored channel does not have the expected shape.
     """
-    channel = (record["self_evaluation"] or {}).get("verifier_evaluation")
-    if channel is None:
+    return stored_channel(record, "verifier_evaluation", _EVALUATION, "verifier evaluation")
+
+
+def stored_channel(
+    record: DiagnosisRecord,
+    channel: str,
+    adapter: TypeAdapter[T],
+    what: str,
+    error: Callable[[str], Exception] = StoredRecordError,
+) -> T | None:
+    """One ``self_evaluation`` channel of a record, validated; None when it has none yet.
+
+    Args:
+        record: The diagnosis record.
+        channel: The channel's key.
+        adapter: The channel's type.
+        what: The channel for the message (``verifier evaluation``).
+        error: The exception raised, made from the message.
+
+    Raises:
+        Exception: ``error`` (``StoredRecordError``), when the stored channel does not have the
+            expected shape.
+    """
+    value = (record["self_evaluation"] or {}).get(channel)
+    if value is None:
         return None
     try:
-        return _EVALUATION.validate_python(channel)
+        return adapter.validate_python(value)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"])
-        raise StoredRecordError(
-            f"diagnosis {record['id']}: its verifier evaluation cannot be read "
-            f"({where}: {first['msg']})"
+        raise error(
+            f"diagnosis {record['id']}: its {what} cannot be read ({where}: {first['msg']})"
         ) from None
 
 

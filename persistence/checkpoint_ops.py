@@ -27,7 +27,13 @@ from typing import Any
 
 import psycopg
 
-from persistence.database import DatabaseError, DatabaseTarget, connect_postgres, connect_sqlite
+from persistence.database import (
+    DatabaseError,
+    DatabaseTarget,
+    connect_postgres,
+    connect_sqlite,
+    sqlite_transaction,
+)
 
 STRATEGIES = ("keep_latest", "delete", "delete_all")
 
@@ -80,13 +86,8 @@ def _transaction(target: DatabaseTarget) -> Iterator[_Tx]:
         lite = connect_sqlite(target, autocommit=True)
         try:
             lite_cur = lite.cursor()
-            lite_cur.execute("BEGIN IMMEDIATE")
-            try:
+            with sqlite_transaction(lite_cur):
                 yield _Tx("sqlite", lite_cur)
-            except BaseException:
-                lite_cur.execute("ROLLBACK")
-                raise
-            lite_cur.execute("COMMIT")
         finally:
             lite.close()
     except (psycopg.Error, sqlite3.Error) as exc:
@@ -192,13 +193,19 @@ def copy_thread(target: DatabaseTarget, source_thread_id: str, target_thread_id:
                 "CASE WHEN metadata ? 'thread_id' THEN jsonb_set(metadata, '{thread_id}', "
                 "to_jsonb(%s::text)) ELSE metadata END"
             )
-            copied = tx.run(
-                "INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, "
-                "parent_checkpoint_id, type, checkpoint, metadata) SELECT %s, checkpoint_ns, "
-                f"checkpoint_id, parent_checkpoint_id, type, checkpoint, {metadata} "
-                "FROM checkpoints WHERE thread_id = %s",
-                (dst, dst, src),
+        else:
+            metadata = (
+                "CASE WHEN json_extract(CAST(metadata AS TEXT), '$.thread_id') IS NOT NULL "
+                "THEN json_set(CAST(metadata AS TEXT), '$.thread_id', %s) ELSE metadata END"
             )
+        copied = tx.run(
+            "INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, "
+            "parent_checkpoint_id, type, checkpoint, metadata) SELECT %s, checkpoint_ns, "
+            f"checkpoint_id, parent_checkpoint_id, type, checkpoint, {metadata} "
+            "FROM checkpoints WHERE thread_id = %s",
+            (dst, dst, src),
+        )
+        if tx.dialect == "postgres":
             tx.run(
                 "INSERT INTO checkpoint_blobs (thread_id, checkpoint_ns, channel, version, type, "
                 "blob) SELECT %s, checkpoint_ns, channel, version, type, blob "
@@ -212,22 +219,11 @@ def copy_thread(target: DatabaseTarget, source_thread_id: str, target_thread_id:
                 "FROM checkpoint_writes WHERE thread_id = %s",
                 (dst, src),
             )
-            return copied
-        metadata = (
-            "CASE WHEN json_extract(CAST(metadata AS TEXT), '$.thread_id') IS NOT NULL "
-            "THEN json_set(CAST(metadata AS TEXT), '$.thread_id', %s) ELSE metadata END"
-        )
-        copied = tx.run(
-            "INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, "
-            "parent_checkpoint_id, type, checkpoint, metadata) SELECT %s, checkpoint_ns, "
-            f"checkpoint_id, parent_checkpoint_id, type, checkpoint, {metadata} "
-            "FROM checkpoints WHERE thread_id = %s",
-            (dst, dst, src),
-        )
-        tx.run(
-            "INSERT INTO writes (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, "
-            "idx, channel, type, value) SELECT %s, checkpoint_ns, checkpoint_id, task_id, "
-            "task_path, idx, channel, type, value FROM writes WHERE thread_id = %s",
-            (dst, src),
-        )
+        else:
+            tx.run(
+                "INSERT INTO writes (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, "
+                "idx, channel, type, value) SELECT %s, checkpoint_ns, checkpoint_id, task_id, "
+                "task_path, idx, channel, type, value FROM writes WHERE thread_id = %s",
+                (dst, src),
+            )
         return copied

@@ -3,9 +3,9 @@
 One setting selects the database: ``SUPERBIZ_DATABASE_URL`` (or ``--db``). ``postgresql://...``
 selects PostgreSQL; a file path or ``sqlite:///path`` selects SQLite; unset, an SQLite file in
 the user's data directory is used, created on first use. The schema is created and migrated by the
-versioned SQL files in ``persistence/migrations/<dialect>/``; a database whose schema is
-newer than this code is refused. An unreachable or misconfigured database is an error, never
-a silent fall-back.
+versioned SQL files in ``persistence/migrations/versions/`` (one file per version, written for
+both dialects: see ``migrations``); a database whose schema is newer than this code is refused.
+An unreachable or misconfigured database is an error, never a silent fall-back.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from importlib import resources
 from pathlib import Path
@@ -302,18 +302,14 @@ class Database:
         try:
             with opened.transaction() as tx:
                 rows = tx.execute("SELECT version FROM superbiz_schema")
-            current = int(rows[0]["version"]) if rows else 0
+            current = _version(rows)
         except (psycopg.errors.UndefinedTable, sqlite3.OperationalError) as exc:
             if not _missing_table(exc):
                 raise DatabaseError(f"database {opened.target.display}: {exc}") from exc
             current = 0
         except (psycopg.Error, PoolTimeout) as exc:
             raise DatabaseError(f"database {opened.target.display}: {exc}") from exc
-        if current > latest:
-            raise SchemaTooNew(
-                f"database {opened.target.display} has schema version {current}, newer than "
-                f"this superbiz (version {latest}); upgrade superbiz before using this database"
-            )
+        _refuse_newer(opened.target, current, latest)
         if current < latest:
             self._setup_again(opened)
         return latest
@@ -363,21 +359,15 @@ def _missing_table(exc: BaseException) -> bool:
     return isinstance(exc, sqlite3.OperationalError) and "no such table" in str(exc)
 
 
+@dataclass(eq=False)
 class _Opened:
     """An open target: its PostgreSQL pool, or its SQLite connection and that one's lock."""
 
-    def __init__(
-        self,
-        target: DatabaseTarget,
-        pool: ConnectionPool[Any] | None = None,
-        sqlite: sqlite3.Connection | None = None,
-        read_only: bool = False,
-    ) -> None:
-        self.target = target
-        self.pool = pool
-        self._sqlite = sqlite
-        self._read_only = read_only
-        self._lock = threading.RLock()
+    target: DatabaseTarget
+    pool: ConnectionPool[Any] | None = None
+    sqlite: sqlite3.Connection | None = None
+    read_only: bool = False
+    _lock: threading.RLock = field(default_factory=threading.RLock)
 
     @classmethod
     def connect(cls, target: DatabaseTarget, *, read_only: bool, migrate: bool) -> _Opened:
@@ -412,19 +402,14 @@ class _Opened:
             with self.pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
                 yield Transaction("postgres", cur)
             return
-        assert self._sqlite is not None
+        assert self.sqlite is not None
         with self._lock:
-            cur = self._sqlite.cursor()
+            cur = self.sqlite.cursor()
             if single:  # autocommit: the one statement is its own transaction
                 yield Transaction("sqlite", cur)
                 return
-            cur.execute("BEGIN" if self._read_only else "BEGIN IMMEDIATE")
-            try:
+            with sqlite_transaction(cur, "BEGIN" if self.read_only else "BEGIN IMMEDIATE"):
                 yield Transaction("sqlite", cur)
-            except BaseException:
-                cur.execute("ROLLBACK")
-                raise
-            cur.execute("COMMIT")
 
     def ping(self) -> None:
         try:
@@ -438,8 +423,23 @@ class _Opened:
     def close(self) -> None:
         if self.pool is not None:
             self.pool.close()
-        if self._sqlite is not None:
-            self._sqlite.close()
+        if self.sqlite is not None:
+            self.sqlite.close()
+
+
+@contextmanager
+def sqlite_transaction(cur: sqlite3.Cursor, begin: str = "BEGIN IMMEDIATE") -> Iterator[None]:
+    """One transaction on an autocommit SQLite connection's cursor.
+
+    ``begin`` starts it; it is committed when the block ends, rolled back on an exception.
+    """
+    cur.execute(begin)
+    try:
+        yield
+    except BaseException:
+        cur.execute("ROLLBACK")
+        raise
+    cur.execute("COMMIT")
 
 
 POOL_SIZE_VAR = "SUPERBIZ_DB_POOL_SIZE"
@@ -464,6 +464,25 @@ def pool_size() -> int:
         return max(1, int(os.environ.get(POOL_SIZE_VAR, "10")))
     except ValueError as exc:
         raise DatabaseError(f"{POOL_SIZE_VAR} must be a whole number") from exc
+
+
+def env_number(var: str, unit: str) -> float | None:
+    """The number an environment variable sets, None when it is unset or blank.
+
+    Args:
+        var: The variable.
+        unit: What the number counts, for the message (``seconds``, ``days``).
+
+    Raises:
+        DatabaseError: when the variable is set to something that is not a number.
+    """
+    raw = os.environ.get(var, "").strip()
+    if not raw:
+        return None
+    try:
+        return float(raw)
+    except ValueError as exc:
+        raise DatabaseError(f"{var} must be a number of {unit}, got {raw!r}") from exc
 
 
 def pool_options(name: str) -> dict[str, Any]:
@@ -616,12 +635,8 @@ def _check_readable(
         if not found:
             raise NoDatabase(f"{target.display} holds no superbiz records yet")
         rows = tx.execute("SELECT version FROM superbiz_schema")
-    current = int(rows[0]["version"]) if rows else 0
-    if current > latest:
-        raise SchemaTooNew(
-            f"database {target.display} has schema version {current}, newer than this "
-            f"superbiz (version {latest}); upgrade superbiz before using this database"
-        )
+    current = _version(rows)
+    _refuse_newer(target, current, latest)
     if current < latest:
         raise DatabaseError(
             f"database {target.display} has schema version {current}, older than this "
@@ -629,21 +644,83 @@ def _check_readable(
         )
 
 
+DIALECT_WORDS: dict[Dialect, dict[str, str]] = {
+    "postgres": {
+        "json": "JSONB",
+        "real": "DOUBLE PRECISION",
+        "bigint": "BIGINT",
+        "timestamp": "TIMESTAMPTZ",
+        "now_timestamp": "TIMESTAMPTZ NOT NULL DEFAULT now()",
+        "serial_key": "BIGSERIAL PRIMARY KEY",
+        "add_column": "ADD COLUMN IF NOT EXISTS",
+    },
+    "sqlite": {
+        "json": "TEXT",
+        "real": "REAL",
+        "bigint": "INTEGER",
+        "timestamp": "TEXT",
+        "now_timestamp": "TEXT NOT NULL",
+        "serial_key": "INTEGER PRIMARY KEY AUTOINCREMENT",
+        "add_column": "ADD COLUMN",
+    },
+}
+"""What each ``{word}`` of a migration stands for in each dialect. ``now_timestamp`` is a
+required timestamp that PostgreSQL fills with ``now()`` (SQLite's rows are written with one);
+SQLite's ``ADD COLUMN`` has no ``IF NOT EXISTS`` (the version number guards it)."""
+
+_WORD = re.compile(r"\{([a-z_]+)\}")
+_SECTION = re.compile(r"^-- \[(postgres|sqlite|end)\]$")
+
+
 def migrations(dialect: Dialect) -> list[tuple[int, str, str]]:
-    """The bundled migrations of a dialect: ``(version, name, sql)`` in order."""
-    folder = resources.files("persistence").joinpath("migrations", dialect)
+    """The bundled migrations as a dialect runs them: ``(version, name, sql)`` in order.
+
+    One file per version (``persistence/migrations/versions/``) serves both dialects: each
+    ``{word}`` in it stands for the dialect's ``DIALECT_WORDS[word]``, and the lines after a
+    ``-- [postgres]`` (or ``-- [sqlite]``) line, up to the next such line or ``-- [end]``, are
+    that dialect's only.
+    """
+    folder = resources.files("persistence").joinpath("migrations", "versions")
     found = []
     for entry in folder.iterdir():
         match = _MIGRATION_NAME.match(entry.name)
         if match:
-            found.append((int(match.group(1)), entry.name, entry.read_text(encoding="utf-8")))
+            sql = _for_dialect(entry.read_text(encoding="utf-8"), dialect)
+            found.append((int(match.group(1)), entry.name, sql))
     return sorted(found)
+
+
+def _for_dialect(template: str, dialect: Dialect) -> str:
+    """A migration file's text as one dialect runs it (see ``migrations``)."""
+    kept, section = [], "end"
+    for line in template.splitlines(keepends=True):
+        marker = _SECTION.match(line.strip())
+        if marker:
+            section = marker.group(1)
+        elif section in ("end", dialect):
+            kept.append(line)
+    words = DIALECT_WORDS[dialect]
+    return _WORD.sub(lambda word: words[word.group(1)], "".join(kept))
 
 
 def latest_version(dialect: Dialect) -> int:
     """The schema version this code expects."""
     found = migrations(dialect)
     return found[-1][0] if found else 0
+
+
+def _version(rows: list[dict[str, Any]]) -> int:
+    """The schema version in ``superbiz_schema``'s rows (0 for none)."""
+    return int(rows[0]["version"]) if rows else 0
+
+
+def _refuse_newer(target: DatabaseTarget, current: int, latest: int) -> None:
+    """Raise ``SchemaTooNew`` when the database's schema version is newer than this code's."""
+    if current > latest:
+        raise SchemaTooNew(
+            f"database {target.display} has schema version {current}, newer than this "
+            f"superbiz (version {latest}); upgrade superbiz before using this database"
+        )
 
 
 def _statements(sql: str) -> list[str]:
@@ -669,12 +746,8 @@ def _migrate(
             tx.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK_KEY,))
         tx.execute("CREATE TABLE IF NOT EXISTS superbiz_schema (version INTEGER NOT NULL)")
         rows = tx.execute("SELECT version FROM superbiz_schema")
-        current = int(rows[0]["version"]) if rows else 0
-        if current > latest:
-            raise SchemaTooNew(
-                f"database {target.display} has schema version {current}, newer than this "
-                f"superbiz (version {latest}); upgrade superbiz before using this database"
-            )
+        current = _version(rows)
+        _refuse_newer(target, current, latest)
         for version, _name, sql in migrations(tx.dialect):
             if version <= current:
                 continue

@@ -19,11 +19,14 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from pydantic import TypeAdapter
+
 from persistence.audit import utcnow
-from persistence.database import Database, DatabaseError
+from persistence.database import Database, env_number
 
 logger = logging.getLogger("superbiz.leases")
 
@@ -52,13 +55,8 @@ def lease_ttl() -> float:
     Raises:
         DatabaseError: when ``SUPERBIZ_LEASE_TTL_S`` is not a number.
     """
-    raw = os.environ.get(TTL_VAR, "").strip()
-    if not raw:
-        return DEFAULT_TTL_S
-    try:
-        return max(0.5, float(raw))
-    except ValueError as exc:
-        raise DatabaseError(f"{TTL_VAR} must be a number of seconds, got {raw!r}") from exc
+    seconds = env_number(TTL_VAR, "seconds")
+    return DEFAULT_TTL_S if seconds is None else max(0.5, seconds)
 
 
 @dataclass(frozen=True)
@@ -82,15 +80,12 @@ class Lease:
 _COLUMNS = "diagnosis_id, thread_id, holder, origin, expires_at, attempts"
 
 
+_LEASE: TypeAdapter[Lease] = TypeAdapter(Lease)
+
+
 def _lease(row: dict[str, object]) -> Lease:
-    return Lease(
-        diagnosis_id=str(row["diagnosis_id"]),
-        thread_id=str(row["thread_id"]),
-        holder=str(row["holder"]),
-        origin=str(row["origin"]),
-        expires_at=float(str(row["expires_at"])),
-        attempts=int(str(row["attempts"])),
-    )
+    """A ``diagnosis_lease`` row (validated: the database is outside the code)."""
+    return _LEASE.validate_python(row)
 
 
 class Leases:
@@ -152,29 +147,31 @@ class Leases:
 
     def give_back(self, diagnosis_id: str) -> None:
         """Undo a ``take_over``: expired again, the attempt not counted (the next sweep retries)."""
-        with self._db.transaction() as tx:
-            tx.execute(
-                "UPDATE diagnosis_lease SET expires_at = 0, attempts = CASE WHEN attempts > 0 "
-                "THEN attempts - 1 ELSE 0 END WHERE diagnosis_id = %s AND holder = %s",
-                (diagnosis_id, process_holder()),
-            )
-        with self._lock:
-            self._held.discard(diagnosis_id)
+        self._let_go(
+            diagnosis_id,
+            "UPDATE diagnosis_lease SET expires_at = 0, attempts = CASE WHEN attempts > 0 "
+            "THEN attempts - 1 ELSE 0 END WHERE diagnosis_id = %s AND holder = %s",
+            (diagnosis_id, process_holder()),
+        )
 
     def release(self, diagnosis_id: str) -> None:
         """Give back one lease if this process holds it."""
-        with self._db.transaction() as tx:
-            tx.execute(
-                "DELETE FROM diagnosis_lease WHERE diagnosis_id = %s AND holder = %s",
-                (diagnosis_id, process_holder()),
-            )
-        with self._lock:
-            self._held.discard(diagnosis_id)
+        self._let_go(
+            diagnosis_id,
+            "DELETE FROM diagnosis_lease WHERE diagnosis_id = %s AND holder = %s",
+            (diagnosis_id, process_holder()),
+        )
 
     def forget(self, diagnosis_id: str) -> None:
         """Drop a diagnosis's lease, whoever holds it (the sweeper, once it has dealt with it)."""
+        self._let_go(
+            diagnosis_id, "DELETE FROM diagnosis_lease WHERE diagnosis_id = %s", (diagnosis_id,)
+        )
+
+    def _let_go(self, diagnosis_id: str, sql: str, params: Sequence[object]) -> None:
+        """Run one statement that gives up a diagnosis's lease, then stop renewing it."""
         with self._db.transaction() as tx:
-            tx.execute("DELETE FROM diagnosis_lease WHERE diagnosis_id = %s", (diagnosis_id,))
+            tx.execute(sql, params)
         with self._lock:
             self._held.discard(diagnosis_id)
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from persistence.checkpoint_ops import Removed, prune
-from persistence.database import Database, DatabaseError
+from persistence.database import Database, DatabaseError, env_number
 from persistence.locks import ThreadBusy, thread_lock
 
 RETENTION_VAR = "SUPERBIZ_RETENTION_DAYS"
@@ -32,14 +32,9 @@ def retention_days() -> float | None:
     Raises:
         DatabaseError: when ``SUPERBIZ_RETENTION_DAYS`` is not a number of at least 0.
     """
-    raw = os.environ.get(RETENTION_VAR, "").strip()
-    if not raw:
-        return None
-    try:
-        days = float(raw)
-    except ValueError as exc:
-        raise DatabaseError(f"{RETENTION_VAR} must be a number of days, got {raw!r}") from exc
-    if days < 0:
+    days = env_number(RETENTION_VAR, "days")
+    if days is not None and days < 0:
+        raw = os.environ[RETENTION_VAR].strip()
         raise DatabaseError(f"{RETENTION_VAR} must be at least 0, got {raw!r}")
     return days
 

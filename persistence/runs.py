@@ -42,13 +42,35 @@ class RunLocks(Protocol):
         ...
 
 
-class InMemoryRunLocks:
-    """Process-local locks; leases are only remembered (nothing outlives the process)."""
+class _Remembered:
+    """The diagnosis this process leased last on each thread."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._held: set[str] = set()
         self._current: dict[str, str] = {}
+
+    def lease(self, diagnosis_id: str, thread_id: str) -> None:
+        """Remember the diagnosis the thread's run works on."""
+        with self._lock:
+            self._current[thread_id] = diagnosis_id
+
+    def current(self, thread_id: str) -> str | None:
+        """The diagnosis leased last on the thread by this process."""
+        with self._lock:
+            return self._current.get(thread_id)
+
+    def release(self, thread_id: str) -> None:
+        """Forget the thread's diagnosis."""
+        with self._lock:
+            self._current.pop(thread_id, None)
+
+
+class InMemoryRunLocks(_Remembered):
+    """Process-local locks; leases are only remembered (nothing outlives the process)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._held: set[str] = set()
 
     @contextmanager
     def _hold(self, thread_id: str) -> Iterator[None]:
@@ -69,23 +91,8 @@ class InMemoryRunLocks:
         """Hold the thread for the block (see ``RunLocks.hold``)."""
         return self._hold(thread_id)
 
-    def lease(self, diagnosis_id: str, thread_id: str) -> None:
-        """Remember the diagnosis the thread's run works on."""
-        with self._lock:
-            self._current[thread_id] = diagnosis_id
 
-    def current(self, thread_id: str) -> str | None:
-        """The diagnosis leased last on the thread."""
-        with self._lock:
-            return self._current.get(thread_id)
-
-    def release(self, thread_id: str) -> None:
-        """Forget the thread's diagnosis."""
-        with self._lock:
-            self._current.pop(thread_id, None)
-
-
-class SqlRunLocks:
+class SqlRunLocks(_Remembered):
     """Thread locks and diagnosis leases in the database.
 
     Args:
@@ -94,10 +101,9 @@ class SqlRunLocks:
     """
 
     def __init__(self, db: Database, *, origin: Origin) -> None:
+        super().__init__()
         self._db = db
         self.leases = Leases(db, origin=origin)
-        self._lock = threading.Lock()
-        self._current: dict[str, str] = {}
 
     def hold(self, thread_id: str) -> AbstractContextManager[None]:
         """The thread's writer lock (``persistence.locks.thread_lock``)."""
@@ -106,16 +112,9 @@ class SqlRunLocks:
     def lease(self, diagnosis_id: str, thread_id: str) -> None:
         """Take (or renew) the diagnosis's lease for this process."""
         self.leases.take(diagnosis_id, thread_id)
-        with self._lock:
-            self._current[thread_id] = diagnosis_id
-
-    def current(self, thread_id: str) -> str | None:
-        """The diagnosis leased last on the thread by this process."""
-        with self._lock:
-            return self._current.get(thread_id)
+        super().lease(diagnosis_id, thread_id)
 
     def release(self, thread_id: str) -> None:
         """Give back this process's leases on the thread."""
-        with self._lock:
-            self._current.pop(thread_id, None)
+        super().release(thread_id)
         self.leases.release_thread(thread_id)

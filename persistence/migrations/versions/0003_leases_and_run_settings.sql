@@ -1,6 +1,6 @@
 -- The run settings a diagnosis started with (language, offline or models, budgets, environment),
 -- so a resume continues the same run.
-ALTER TABLE diagnosis_session ADD COLUMN run_settings TEXT;
+ALTER TABLE diagnosis_session {add_column} run_settings {json};
 
 -- A lease per running diagnosis: held by one process, renewed by its heartbeat. A lease whose
 -- expiry has passed belongs to a process that stopped without finishing (an orphan).
@@ -9,8 +9,8 @@ CREATE TABLE IF NOT EXISTS diagnosis_lease (
     thread_id    TEXT NOT NULL,
     holder       TEXT NOT NULL,
     origin       TEXT NOT NULL,
-    acquired_at  TEXT NOT NULL,
-    expires_at   REAL NOT NULL,
+    acquired_at  {now_timestamp},
+    expires_at   {real} NOT NULL,
     attempts     INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS diagnosis_lease_expiry ON diagnosis_lease (expires_at);

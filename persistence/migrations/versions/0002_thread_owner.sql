@@ -3,6 +3,6 @@
 CREATE TABLE IF NOT EXISTS thread_owner (
     thread_id  TEXT PRIMARY KEY,
     owner      TEXT NOT NULL,
-    created_at TEXT NOT NULL
+    created_at {now_timestamp}
 );
 CREATE INDEX IF NOT EXISTS thread_owner_owner ON thread_owner (owner, created_at);
