@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO, cast
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import TypeAdapter
 
 from apps.scenario import ExecutorStep, Expect, Reply, Scenario, ScriptRound, validate_scenario
-from persistence.audit import StoredRecordError, verifier_evaluation_of
+from persistence.audit import StoredRecordError, stored_channel, verifier_evaluation_of
 from persistence.store import Records
 from state.records import DiagnosisRecord, Invocation, ModelCallRecord, ReplayRecord
 from tools.replay import ReplayCall
@@ -57,17 +57,7 @@ class Export:
 
 
 def _replay_channel(record: DiagnosisRecord) -> ReplayRecord | None:
-    channel = (record["self_evaluation"] or {}).get("replay")
-    if channel is None:
-        return None
-    try:
-        return _REPLAY.validate_python(channel)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])
-        raise ExportError(
-            f"diagnosis {record['id']}: its replay record cannot be read ({where}: {first['msg']})"
-        ) from None
+    return stored_channel(record, "replay", _REPLAY, "replay record", ExportError)
 
 
 def replay_calls(invocations: list[Invocation]) -> list[ReplayCall]:

@@ -19,7 +19,6 @@ The same loop prunes old checkpoints when ``SUPERBIZ_RETENTION_DAYS`` is set (se
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -27,7 +26,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal
 
-from persistence.database import DatabaseError
+from persistence.database import env_number
 from persistence.leases import Lease
 from persistence.locks import ThreadBusy
 from persistence.retention import retention_days
@@ -137,13 +136,8 @@ def sweep_interval() -> float:
     Raises:
         DatabaseError: when ``SUPERBIZ_SWEEP_INTERVAL_S`` is not a number.
     """
-    raw = os.environ.get(INTERVAL_VAR, "").strip()
-    if not raw:
-        return DEFAULT_INTERVAL_S
-    try:
-        return max(0.0, float(raw))
-    except ValueError as exc:
-        raise DatabaseError(f"{INTERVAL_VAR} must be a number of seconds, got {raw!r}") from exc
+    seconds = env_number(INTERVAL_VAR, "seconds")
+    return DEFAULT_INTERVAL_S if seconds is None else max(0.0, seconds)
 
 
 class PeriodicSweeper:

@@ -25,7 +25,7 @@ from typing_extensions import Unpack
 
 from apps import cli
 from apps.api import create_app
-from apps.sweeper import PeriodicSweeper, sweep
+from apps.sweeper import PeriodicSweeper, sweep, sweep_interval
 from graph.builder import build_graph
 from graph.checkpointers import checkpointer
 from graph.failures import DiagnosisFailed
@@ -382,6 +382,25 @@ def test_serving_killed_lang_en_env_run_resumes_in_english_on_its_environment(
 
 
 # --- leases and the sweeper -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"), [("", 30.0), ("  ", 30.0), ("2.5", 2.5), ("-1", 0.0), ("0", 0.0)]
+)
+def test_serving_sweep_interval_reads_its_variable(
+    value: str, seconds: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SUPERBIZ_SWEEP_INTERVAL_S", value)
+    assert sweep_interval() == seconds
+
+
+def test_serving_sweep_interval_that_is_no_number_is_an_error_naming_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SUPERBIZ_SWEEP_INTERVAL_S", "soon")
+    with pytest.raises(DatabaseError) as caught:
+        sweep_interval()
+    assert str(caught.value) == "SUPERBIZ_SWEEP_INTERVAL_S must be a number of seconds, got 'soon'"
 
 
 def test_serving_sweep_after_sigkill_marks_the_orphan_failed_with_the_reason(
