@@ -430,6 +430,8 @@ CONTRADICTED = [
         "索引 orders_by_customer 存在",
         id="zh-not-present-vs-present",
     ),
+    pytest.param("order-service 没有异常", "order-service 宕机", id="zh-no-abnormality-vs-down"),
+    pytest.param("order-service 无异常", "order-service 异常", id="zh-no-abnormality-vs-abnormal"),
 ]
 
 # (claim, log message, label): the same state on both sides, or states that do not exclude each
@@ -487,6 +489,24 @@ AGREEING = [
         "order-service 异常",
         "direct_observation",
         id="zh-firing-and-abnormal",
+    ),
+    pytest.param(
+        "order-service retries calls to orders-db up to 3 times",
+        "orders-db down; order-service retries calls to orders-db 3 times",
+        "direct_observation",
+        id="up-to-is-no-state",
+    ),
+    pytest.param(
+        "order-service errors spiked up after orders-db went down",
+        "orders-db went down; order-service errors spiked",
+        "direct_observation",
+        id="spiked-up-is-no-state",
+    ),
+    pytest.param(
+        "order-service 没有异常",
+        "order-service 运行正常",
+        "direct_observation",
+        id="zh-no-abnormality-and-normal",
     ),
 ]
 

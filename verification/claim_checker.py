@@ -65,12 +65,17 @@ _OPPOSITE_STATES: tuple[tuple[frozenset[str], frozenset[str]], ...] = tuple(
         ("enabled", "disabled"),
         ("open, opened", "closed"),
         ("触发, 告警中", "已恢复, 已解决"),
-        ("正常, 运行中", "异常, 宕机"),
+        ("正常, 运行中, 没有异常, 无异常, 未见异常, 没有宕机, 未宕机", "异常, 宕机"),
         ("成功", "失败"),
         ("存在", "缺失, 不存在"),
     )
 )
 _CJK_NEGATION_BEFORE = ("不", "未", "无", "没", "没有", "非")
+# English "up" that states no state: a bound ("up to 3 times") or a rise ("latency went up").
+_UP_NO_STATE = re.compile(
+    r"\bup to\b|\b(?:went|goes|going|go|scaled?|scaling|spiked?|jumped|shot|ramped|rose|climbed"
+    r"|set|picked|sped|speeding|ticked)\s+up\b"
+)
 _NEGATED = re.compile(r"\b(?:no|not|without|never|zero)\s+(?:(?:a|an|any|the)\s+)?([a-z]{4,})")
 _CJK_WORD = re.compile("[\u4e00-\u9fff]+")
 
@@ -156,12 +161,14 @@ def contradiction(claim_text: str, incident: Sequence[VerifiedExcerpt]) -> str |
     claim = normalize(claim_text)
     evidence = "\n".join(normalize(entry["text"]) for entry in incident)
     claim_words, evidence_words = _words(claim), _words(evidence)
+    claim_states, evidence_states = _UP_NO_STATE.sub(" ", claim), _UP_NO_STATE.sub(" ", evidence)
+    claim_state_words, evidence_state_words = _words(claim_states), _words(evidence_states)
     for side, other in _OPPOSITE_STATES:
         for stated, opposite in ((side, other), (other, side)):
             if (
-                _states(claim_words, claim, stated)
-                and _states(evidence_words, evidence, opposite)
-                and not _states(evidence_words, evidence, stated)
+                _states(claim_state_words, claim_states, stated)
+                and _states(evidence_state_words, evidence_states, opposite)
+                and not _states(evidence_state_words, evidence_states, stated)
             ):
                 return "the evidence states the opposite state"
     claim_negated, evidence_negated = _negated(claim), _negated(evidence)
