@@ -7,7 +7,8 @@ calls, over streams a test gives it:
   ``{"status": "success", "data": [...]}``;
 - ``GET /loki/api/v1/query_range`` with a LogQL log query: a selector of label matchers
   (``=``, ``!=``, ``=~``, ``!~``; at least one matcher that does not match the empty string, as
-  Loki requires) and line filters (``|=``, ``!=``, ``|~``, ``!~``); ``start`` / ``end`` in
+  Loki requires), line filters (``|=``, ``!=``, ``|~``, ``!~``) and label filter stages of
+  string predicates joined by ``or`` (``| level=~"..." or severity=~"..."``); ``start`` / ``end`` in
   nanoseconds, ``limit``, ``direction``. The answer is the ``streams`` result type, each stream
   with its labels and ``[["<nanoseconds>", "<line>"], ...]`` values, and ``stats.summary``
   (``totalLinesProcessed``, ``totalPostFilterLines``, ``totalEntriesReturned``, ``execTime``);
@@ -63,6 +64,12 @@ class LogQLError(ValueError):
 _STRING = r'"(?:[^"\\]|\\.)*"|`[^`]*`'
 _MATCHER = re.compile(rf"\s*([A-Za-z_][A-Za-z0-9_]*)\s*(=~|!~|!=|=)\s*({_STRING})\s*")
 _FILTER = re.compile(rf"\s*(\|=|!=|\|~|!~)\s*({_STRING})")
+_PREDICATE = rf"([A-Za-z_][A-Za-z0-9_]*)\s*(=~|!~|!=|=)\s*({_STRING})"
+_LABEL_STAGE = re.compile(rf"\s*\|\s+({_PREDICATE}(?:\s+or\s+{_PREDICATE})*)")
+_ONE_PREDICATE = re.compile(_PREDICATE)
+
+Matcher = tuple[str, str, str]
+"""A label name, an operator (``=``, ``!=``, ``=~``, ``!~``) and the value it compares with."""
 
 
 def _unquote(token: str) -> str:
@@ -71,8 +78,13 @@ def _unquote(token: str) -> str:
     return str(json.loads(token, strict=False))  # other raw control characters are fine
 
 
-def parse_logql(query: str) -> tuple[list[tuple[str, str, str]], list[tuple[str, str]]]:
-    """The selector's matchers and the line filters of a log query."""
+def parse_logql(
+    query: str,
+) -> tuple[list[Matcher], list[tuple[str, str]], list[list[Matcher]]]:
+    """The selector's matchers, the line filters and the label filter stages of a log query.
+
+    A label filter stage is its predicates, any of which lets an entry through.
+    """
     text = query.strip()
     unterminated = re.search(r'"(?:[^"\\\n]|\\.)*\n', text)
     if unterminated:  # Loki's lexer ends a "..." string at a raw line break
@@ -84,7 +96,7 @@ def parse_logql(query: str) -> tuple[list[tuple[str, str, str]], list[tuple[str,
     if close < 0:
         raise LogQLError(f"parse error at line 1, col {len(text)}: syntax error: unexpected $end")
     body, rest = text[1:close], text[close + 1 :]
-    matchers: list[tuple[str, str, str]] = []
+    matchers: list[Matcher] = []
     position = 0
     while position < len(body):
         match = _MATCHER.match(body, position)
@@ -99,17 +111,23 @@ def parse_logql(query: str) -> tuple[list[tuple[str, str, str]], list[tuple[str,
                 raise LogQLError(f"parse error at line 1, col {position + 2}: syntax error")
             position += 1
     filters: list[tuple[str, str]] = []
+    stages: list[list[Matcher]] = []
     position = 0
     while rest[position:].strip():
         match = _FILTER.match(rest, position)
-        if not match:
+        if match:
+            filters.append((match.group(1), _unquote(match.group(2))))
+            position = match.end()
+            continue
+        stage = _LABEL_STAGE.match(rest, position)
+        if not stage:
             raise LogQLError(
                 f"parse error at line 1, col {close + position + 2}: syntax error: unexpected "
                 "IDENTIFIER"
             )
-        filters.append((match.group(1), _unquote(match.group(2))))
-        position = match.end()
-    return matchers, filters
+        stages.append([(n, op, _unquote(v)) for n, op, v in _ONE_PREDICATE.findall(stage.group(1))])
+        position = stage.end()
+    return matchers, filters, stages
 
 
 def _matches(op: str, value: str, wanted: str) -> bool:
@@ -161,7 +179,7 @@ def _answer(fake: FakeLoki, path: str, query: dict[str, str]) -> tuple[int, str,
         )
         return 400, "text/plain", text.encode()
     try:
-        matchers, filters = parse_logql(query.get("query", ""))
+        matchers, filters, stages = parse_logql(query.get("query", ""))
     except LogQLError as exc:
         return 400, "text/plain", str(exc).encode()
     if not any(not _matches(op, "", wanted) for _, op, wanted in matchers if op in ("=", "=~")):
@@ -178,6 +196,10 @@ def _answer(fake: FakeLoki, path: str, query: dict[str, str]) -> tuple[int, str,
     processed = 0
     for number, stream in enumerate(fake.streams):
         if not all(_matches(op, stream.labels.get(n, ""), w) for n, op, w in matchers):
+            continue
+        if not all(
+            any(_matches(op, stream.labels.get(n, ""), w) for n, op, w in stage) for stage in stages
+        ):
             continue
         for moment, line in stream.entries:
             stamp = _ns(moment)

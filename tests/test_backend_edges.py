@@ -42,6 +42,7 @@ from tests.backend_kit import (
     QuietHandler,
     call_tool,
     evidence_refs,
+    run_doctor,
     run_tool,
     serve_http,
     tool_runner,
@@ -748,6 +749,41 @@ def test_loki_severity_and_detected_level_labels_serve_as_the_level(
         ]
         # the lines name no level: each entry's level is its stream's label
         assert [e["level"] for e in (every["output"] or {})["logs"]] == ["info", "ERROR"]
+
+
+def test_loki_streams_that_label_the_level_differently_are_all_queried(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = FakeLoki(
+        streams=[
+            Stream(
+                {"service": "billing-service", "level": "ERROR"},
+                [(NOW - timedelta(minutes=5), "charge failed: card processor unreachable")],
+            ),
+            Stream(
+                {"service": "billing-service", "severity": "error"},
+                [(NOW - timedelta(minutes=3), "refund failed: ledger locked")],
+            ),
+            Stream(
+                {"service": "billing-service", "severity": "info"},
+                [(NOW - timedelta(minutes=4), "charge accepted")],
+            ),
+        ]
+    )
+    for url in serve_loki(fake):
+        runner = tool_runner({"SUPERBIZ_LOKI_URL": url}, tmp_path)
+        errors = call_tool(runner, "query_logs", {"service": "billing-service", "level": "error"})
+        code, out, _ = run_doctor(monkeypatch, {"SUPERBIZ_LOKI_URL": url})
+
+        assert errors["status"] == "ok", errors["error"]
+        sent = [r["query"] for r in fake.requests if r["path"].endswith("query_range")]
+        pattern = '=~"(?i)(error|err|eror)"'
+        assert sent[0] == f'{{service="billing-service"}} | level{pattern} or severity{pattern}'
+        assert [(e["level"], e["message"]) for e in (errors["output"] or {})["logs"]] == [
+            ("error", "refund failed: ledger locked"),
+            ("ERROR", "charge failed: card processor unreachable"),
+        ]
+        assert "; level labels level, severity" in out, out
 
 
 def _window_args(end: datetime) -> dict[str, object]:

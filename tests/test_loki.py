@@ -98,9 +98,10 @@ def test_loki_logql_uses_the_level_label_and_escapes_text(loki: tuple[FakeLoki, 
     assert logql == (
         '{service="order\\"svc", level=~"(?i)(error|err|eror)"} |~ "(?i)pool \\\\(30000 ms\\\\)"'
     )
-    matchers, filters = parse_logql(logql)  # what Loki reads back
+    matchers, filters, stages = parse_logql(logql)  # what Loki reads back
     assert matchers == [("service", "=", 'order"svc'), ("level", "=~", "(?i)(error|err|eror)")]
     assert filters == [("|~", r"(?i)pool \(30000 ms\)")]
+    assert stages == []
 
 
 def test_loki_error_lines_of_a_service_newest_first_with_exact_refs(

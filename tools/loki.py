@@ -4,8 +4,9 @@ r"""``query_logs`` over Loki's HTTP API (``query_range``, ``labels``, ``label/<n
 streams carry (``SUPERBIZ_SERVICE_LABEL``, then Loki's own ``service_name``):
 ``{service="order-service"}``. A level is matched case-insensitively in every spelling
 (``tools.logquery``): as a stream label where the streams carry one (``level``, ``severity``,
-``detected_level``), ``{..., level=~"(?i)(error|err|eror)"}``, else as a line filter
-``|~ "(?i)\b(error|err|eror)\b"``. A text query is a case-insensitive line filter,
+``detected_level``), ``{..., level=~"(?i)(error|err|eror)"}``, or where streams use more than
+one of them a label filter any of them passes, ``| level=~"..." or severity=~"..."``; else as a
+line filter ``|~ "(?i)\b(error|err|eror)\b"``. A text query is a case-insensitive line filter,
 ``|~ "(?i)<text, regex-escaped>"``. Without a service the selector is
 ``{<service label>=~".+"}`` (never the catch-all ``{}`` Loki refuses), and a call with no
 service, level or text at all is refused: it would read every stream.
@@ -235,9 +236,12 @@ class LokiLogs(LogSource):
         pipeline: list[str] = []
         if level is not None:
             spellings = "|".join(re2_escape(s) for s in level_spellings(level))
-            level_label = next((name for name in LEVEL_LABELS if name in labels), None)
-            if level_label is not None:
-                matchers.append(f"{level_label}=~{_string(f'(?i)({spellings})')}")
+            pattern = _string(f"(?i)({spellings})")
+            level_labels = [name for name in LEVEL_LABELS if name in labels]
+            if len(level_labels) == 1:
+                matchers.append(f"{level_labels[0]}=~{pattern}")
+            elif level_labels:  # streams label it differently: any of their labels may hold it
+                pipeline.append("| " + " or ".join(f"{n}=~{pattern}" for n in level_labels))
             else:
                 words = r"(?i)\b(" + spellings + r")\b"
                 pipeline.append(f"|~ {_string(words)}")
@@ -334,8 +338,12 @@ class LokiLogs(LogSource):
             )
         label, names = found
         shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
-        level = next((n for n in LEVEL_LABELS if n in labels), None)
-        levels = f"level label {level}" if level else "no level label (levels as line filters)"
+        level_labels = [n for n in LEVEL_LABELS if n in labels]
+        levels = (
+            f"level label{'s' if len(level_labels) > 1 else ''} {', '.join(level_labels)}"
+            if level_labels
+            else "no level label (levels as line filters)"
+        )
         return BackendReport(
             backend="loki",
             url=url,
