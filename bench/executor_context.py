@@ -32,8 +32,9 @@ from pydantic import Field
 from graph.builder import build_graph
 from graph.runner import state_of
 from graph.scripted import ScriptedChatModel, to_message
-from nodes.common import GetModel, content_chars
+from nodes.common import GetModel
 from nodes.executor_context import expand_tool_messages
+from nodes.messages import content_chars
 from nodes.offline import OfflineVerifier
 from persistence.audit import InMemoryAuditStore
 from persistence.ledger import InMemoryLedger

@@ -14,9 +14,7 @@ from langgraph.config import get_config, get_stream_writer
 from langgraph.constants import TAG_NOSTREAM
 from langgraph.runtime import Runtime
 
-from nodes.messages import as_reply
-from nodes.messages import content_chars as content_chars
-from nodes.messages import message_text as message_text
+from nodes.messages import as_reply, content_chars
 from nodes.recording import MAX_RECORDED_CALLS, call_record
 from state.context import Context, setting_names
 from state.graph_state import DiagnosisState

@@ -12,7 +12,8 @@ import json
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from langgraph.runtime import Runtime
 
-from nodes.common import GetModel, Node, Spend, context_of, emit, message_text
+from nodes.common import GetModel, Node, Spend, context_of, emit
+from nodes.messages import message_text
 from nodes.prompts import load_prompt
 from state.context import Context
 from state.graph_state import DiagnosisState

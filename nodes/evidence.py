@@ -5,8 +5,8 @@ from __future__ import annotations
 from langchain_core.messages import AIMessage
 from langgraph.runtime import Runtime
 
-from nodes.common import Node, emit, message_text
-from nodes.messages import last_reply
+from nodes.common import Node, emit
+from nodes.messages import last_reply, message_text
 from persistence.ledger import InvocationLedger
 from state.context import Context
 from state.graph_state import DiagnosisState

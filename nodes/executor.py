@@ -22,10 +22,9 @@ from langchain_core.messages import (
 )
 from langgraph.runtime import Runtime
 
-from nodes.common import GetModel, Node, Spend, content_chars, context_of, emit
+from nodes.common import GetModel, Node, Spend, context_of, emit
 from nodes.executor_context import bounded_history, expand_tool_messages
-from nodes.messages import INVALID_ARGUMENTS as INVALID_ARGUMENTS
-from nodes.messages import json_content, readable_calls
+from nodes.messages import content_chars, json_content, readable_calls
 from nodes.prompts import load_prompt
 from persistence.ledger import InvocationLedger
 from state.context import Context

@@ -9,8 +9,8 @@ from typing import Any
 from langgraph.runtime import Runtime
 from langgraph.types import Overwrite
 
-from nodes.common import GetModel, Node, context_of, emit, message_text, model_label, thread_id
-from nodes.messages import last_human
+from nodes.common import GetModel, Node, context_of, emit, model_label, thread_id
+from nodes.messages import last_human, message_text
 from persistence.audit import AuditStore
 from persistence.runs import RunLocks
 from state.context import ROLES, Context

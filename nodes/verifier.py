@@ -21,11 +21,11 @@ from nodes.common import (
     Spend,
     context_of,
     emit,
-    message_text,
     model_label,
 )
 from nodes.evidence import executor_final_text
 from nodes.executor import calls_not_run
+from nodes.messages import message_text
 from nodes.prompts import load_prompt
 from state.context import Context
 from state.graph_state import DiagnosisState

@@ -24,7 +24,8 @@ from pydantic import Field
 from graph.builder import build_graph
 from graph.runner import state_of
 from graph.scripted import ScriptedChatModel, ScriptExhausted, to_message
-from nodes.common import GetModel, message_text
+from nodes.common import GetModel
+from nodes.messages import message_text
 from persistence.audit import InMemoryAuditStore
 from persistence.ledger import InMemoryLedger
 from state.context import ComposerMode, Context, Language

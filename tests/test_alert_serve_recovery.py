@@ -19,9 +19,9 @@ import httpx
 import pytest
 
 from tests.gated_openai import gated_openai
+from tests.prometheus_kit import free_port
 from tests.test_alert_receiver import recorded
-from tests.test_api_serve import _env, _free_port, _start, _stop, _wait_healthy
-from tests.test_serve_recovery import own_database  # noqa: F401  (a fixture)
+from tests.test_api_serve import _env, _start, _stop, _wait_healthy
 
 KEY = {"Authorization": "Bearer key-alice"}
 WAIT_S = 90.0
@@ -36,7 +36,7 @@ def _alerts(base: str) -> list[dict[str, Any]]:
 
 @pytest.mark.postgres
 def test_alert_serve_killed_mid_diagnosis_is_finished_by_the_next_start(
-    own_database: tuple[str, str],  # noqa: F811
+    own_database: tuple[str, str],
     tmp_path: Path,
 ) -> None:
     url, _ = own_database
@@ -49,7 +49,7 @@ def test_alert_serve_killed_mid_diagnosis_is_finished_by_the_next_start(
             SUPERBIZ_ALERT_CLAIM_S="1",
             **endpoint.env(),
         )
-        port = _free_port()
+        port = free_port()
         base = f"http://127.0.0.1:{port}"
         first_log, second_log = tmp_path / "first.log", tmp_path / "second.log"
         first = _start(["--db", url, "--port", str(port)], env, first_log)

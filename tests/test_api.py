@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import socket
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +21,7 @@ from graph.models import make_model_factory
 from persistence.store import open_persistence
 from state.context import Context
 from tests.conftest import POSTGRES_ADMIN_URL
+from tests.prometheus_kit import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 QUESTION = "order-service 为什么报 500 错误？"
@@ -407,14 +407,8 @@ def test_api_healthz_is_ok_with_a_reachable_database(client: TestClient) -> None
     assert body["backends"]["sample"]["status"] == "ok"
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def test_api_unreachable_database_is_503_with_the_reason() -> None:
-    url = f"postgresql://postgres@127.0.0.1:{_free_port()}/superbiz"
+    url = f"postgresql://postgres@127.0.0.1:{free_port()}/superbiz"
     with TestClient(create_app(url, api_keys=KEYS)) as client:
         health = client.get("/healthz")
         answer = chat(client, ALICE)

@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from apps import cli
-from tests.prometheus_kit import free_port as _free_port
+from tests.prometheus_kit import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 QUESTION = "order-service 为什么报 500 错误？"
@@ -89,7 +89,7 @@ def served(tmp: Path, argv: list[str], **extra: str) -> Iterator[Server]:
 
     Its log is ``tmp/server.log``; ``extra`` are variables of its environment (``_env``).
     """
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     log = tmp / "server.log"
     proc = _start([*argv, "--port", str(port)], _env(tmp, **extra), log)

@@ -26,7 +26,7 @@ from apps.scenario import load_scenario
 from graph.builder import build_graph
 from graph.models import make_model_factory
 from graph.runner import run_diagnosis
-from nodes.executor import INVALID_ARGUMENTS
+from nodes.messages import INVALID_ARGUMENTS
 from nodes.recording import INVALID_ARGUMENTS as RECORDED_INVALID_ARGUMENTS
 from nodes.recording import MAX_REPLY_CHARS, call_record, known_secrets
 from persistence.audit import InMemoryAuditStore

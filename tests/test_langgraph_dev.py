@@ -14,7 +14,6 @@ import dataclasses
 import json
 import os
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -36,6 +35,7 @@ from langgraph_sdk.schema import StreamMode
 
 from graph.builder import NODES
 from state.context import Context
+from tests.prometheus_kit import free_port
 from tests.test_alert_receiver import recorded
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,13 +48,6 @@ ROUTER_EDGES = {
     ("verifier", "composer"),
     ("verifier", "retry"),
 }
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _resolve(spec: str) -> str:
@@ -140,7 +133,7 @@ def _offline_env(**extra: str) -> dict[str, str]:
 def _running_server(workdir: Path, env: dict[str, str]) -> Iterator[Server]:
     """Start ``langgraph dev`` on a free loopback port; stop its process group on exit."""
     config = _server_config(workdir)
-    port = _free_port()
+    port = free_port()
     log_path = workdir / "server.log"
     url = f"http://127.0.0.1:{port}"
     with log_path.open("wb") as log:

@@ -18,13 +18,10 @@ import httpx
 import psycopg
 import pytest
 
-from tests import conftest
 from tests.gated_openai import gated_openai
 from tests.test_api_serve import ALICE, QUESTION, served
 
 WAIT_S = 60.0
-# The fixture, here too: tests/test_alert_serve_recovery.py imports it from this module.
-own_database = conftest.own_database
 
 
 @pytest.mark.postgres

@@ -8,7 +8,7 @@ import pytest
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
-from nodes.common import message_text
+from nodes.messages import message_text
 from nodes.offline import OfflineVerifier
 from state.records import JSONObject, JSONValue, ParseStatus, TraceItem, VerifierInput
 from tests.records import binding, claim

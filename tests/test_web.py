@@ -38,7 +38,7 @@ from persistence.ownership import ThreadOwners
 from persistence.store import Persistence, open_persistence
 from state.context import Context
 from tests.components import component_unavailable
-from tests.prometheus_kit import free_port as _free_port
+from tests.prometheus_kit import free_port
 from tools.environment import Environment, default_environment
 from tools.sample import SampleBackend
 
@@ -158,7 +158,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
             }
         finally:
             persistence.close()
-        port = _free_port()
+        port = free_port()
         alerts = _AlertsStandIn(create_app(database, api_keys=KEYS))
         config = uvicorn.Config(
             alerts,

@@ -18,7 +18,8 @@ import pytest
 from marionette_driver.marionette import Marionette  # type: ignore[import-untyped]
 
 from tests.components import component_unavailable
-from tests.test_web import Site, _free_port, site  # noqa: F401  (the same diagnoses and server)
+from tests.prometheus_kit import free_port
+from tests.test_web import Site, site  # noqa: F401  (the same diagnoses and server)
 
 FIREFOX = "/usr/bin/firefox-esr"
 
@@ -28,7 +29,7 @@ def firefox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     if shutil.which(FIREFOX) is None:
         component_unavailable("Firefox", f"{FIREFOX} is missing; apt-get install firefox-esr")
     profile = tmp_path_factory.mktemp("firefox-profile")
-    port = _free_port()
+    port = free_port()
     (profile / "user.js").write_text(
         f'user_pref("marionette.port", {port});\n'
         'user_pref("browser.shell.checkDefaultBrowser", false);\n'
