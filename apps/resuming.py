@@ -5,7 +5,7 @@ and the sweeper all resume the same way: the settings stored with the diagnosis
 (``graph/resume.py``) and the evidence environment it ran on, recorded as ``environment`` in
 those settings: ``{"kind": "sample"}`` (the bundled sample) or ``{"kind": "file", "path": ...}``
 (``--env FILE``), with ``"backends": [...]`` naming the real backends configured for the run
-(``tools/config.py``; names only, never addresses or secrets). A resume needs the same backends
+(``evidence/config.py``; names only, never addresses or secrets). A resume needs the same backends
 configured, so it continues on the same kind of evidence.
 """
 
@@ -15,11 +15,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from evidence.composed import configured_backend
+from evidence.config import ConfigError, load_settings
+from evidence.environment import EnvironmentFileError, load_environment
 from graph.resume import ResumeRefused
 from tools.backend import EvidenceBackend
-from tools.composed import configured_backend
-from tools.config import ConfigError, load_settings
-from tools.environment import EnvironmentFileError, load_environment
 
 SAMPLE: dict[str, Any] = {"kind": "sample"}
 

@@ -29,19 +29,19 @@ from langchain_core.outputs import ChatResult
 from langgraph.checkpoint.memory import InMemorySaver
 from pydantic import Field
 
+from evidence.environment import Environment
+from evidence.sample import SampleBackend
 from graph.builder import build_graph
 from graph.runner import state_of
-from graph.scripted import ScriptedChatModel, to_message
-from nodes.common import GetModel
+from models.budget import GetModel
+from models.messages import content_chars
+from models.offline import OfflineVerifier
+from models.scripted import ScriptedChatModel, to_message
 from nodes.executor_context import expand_tool_messages
-from nodes.messages import content_chars
-from nodes.offline import OfflineVerifier
 from persistence.audit import InMemoryAuditStore
 from persistence.ledger import InMemoryLedger
 from state.context import Context
 from state.records import LogEntry
-from tools.environment import Environment
-from tools.sample import SampleBackend
 
 ROUND_TARGET = 250_000
 """Round total of the 8-call case, in characters."""

@@ -27,14 +27,14 @@ from typing import Any
 
 from _common import fmt, machine, median, percentile, run_count, table, verdict_line
 
+from evidence.sample import SampleBackend
 from persistence.ledger import InMemoryLedger
 from tools.runner import ToolRunner
-from tools.sample import SampleBackend
-from tools.trace_summary import build_trace_summary
 from verification.catalog import load_catalog
 from verification.executor_output import read_answer
 from verification.gatekeeper import run_gatekeeper
 from verification.rule_evaluation import evaluate_rules
+from verification.trace_summary import build_trace_summary
 
 INVOCATIONS = (10, 100, 1000)
 CLAIMS = (10, 100, 500)

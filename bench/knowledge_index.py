@@ -64,9 +64,9 @@ def corpus() -> Path | None:
 
 def measure(database: str, folder: Path, runs: int, make_db: object) -> dict[str, object]:
     """Index, re-index and lookup timings on one kind of database."""
+    from evidence.composed import ComposedBackend, RealClock, Unavailable
+    from knowledge.runbooks import RunbookIndex
     from persistence.ledger import InMemoryLedger
-    from tools.composed import ComposedBackend, RealClock, Unavailable
-    from tools.runbooks import RunbookIndex
     from tools.runner import ToolRunner
 
     index_s: list[float] = []

@@ -47,7 +47,7 @@ def write_file(path: Path, old_bytes: int, now: datetime) -> None:
 def main(argv: list[str] | None = None) -> int:
     runs, quick = run_count(__doc__ or "", 5, 2, "a 200 MB big file, two runs", argv)
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from tools.logfiles import FileLogs
+    from evidence.logfiles import FileLogs
 
     big_bytes = (200 if quick else 1024) * 1024 * 1024
     now = datetime.now(UTC)

@@ -47,8 +47,8 @@ from langgraph.graph import END, START, StateGraph
 from typing_extensions import TypedDict
 
 from graph.builder import build_graph
-from graph.scripted import scripted_models
-from nodes.common import GetModel
+from models.budget import GetModel
+from models.scripted import scripted_models
 from persistence.audit import InMemoryAuditStore
 from persistence.ledger import InMemoryLedger
 from state.context import Context

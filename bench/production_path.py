@@ -118,10 +118,10 @@ class Side:
 def opened(name: str) -> Iterator[Side]:
     """The production persistence of ``name`` (``sqlite`` or ``postgres``) and both graphs."""
     from apps.resuming import environment_ref
+    from evidence.composed import configured_backend
     from graph.builder import build_graph
     from persistence.store import open_persistence
     from state.context import Context
-    from tools.composed import configured_backend
 
     with contextlib.ExitStack() as stack:
         proxy: CountingProxy | None = None

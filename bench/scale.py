@@ -23,11 +23,11 @@ from typing import Any
 from _common import VALID_PARSE, Targets, fmt, machine, median, run_count, table, verifier_input
 from gatekeeper_scaling import environment, invocations, slope, timed
 
+from evidence.sample import SampleBackend
 from persistence.database import open_database
 from persistence.ledger import InMemoryLedger, SqlLedger
-from tools.sample import SampleBackend
-from tools.trace_summary import build_trace_summary
 from verification.gatekeeper import run_gatekeeper
+from verification.trace_summary import build_trace_summary
 from verification.verifier_payload import build_payload, render_payload
 
 PAYLOAD_TARGET_MS = 50.0

@@ -50,12 +50,12 @@ def _count(db: Any, table_name: str) -> int:
 
 def measure(url: str, diagnoses: int) -> dict[str, Any]:
     """Run ``diagnoses`` diagnoses on ``url``, prune, and measure both sides."""
+    from evidence.sample import SampleBackend, default_environment
     from graph.builder import build_graph
     from graph.runner import run_diagnosis
     from persistence.retention import prune_finished
     from persistence.store import open_persistence
     from state.context import Context
-    from tools.sample import SampleBackend, default_environment
 
     persistence = open_persistence(url)
     try:

@@ -37,12 +37,12 @@ from _common import (
     verifier_input,
 )
 
+from evidence.environment import default_environment
+from evidence.sample import SampleBackend
 from persistence.ledger import InMemoryLedger
-from tools.environment import default_environment
 from tools.runner import ToolRunner, tool_message_content
-from tools.sample import SampleBackend
-from tools.trace_summary import build_trace_summary
 from verification.gatekeeper import run_gatekeeper
+from verification.trace_summary import build_trace_summary
 from verification.verifier_payload import build_payload, render_payload
 
 TARGET_BYTES = 32 * 1024

@@ -8,11 +8,12 @@ from langgraph.constants import TAG_HIDDEN
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
+from evidence.composed import configured_backend
 from graph.guard import GuardedGraph, RunGuard
-from graph.models import make_model_factory
 from graph.routing import after_executor, after_verifier
+from models.budget import GetModel
+from models.factory import make_model_factory
 from nodes.audit import make_audit
-from nodes.common import GetModel
 from nodes.composer import make_composer
 from nodes.evidence import make_evidence
 from nodes.executor import make_executor
@@ -28,7 +29,6 @@ from persistence.runs import InMemoryRunLocks, RunLocks
 from state.context import Context
 from state.graph_state import DiagnosisState, InputState, OutputState
 from tools.backend import EvidenceBackend
-from tools.composed import configured_backend
 from tools.runner import ToolRunner
 from verification.catalog import Catalog, settings_for
 
@@ -86,7 +86,7 @@ def build_graph(
         get_model: ``get_model(role, context)``; defaults to the environment-configured
             OpenAI-compatible models, or the offline rule-based models.
         backend: where evidence comes from; defaults to the configured backends
-            (``tools.composed.configured_backend``: the bundled sample when none is set).
+            (``evidence.composed.configured_backend``: the bundled sample when none is set).
         ledger: where tool invocations are recorded; defaults to an in-memory ledger.
         audit: where diagnoses are recorded; defaults to an in-memory audit store.
         gatekeeper_catalog: a rule catalog; defaults to the bundled one.

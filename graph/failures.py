@@ -8,7 +8,7 @@ failed diagnosis is recorded the same way: status ``failed``, the reason as its 
 
 from __future__ import annotations
 
-from graph.model_failures import ModelCallFailed
+from models.failures import ModelCallFailed
 from nodes.audit import finish, usage_record
 from persistence.audit import AuditStore
 from state.context import Context

@@ -28,8 +28,8 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import StateSnapshot
 
 from graph.failures import record_failure
+from models.messages import last_human
 from nodes.intake import diagnosis_id_for
-from nodes.messages import last_human
 from persistence.audit import AuditStore
 from persistence.runs import RunLocks
 from state.context import Context

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from nodes.messages import last_reply
+from models.messages import last_reply
 from state.graph_state import DiagnosisState
 from state.records import MAX_ROUNDS
 

@@ -17,7 +17,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
 
 from graph.failures import DiagnosisFailed, failure_of
-from nodes.common import RESUMED_AT_KEY
+from models.budget import RESUMED_AT_KEY
 from persistence.audit import AuditStore
 from persistence.locks import ThreadBusy
 from state.context import Context

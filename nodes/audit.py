@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from langgraph.runtime import Runtime
 
+from models.recording import replay_record
 from nodes.common import Node, context_of, emit
 from nodes.evidence import executor_final_text
 from nodes.prompts import prompt_audit
-from nodes.recording import replay_record
 from persistence.audit import AuditStore
 from state.context import Context
 from state.graph_state import DiagnosisState
@@ -19,7 +19,7 @@ from state.records import (
     Verdict,
     VerifierEvaluation,
 )
-from tools.trace_summary import TRACEABILITY_VERSION
+from verification.trace_summary import TRACEABILITY_VERSION
 
 FINAL_ANSWER_CHARS = 8000
 """How much of the executor's raw final message the audit keeps."""

@@ -12,8 +12,9 @@ import json
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from langgraph.runtime import Runtime
 
-from nodes.common import GetModel, Node, Spend, context_of, emit
-from nodes.messages import message_text
+from models.budget import GetModel, Spend
+from models.messages import message_text
+from nodes.common import Node, context_of, emit
 from nodes.prompts import load_prompt
 from state.context import Context
 from state.graph_state import DiagnosisState

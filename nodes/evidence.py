@@ -5,15 +5,15 @@ from __future__ import annotations
 from langchain_core.messages import AIMessage
 from langgraph.runtime import Runtime
 
+from models.messages import last_reply, message_text
 from nodes.common import Node, emit
-from nodes.messages import last_reply, message_text
 from persistence.ledger import InvocationLedger
 from state.context import Context
 from state.graph_state import DiagnosisState
 from state.records import MissingInfo
-from tools.trace_summary import build_trace_summary
 from verification.catalog import SchemaSettings
 from verification.executor_output import parse_executor_output, read_answer
+from verification.trace_summary import build_trace_summary
 
 
 def final_executor_message(state: DiagnosisState) -> AIMessage | None:

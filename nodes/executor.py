@@ -22,9 +22,10 @@ from langchain_core.messages import (
 )
 from langgraph.runtime import Runtime
 
-from nodes.common import GetModel, Node, Spend, context_of, emit
+from models.budget import BUDGET_SPENT, GetModel, Spend
+from models.messages import content_chars, json_content, readable_calls
+from nodes.common import Node, context_of, emit
 from nodes.executor_context import bounded_history, expand_tool_messages
-from nodes.messages import content_chars, json_content, readable_calls
 from nodes.prompts import load_prompt
 from persistence.ledger import InvocationLedger
 from state.context import Context
@@ -39,12 +40,6 @@ DROPPED_CALLS = "dropped_tool_calls"
 
 SKIPPED_PREFIX = "not executed: the tool budget"
 """How the tool message of a call the ``tools`` node skipped for the budget begins."""
-
-BUDGET_SPENT = (
-    "The tool budget for this round is spent; no more tool calls will run. Give your final "
-    "answer now: exactly one executor_evidence_v2 JSON object citing only the evidence above."
-)
-
 
 def tool_reference(invocation: Invocation) -> str:
     """What the checkpointed tool message holds: the invocation's id, tool and status."""
@@ -63,7 +58,7 @@ def readable_tool_calls(reply: AIMessage) -> AIMessage:
 
     langchain keeps a call whose arguments are not valid JSON apart (``invalid_tool_calls``);
     dropped, it would end the round. Instead the tools node answers it with a readable error
-    (``nodes.messages.readable_calls``).
+    (``models.messages.readable_calls``).
     """
     if not reply.invalid_tool_calls:
         return reply

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 
 from langchain_core.messages import AIMessage, AnyMessage, ToolMessage
 
-from nodes.messages import content_chars, json_content
+from models.messages import content_chars, json_content
 from state.json_shape import at, objects
 from state.records import Invocation, JSONObject
 from tools.runner import tool_message_content

@@ -9,8 +9,9 @@ from typing import Any
 from langgraph.runtime import Runtime
 from langgraph.types import Overwrite
 
-from nodes.common import GetModel, Node, context_of, emit, model_label, thread_id
-from nodes.messages import last_human, message_text
+from models.budget import GetModel, model_label
+from models.messages import last_human, message_text
+from nodes.common import Node, context_of, emit, thread_id
 from persistence.audit import AuditStore
 from persistence.runs import RunLocks
 from state.context import ROLES, Context

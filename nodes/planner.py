@@ -8,8 +8,9 @@ from langchain_core.messages import HumanMessage, RemoveMessage, SystemMessage
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from langgraph.runtime import Runtime
 
-from nodes.common import GetModel, Node, Spend, context_of, dumps, emit
-from nodes.messages import message_text
+from models.budget import GetModel, Spend
+from models.messages import message_text
+from nodes.common import Node, context_of, dumps, emit
 from nodes.prompts import load_prompt
 from state.context import Context
 from state.graph_state import DiagnosisState

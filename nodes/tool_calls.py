@@ -5,9 +5,9 @@ from __future__ import annotations
 from langchain_core.messages import AnyMessage, ToolMessage
 from langgraph.runtime import Runtime
 
+from models.messages import INVALID_ARGUMENTS, last_reply
 from nodes.common import Node, context_of, dumps, emit, thread_id
 from nodes.executor import SKIPPED_PREFIX, tool_reference
-from nodes.messages import INVALID_ARGUMENTS, last_reply
 from state.context import Context
 from state.graph_state import DiagnosisState
 from tools.runner import ToolRunner

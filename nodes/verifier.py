@@ -14,18 +14,11 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langgraph.runtime import Runtime
 
-from nodes.common import (
-    INTERNAL_CALL,
-    GetModel,
-    Node,
-    Spend,
-    context_of,
-    emit,
-    model_label,
-)
+from models.budget import INTERNAL_CALL, GetModel, Spend, model_label
+from models.messages import message_text
+from nodes.common import Node, context_of, emit
 from nodes.evidence import executor_final_text
 from nodes.executor import calls_not_run
-from nodes.messages import message_text
 from nodes.prompts import load_prompt
 from state.context import Context
 from state.graph_state import DiagnosisState

@@ -2,8 +2,8 @@
 
 The setup functions create or migrate the tables before a checkpointer is built on them: the
 synchronous one here (``checkpoint_saver``, for the CLI and the HTTP API) and the LangGraph
-server's asynchronous one in ``graph/checkpointers.py``, which runs them in a worker thread. Both
-kinds share the same tables, so neither calls ``setup()`` itself.
+server's asynchronous one in ``persistence/checkpointers.py``, which runs them in a worker thread.
+Both kinds share the same tables, so neither calls ``setup()`` itself.
 """
 
 from __future__ import annotations

@@ -96,3 +96,21 @@ def loads(text: str, error: Callable[[json.JSONDecodeError], Exception]) -> obje
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise error(exc) from None
+
+
+_JSON_TYPES: tuple[tuple[type | tuple[type, ...], str], ...] = (
+    (bool, "a boolean"),  # before numbers: a bool is an int in Python, never in JSON
+    ((int, float), "a number"),
+    (str, "a string"),
+    (list, "an array"),
+    (dict, "an object"),
+)
+"""How ``json_type`` names each JSON type, tried in order."""
+
+
+def json_type(value: object) -> str:
+    """How a JSON value's type reads in a message (``an object``, ``a string``, ...)."""
+    if value is None:
+        return "null"
+    named = (name for kind, name in _JSON_TYPES if isinstance(value, kind))
+    return next(named, type(value).__name__)

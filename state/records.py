@@ -584,7 +584,7 @@ class QuestionFacets(TypedDict):
 
     ``services`` are the known services it names, ``unknown_services`` the names that look like
     services the backend does not know; ``metrics`` and ``symptoms`` are concept ids of
-    ``tools.vocabulary`` (``latency``, ``cpu``; ``error``, ``timeout``).
+    ``knowledge.vocabulary`` (``latency``, ``cpu``; ``error``, ``timeout``).
     """
 
     kind: QuestionKind
@@ -761,7 +761,7 @@ class ReplayRecord(TypedDict):
     route: list[str]
     """The nodes the diagnosis ran, in order (``audit`` last)."""
     confirmed_claims: list[str]
-    """The claim ids the answer presents as established (``nodes.recording.confirmed_claims``)."""
+    """The claim ids the answer presents as established (``models.recording.confirmed_claims``)."""
 
 
 class UsageRecord(ModelUsage):

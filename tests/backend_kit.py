@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from apps.api import create_app
-from apps.doctor import doctor_command
+from apps.cli.doctor import doctor_command
+from apps.http.api import create_app
+from evidence.composed import configured_backend
+from evidence.config import load_settings
 from persistence.ledger import InMemoryLedger
 from state.records import Invocation
-from tools.composed import configured_backend
-from tools.config import load_settings
 from tools.runner import ToolRunner
 
 

@@ -13,13 +13,13 @@ from pathlib import Path
 from typing_extensions import Unpack
 
 from apps.resuming import environment_ref
+from evidence.environment import Environment, default_environment, load_environment
+from evidence.sample import SampleBackend
 from graph.builder import build_graph
 from graph.runner import run_diagnosis
 from persistence.store import open_persistence
 from state.context import Context
 from tools.backend import LogsOutput, LogsQuery, MetricsOutput, MetricsQuery
-from tools.environment import Environment, default_environment, load_environment
-from tools.sample import SampleBackend
 
 
 class StallingBackend(SampleBackend):

@@ -21,11 +21,13 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
 from pydantic import Field
 
+from evidence.environment import Environment
+from evidence.sample import SampleBackend
 from graph.builder import build_graph
 from graph.runner import state_of
-from graph.scripted import ScriptedChatModel, ScriptExhausted, to_message
-from nodes.common import GetModel
-from nodes.messages import message_text
+from models.budget import GetModel
+from models.messages import message_text
+from models.scripted import ScriptedChatModel, ScriptExhausted, to_message
 from persistence.audit import InMemoryAuditStore
 from persistence.ledger import InMemoryLedger
 from state.context import ComposerMode, Context, Language
@@ -43,8 +45,6 @@ from state.records import (
 )
 from tests.records import alert_entry, evaluation_of, executor_output
 from tests.records import log_entry as log
-from tools.environment import Environment
-from tools.sample import SampleBackend
 
 THREAD: RunnableConfig = {"configurable": {"thread_id": "t1"}}
 Checkpointer: TypeAlias = BaseCheckpointSaver[str]

@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-import apps.cli as cli
-import tools.composed
-from tools.sample import SampleBackend
+import apps.cli.main as cli
+import evidence.composed
+from evidence.sample import SampleBackend
 
 
 class StallingBackend(SampleBackend):
@@ -32,5 +32,5 @@ class StallingBackend(SampleBackend):
 if __name__ == "__main__":
     # As in a terminal: a child started from a background job inherits SIGINT ignored.
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    vars(tools.composed)["SampleBackend"] = StallingBackend
+    vars(evidence.composed)["SampleBackend"] = StallingBackend
     sys.exit(cli.main(sys.argv[2:]))

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from apps import cli
-from apps.api import create_app
-from apps.evaluation import run_graph, run_scenario
-from apps.scenario import Scenario, load_scenario
+import apps.cli.main as cli
+from apps.eval.evaluation import run_graph, run_scenario
+from apps.eval.scenario import Scenario, load_scenario
+from apps.http.api import create_app
 from tests.records import binding
 from tests.records import claim as claim_of
 from tests.scenario_kit import (
@@ -198,12 +198,12 @@ def test_adversarial_offline_reverify_never_loosens_a_verdict_silently(
 ) -> None:
     """A scripted Verifier rejected a claim the offline checker would pass: the re-check is
     capped at LOW_CONFID and says it is looser than the recorded REJECT."""
+    from evidence.sample import SampleBackend
     from graph.builder import build_graph
     from graph.runner import run_diagnosis as run_graph_on
-    from graph.scripted import scripted_models
+    from models.scripted import scripted_models
     from persistence.store import open_persistence
     from state.context import Context
-    from tools.sample import SampleBackend
 
     claim_c1 = claim(
         "c1", "order-service logged HTTP 500 Cannot acquire connection from pool", "HTTP 500"

@@ -14,16 +14,16 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from apps import alert_receiver
-from apps.alert_payload import (
+from apps.http import alert_receiver
+from apps.http.alert_payload import (
     PayloadError,
     build_question,
     investigation_of,
     parse_notification,
     thread_id_for,
 )
-from apps.alert_receiver import AlertSettings, notification_text
-from apps.api import create_app
+from apps.http.alert_receiver import AlertSettings, notification_text
+from apps.http.api import create_app
 from persistence.alert_queue import AlertQueue, NewInvestigation
 from persistence.locks import thread_lock
 from persistence.store import open_persistence

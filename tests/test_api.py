@@ -15,9 +15,9 @@ from langchain_core.language_models import BaseChatModel
 from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
-from apps.api import create_app
 from apps.auth import ApiKeys, ConfigError, Limits, RateLimiter, is_loopback
-from graph.models import make_model_factory
+from apps.http.api import create_app
+from models.factory import make_model_factory
 from persistence.store import open_persistence
 from state.context import Context
 from tests.conftest import POSTGRES_ADMIN_URL
@@ -471,7 +471,9 @@ def test_api_module_app_opens_nothing_until_used(
     monkeypatch.setenv("SUPERBIZ_DATABASE_URL", f"sqlite:///{database}")
     monkeypatch.setenv("SUPERBIZ_API_KEYS", "key-carol=carol")
     # Loaded by path and not registered as a module, as the LangGraph server loads ``http.app``.
-    spec = importlib.util.spec_from_file_location("user_router_module", ROOT / "apps" / "api.py")
+    spec = importlib.util.spec_from_file_location(
+        "user_router_module", ROOT / "apps" / "http" / "api.py"
+    )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from apps import cli
+import apps.cli.main as cli
 from tests.prometheus_kit import free_port
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -35,6 +35,8 @@ import pytest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
+from evidence.composed import configured_backend
+from evidence.config import load_settings
 from persistence.ledger import InMemoryLedger
 from state.records import Invocation
 from tests import opensearch_kit
@@ -62,8 +64,6 @@ from tests.prometheus_kit import (
     wait_samples,
     write_prometheus_config,
 )
-from tools.composed import configured_backend
-from tools.config import load_settings
 from tools.runner import ToolRunner
 
 SECRET = "edge-secret-7f31"
@@ -647,7 +647,7 @@ def test_service_list_is_cached_for_a_short_time(
     assert call_tool(runner, "query_metrics", {"service": "order-service"})["status"] == "ok"
     assert prometheus_proxy.paths("/api/v1/label/") == ["/api/v1/label/service/values"]
 
-    monkeypatch.setattr("tools.prometheus.SERVICES_TTL_S", 0.0)  # the minute has passed
+    monkeypatch.setattr("evidence.prometheus.SERVICES_TTL_S", 0.0)  # the minute has passed
     assert backend.services() == services
     assert len(prometheus_proxy.paths("/api/v1/label/")) == 2
 

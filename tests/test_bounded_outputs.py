@@ -9,13 +9,13 @@ from __future__ import annotations
 import tracemalloc
 from typing import Any
 
+from evidence.environment import Environment
+from evidence.sample import SampleBackend
 from persistence.ledger import InMemoryLedger
 from state.records import LogEntry
 from tests.serving_kit import one_call
 from tools.backend import LogsOutput
-from tools.environment import Environment
 from tools.runner import TRUNCATION_MARKER, ToolRunner
-from tools.sample import SampleBackend
 
 TEN_MB = 10 * 1024 * 1024
 

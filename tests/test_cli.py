@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-import apps.cli as cli
+import apps.cli.main as cli
 from graph.builder import build_graph
-from graph.scripted import scripted_models
-from nodes.common import GetModel
+from models.budget import GetModel
+from models.scripted import scripted_models
 from state.context import Context
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 from langchain_core.language_models import BaseChatModel
 
-import apps.cli as cli
+import apps.cli.main as cli
 from graph.builder import build_graph
-from graph.models import make_model_factory
+from models.factory import make_model_factory
 from state.context import Context
 from tests.test_cli import CUSTOM_ENVIRONMENT, RUN_VARIABLES
 
@@ -115,7 +115,7 @@ def test_cli_unexpected_failure_names_the_command_that_failed(
     db = f"sqlite:///{tmp_path / 'x.sqlite'}"
     code, out, _ = run(capsys, "diagnose", QUESTION, "--db", db, "--json")
     diagnosis = json.loads(out)["diagnosis_id"]
-    monkeypatch.setattr("graph.models.make_model_factory", lambda: _broken_verifier)
+    monkeypatch.setattr("models.factory.make_model_factory", lambda: _broken_verifier)
 
     code, _, err = run(capsys, "reverify", diagnosis, "--db", db)
 

@@ -21,7 +21,7 @@ HEAVY = ("langgraph", "langchain_core", "langchain_openai", "langsmith", "openai
 
 PROBE = """
 import contextlib, io, json, sys
-from apps.cli import main
+from apps.cli.main import main
 out = io.StringIO()
 with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
     try:

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
+from models.messages import message_text
 from nodes.evidence import executor_final_text
-from nodes.messages import message_text
 from state.context import Language
 from state.records import JSONObject
 from tests.records import binding, claim

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from apps.cli import main
-from apps.doctor import config_show_command
-from tools.composed import ComposedBackend, configured_backend
-from tools.config import ConfigError, Settings, describe, load_settings
-from tools.sample import SampleBackend
+from apps.cli.doctor import config_show_command
+from apps.cli.main import main
+from evidence.composed import ComposedBackend, configured_backend
+from evidence.config import ConfigError, Settings, describe, load_settings
+from evidence.sample import SampleBackend
 
 TOKEN = "tok-7f3a-very-secret"
 PASSWORD = "pw-91c2-very-secret"

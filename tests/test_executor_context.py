@@ -8,14 +8,14 @@ from typing import Any
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
+from models.messages import content_chars, message_text
+from models.offline import OfflineVerifier
 from nodes.executor_context import (
     COMPACTED_NOTE,
     bounded_history,
     fitted_content,
     raw_path_ranges,
 )
-from nodes.messages import content_chars, message_text
-from nodes.offline import OfflineVerifier
 from state.context import Context
 from state.records import Invocation, JSONObject, LogEntry
 from state.settings import SettingsError

@@ -2,8 +2,8 @@
 
 A diagnosis is run for real (offline rules on the sample, models through the local fake
 OpenAI-compatible server, the real Prometheus of ``tests/prometheus_kit.py``, a backend that
-fails), exported with ``superbiz sessions export`` (or ``apps.export``), and the scenario is run
-by ``superbiz eval`` with neither the backend nor the model: the replay must reproduce the
+fails), exported with ``superbiz sessions export`` (or ``apps.eval.export``), and the scenario is
+run by ``superbiz eval`` with neither the backend nor the model: the replay must reproduce the
 recorded verdict, route, score and answer exactly.
 """
 
@@ -19,16 +19,19 @@ from langchain_core.messages import AIMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from starlette.testclient import TestClient
 
-from apps.api import create_app
-from apps.evaluation import ScenarioResult, run_scenario
-from apps.export import OFF_NOTE, Export, export_scenario
-from apps.scenario import load_scenario
+from apps.eval.evaluation import ScenarioResult, run_scenario
+from apps.eval.export import OFF_NOTE, Export, export_scenario
+from apps.eval.scenario import load_scenario
+from apps.http.api import create_app
+from evidence.environment import default_environment
+from evidence.replay import NotRecorded, ReplayBackend, ReplayEnvironment
+from evidence.sample import SampleBackend
 from graph.builder import build_graph
-from graph.models import make_model_factory
 from graph.runner import run_diagnosis
-from nodes.messages import INVALID_ARGUMENTS
-from nodes.recording import INVALID_ARGUMENTS as RECORDED_INVALID_ARGUMENTS
-from nodes.recording import MAX_REPLY_CHARS, call_record, known_secrets
+from models.factory import make_model_factory
+from models.messages import INVALID_ARGUMENTS
+from models.recording import INVALID_ARGUMENTS as RECORDED_INVALID_ARGUMENTS
+from models.recording import MAX_REPLY_CHARS, call_record, known_secrets
 from persistence.audit import InMemoryAuditStore
 from persistence.ledger import InMemoryLedger
 from persistence.store import open_persistence
@@ -46,10 +49,7 @@ from tests.test_models_http import (  # noqa: F401  (fixtures of the fake endpoi
     model_env,
 )
 from tools.backend import BackendError, LogsOutput, LogsQuery
-from tools.environment import default_environment
-from tools.replay import NotRecorded, ReplayBackend, ReplayEnvironment
 from tools.runner import ToolRunner
-from tools.sample import SampleBackend
 
 ROOT = Path(__file__).resolve().parents[1]
 CUT_ANSWER = '{"answer_version": "executor_evidence_v2", "claims": [{"claim_id": "c1", "cl'
@@ -107,7 +107,7 @@ def _stored(db: str, diagnosis_id: str) -> DiagnosisRecord:
 def test_export_offline_sample_diagnosis_replays_through_eval(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from apps.cli import main
+    from apps.cli.main import main
 
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     db = f"sqlite:///{tmp_path / 'audit.sqlite'}"
@@ -146,7 +146,7 @@ def test_export_offline_sample_diagnosis_replays_through_eval(
 def test_export_refuses_an_unknown_diagnosis_and_writes_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from apps.cli import main
+    from apps.cli.main import main
 
     db = f"sqlite:///{tmp_path / 'audit.sqlite'}"
     assert main(["db", "upgrade", "--db", db]) == 0
@@ -254,7 +254,7 @@ def test_export_with_model_replies_off_notes_it_and_runs_the_offline_rules(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from apps.cli import main
+    from apps.cli.main import main
 
     monkeypatch.setenv("SUPERBIZ_RECORD_MODEL_REPLIES", "0")
     db = f"sqlite:///{tmp_path / 'audit.sqlite'}"
@@ -301,7 +301,7 @@ def test_export_diagnosis_on_real_prometheus_replays_without_it(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from apps.cli import main
+    from apps.cli.main import main
 
     monkeypatch.setenv("SUPERBIZ_PROMETHEUS_URL", prometheus_stack.prometheus_url)
     db = f"sqlite:///{tmp_path / 'audit.sqlite'}"
@@ -417,7 +417,7 @@ def test_scenario_with_a_replay_environment_and_other_keys_is_refused(tmp_path: 
     scenario = export_scenario(record, invocations).scenario
     scenario["environment"]["logs"] = []
 
-    from apps.scenario import ScenarioError
+    from apps.eval.scenario import ScenarioError
 
     with pytest.raises(ScenarioError, match="has 'replay' and also logs"):
         load_scenario(_write(tmp_path, scenario))
@@ -470,7 +470,7 @@ def test_export_of_an_unfinished_diagnosis_is_refused() -> None:
     record, invocations = _run(Context(offline=True, language="en"))
     record["status"] = "running"
 
-    from apps.export import ExportError
+    from apps.eval.export import ExportError
 
     with pytest.raises(ExportError, match="is running: only a finished diagnosis can be exported"):
         export_scenario(record, invocations)

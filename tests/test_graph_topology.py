@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from apps.langgraph_server import graph
+from apps.langgraph_server.server import graph
 from graph.builder import NODES, build_graph
 from graph.routing import after_executor, after_verifier
 from nodes.composer import composer_section
@@ -46,7 +46,7 @@ def test_graph_builder_is_uncompiled_and_export_has_no_checkpointer() -> None:
 
 def test_graph_langgraph_json_points_at_the_export() -> None:
     config = json.loads(Path(__file__).resolve().parents[1].joinpath("langgraph.json").read_text())
-    assert config["graphs"]["superbiz"] == "./apps/langgraph_server.py:graph"
+    assert config["graphs"]["superbiz"] == "./apps/langgraph_server/server.py:graph"
 
 
 def test_routing_routers_are_typed_with_their_targets() -> None:

@@ -1,4 +1,4 @@
-"""What a browser may do with the HTTP API (``apps/http_guard.py``), and streams that end early."""
+"""What a browser may do with the HTTP API (``apps/http/guard.py``), and streams that end early."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import anyio
 import pytest
 from starlette.testclient import TestClient
 
-from apps.api import DiagnosisStream, create_app
-from apps.http_guard import GuardSettings, host_name, is_loopback_name
+from apps.http.api import DiagnosisStream, create_app
+from apps.http.guard import GuardSettings, host_name, is_loopback_name
 
 QUESTION = "order-service 为什么报 500 错误？"
 KEYS = {"key-alice": "alice"}

@@ -1,4 +1,4 @@
-"""Runbook ranking (tools/knowledge_rank.py): BM25 over titles and headings, in both languages.
+"""Runbook ranking (knowledge/rank.py): BM25 over titles and headings, in both languages.
 
 The real-world cases run on the prometheus-operator runbooks (Apache-2.0, with their LICENSE),
 read from beside the checkout (``tests/corpora.py``); they are never copied into the repository.
@@ -10,9 +10,9 @@ import functools
 
 import pytest
 
+from knowledge.rank import markdown_fields, procedure_sentence, query_terms, rank
+from knowledge.vocabulary import concept_tokens, concepts_in
 from tests.corpora import runbook_corpus
-from tools.knowledge_rank import markdown_fields, procedure_sentence, query_terms, rank
-from tools.vocabulary import concept_tokens, concepts_in
 
 
 @functools.cache

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from langgraph_sdk import Auth
 
-from apps import langgraph_auth
+from apps.langgraph_server import auth as langgraph_auth
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCAL: dict[str, Any] = {"client": ("127.0.0.1", 50000)}
@@ -74,6 +74,9 @@ def test_langgraph_auth_studio_acts_as_the_configured_identity_from_loopback_onl
 def test_langgraph_auth_is_configured_in_langgraph_json_for_every_request() -> None:
     config = json.loads((ROOT / "langgraph.json").read_text(encoding="utf-8"))
 
-    assert config["auth"] == {"path": "./apps/langgraph_auth.py:auth", "disable_studio_auth": True}
+    assert config["auth"] == {
+        "path": "./apps/langgraph_server/auth.py:auth",
+        "disable_studio_auth": True,
+    }
     # Every resource and action has a handler or falls to the refusing default.
     assert langgraph_auth.auth._global_handlers

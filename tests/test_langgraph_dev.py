@@ -398,7 +398,7 @@ def test_langgraph_dev_writes_its_working_files_outside_the_project(server: Serv
 
 def test_langgraph_dev_mounts_the_http_api_beside_its_own_routes(server: Server) -> None:
     config = json.loads((ROOT / "langgraph.json").read_text(encoding="utf-8"))
-    assert config["http"]["app"] == "./apps/api.py:app"
+    assert config["http"]["app"] == "./apps/http/api.py:app"
 
     with urllib.request.urlopen(f"{server.url}/healthz", timeout=30) as response:
         health = json.loads(response.read())

@@ -1,9 +1,9 @@
 """What the LangGraph server loads, driven in-process: the exported graph and its checkpointer.
 
-``apps/langgraph_server.py`` opens the configured database only when a run first needs it,
+``apps/langgraph_server/server.py`` opens the configured database only when a run first needs it,
 records audit rows and invocations there, and fails a run with the reason when the database
 cannot be used.
-``graph/checkpointers.py`` yields the checkpointer of the same database.
+``persistence/checkpointers.py`` yields the checkpointer of the same database.
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
-from apps import langgraph_server as server_app
+from apps.langgraph_server import server as server_app
 from graph.builder import build_graph
-from graph.checkpointers import checkpointer
 from persistence.audit import SqlAuditStore
+from persistence.checkpointers import checkpointer
 from persistence.database import DatabaseError, default_sqlite_path, open_database
 from persistence.ledger import SqlLedger
 
@@ -60,7 +60,7 @@ def test_graph_app_import_opens_no_database(tmp_path: Path, url: str) -> None:
     if url:
         env["SUPERBIZ_DATABASE_URL"] = url
     code = (
-        "import apps.langgraph_server as a; "
+        "import apps.langgraph_server.server as a; "
         "print(a.graph.name, sorted(a.graph.get_graph().nodes)[0])"
     )
 

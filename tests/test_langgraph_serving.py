@@ -283,7 +283,7 @@ def test_langgraph_mounted_api_has_no_wildcard_cors_while_studio_keeps_its_own(
 
 
 def test_langgraph_mounted_api_serves_the_web_pages_with_their_policy(keyed: Server) -> None:
-    from apps.web import CSP
+    from apps.http.web import CSP
 
     for path in ("/", "/history", "/diagnoses/diag-x", "/assets/app.js"):
         response = httpx.get(f"{keyed.url}{path}", timeout=30)

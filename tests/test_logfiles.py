@@ -17,15 +17,15 @@ from pathlib import Path
 
 import pytest
 
+from evidence.composed import ComposedBackend, RealClock, Unavailable, configured_backend
+from evidence.config import ConfigError, load_settings
+from evidence.logfiles import FileLogs
+from evidence.logformats import local_zone, parse_line
+from evidence.logquery import iso
 from persistence.ledger import InMemoryLedger
 from tests.backend_kit import call_tool, evidence_refs, run_doctor
 from tests.postgres_log_kit import postgres_log_glob, provoke_postgres_fatal, wait_for_line
 from tools.backend import BackendError
-from tools.composed import ComposedBackend, RealClock, Unavailable, configured_backend
-from tools.config import ConfigError, load_settings
-from tools.logfiles import FileLogs
-from tools.logformats import local_zone, parse_line
-from tools.logquery import iso
 from tools.runner import ToolRunner
 
 NOW = datetime(2026, 3, 1, 10, 30, tzinfo=UTC)

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
+from evidence.composed import configured_backend
+from evidence.config import load_settings
+from evidence.loki import LokiLogs
 from state.records import Invocation
 from tests.backend_kit import call_tool, evidence_refs, get_healthz, run_doctor, tool_runner
 from tests.loki_kit import FakeLoki, Stream, parse_logql, serve_loki
-from tools.composed import configured_backend
-from tools.config import load_settings
-from tools.loki import LokiLogs
 from tools.runner import ToolRunner
 
 NOW = datetime.now(UTC).replace(microsecond=0)

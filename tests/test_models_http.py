@@ -17,11 +17,11 @@ from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
 from graph.builder import build_graph
-from graph.model_calls import ModelCallFailed, RetryPolicy
-from graph.models import ModelConfigError, OfflineComposerUnavailable, make_model_factory
 from graph.runner import DiagnosisFailed, run_diagnosis
-from nodes.common import model_label
-from nodes.offline import (
+from models.budget import model_label
+from models.calls import ModelCallFailed, RetryPolicy
+from models.factory import ModelConfigError, OfflineComposerUnavailable, make_model_factory
+from models.offline import (
     OFFLINE_LABEL,
     OfflineExecutor,
     OfflinePlanner,
@@ -720,10 +720,10 @@ def test_models_http_cli_exits_1_with_the_reason_and_3_when_unavailable(
     capsys: pytest.CaptureFixture[str],
     tmp_path: Path,
 ) -> None:
-    import apps.cli as cli
+    import apps.cli.main as cli
 
     fast = _fast_policy(Waits())
-    monkeypatch.setattr("graph.models.make_model_factory", lambda: make_model_factory(fast))
+    monkeypatch.setattr("models.factory.make_model_factory", lambda: make_model_factory(fast))
     monkeypatch.setattr(
         "graph.builder.build_graph",
         lambda **kw: build_graph(get_model=make_model_factory(fast), **kw),
@@ -761,7 +761,7 @@ def test_models_http_api_answers_502_and_the_stream_ends_with_an_error_event(
 ) -> None:
     from starlette.testclient import TestClient
 
-    from apps.api import create_app
+    from apps.http.api import create_app
 
     app = create_app(
         f"sqlite:///{tmp_path / 'api.sqlite'}",

@@ -13,20 +13,21 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.memory import InMemorySaver
 
-import apps.cli as cli
-from apps.evaluation import Checkpointer, run_graph, run_scenario
-from apps.scenario import load_scenario, validate_scenario
+import apps.cli.main as cli
+from apps.eval.evaluation import Checkpointer, run_graph, run_scenario
+from apps.eval.scenario import load_scenario, validate_scenario
+from evidence.environment import Environment, default_environment
+from evidence.sample import SampleBackend
 from graph.builder import build_graph
-from nodes.executor import BUDGET_SPENT, DROPPED_CALLS, calls_not_run
-from nodes.offline import OfflineExecutor, OfflinePlanner
-from nodes.offline.rules import parse_steps, plan_steps
+from models.budget import BUDGET_SPENT
+from models.offline import OfflineExecutor, OfflinePlanner
+from models.offline.rules import parse_steps, plan_steps
+from nodes.executor import DROPPED_CALLS, calls_not_run
 from nodes.tool_calls import SKIPPED
 from state.context import Context
 from state.records import LogEntry
 from tests.records import document_entry, log_entry, series_entry
 from tools.backend import KnowledgeOutput, LogsOutput, MetricsOutput, TimeOutput
-from tools.environment import Environment, default_environment
-from tools.sample import SampleBackend
 from verification.question import analyze_question
 
 SCENARIOS = Path(__file__).parent / "scenarios"
@@ -545,7 +546,7 @@ def _scenario_file(tmp_path: Path, **changes: Any) -> Path:
 def test_load_offline_scenario_says_what_is_wrong(
     tmp_path: Path, changes: dict[str, Any], message: str
 ) -> None:
-    from apps.scenario import ScenarioError
+    from apps.eval.scenario import ScenarioError
 
     path = _scenario_file(tmp_path, **changes)
     with pytest.raises(ScenarioError) as raised:
@@ -555,7 +556,7 @@ def test_load_offline_scenario_says_what_is_wrong(
 
 
 def test_env_option_reads_the_environment_a_scenario_names(tmp_path: Path) -> None:
-    from tools.environment import load_environment
+    from evidence.environment import load_environment
 
     assert load_environment(OFFLINE[0]) == load_scenario(OFFLINE[0])["environment"]
 
@@ -563,7 +564,7 @@ def test_env_option_reads_the_environment_a_scenario_names(tmp_path: Path) -> No
 def test_eval_reports_question_coverage_and_counts_it(tmp_path: Path) -> None:
     import io
 
-    from apps.evaluation import eval_command
+    from apps.eval.evaluation import eval_command
 
     report = tmp_path / "report.json"
     files = [str(p) for p in OFFLINE if "unknown" in p.name or "budget" in p.name]

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from evidence.composed import configured_backend
+from evidence.config import load_settings
 from state.records import Invocation
 from tests.backend_kit import call_tool, evidence_refs, get_healthz, run_doctor, tool_runner
 from tests.opensearch_kit import ago as _ago
-from tools.composed import configured_backend
-from tools.config import load_settings
 from tools.runner import ToolRunner
 
 
@@ -73,7 +73,7 @@ def test_opensearch_text_is_a_phrase_and_the_limit_truncates(
 def test_opensearch_total_past_track_total_hits_is_at_least(
     os_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("tools.opensearch.TRACK_TOTAL_HITS", 3)
+    monkeypatch.setattr("evidence.opensearch.TRACK_TOTAL_HITS", 3)
     row = _query(os_env, tmp_path, {"service": "order-service", "limit": 2})
     assert (row["output"] or {}).get("total_at_least") is True
     assert evidence_refs(row)["summary"].endswith("matched 2 of at least 3 (truncated)")

@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 from langchain_core.runnables import RunnableConfig
 
-from apps import cli
+import apps.cli.main as cli
+from evidence.sample import SampleBackend, default_environment
 from graph.builder import build_graph
 from graph.runner import run_diagnosis
-from graph.scripted import scripted_models
-from nodes.common import GetModel
+from models.budget import GetModel
+from models.scripted import scripted_models
 from persistence.database import (
     DatabaseError,
     SchemaTooNew,
@@ -41,7 +42,6 @@ from tests.serving_kit import (
     kill_at_second_tool_call,
     resume_in_child,
 )
-from tools.sample import SampleBackend, default_environment
 
 
 def diagnose(
@@ -452,8 +452,8 @@ def test_persistence_reverify_reports_what_changed(store: Persistence) -> None:
     json_object(json_list(first_claim["evidence_bindings"])[0])["raw_path"] = "logs[99]"
     store.audit.update_channel(diagnosis_id, "verifier_evaluation", evaluation)
 
-    from apps.reverify import reverify
-    from graph.models import make_model_factory
+    from graph.reverify import reverify
+    from models.factory import make_model_factory
 
     report = reverify(
         diagnosis_id,

@@ -21,7 +21,9 @@ from typing import Any
 
 import pytest
 
-from apps.cli import main
+from apps.cli.main import main
+from evidence.composed import configured_backend
+from evidence.config import load_settings
 from persistence.audit import verifier_evaluation_of
 from persistence.store import open_persistence
 from state.records import Invocation
@@ -35,8 +37,6 @@ from tests.backend_kit import (
     tool_runner,
 )
 from tests.prometheus_kit import CART_LATENCY, Stack, free_port
-from tools.composed import configured_backend
-from tools.config import load_settings
 from tools.points import MAX_POINTS
 from tools.runner import ToolRunner
 

@@ -36,13 +36,13 @@ def _section(title: str) -> str:
 
 
 def test_readme_environment_file_example_is_a_valid_environment() -> None:
-    from tools.environment import ENVIRONMENT_KEYS, parse_environment
+    from evidence.environment import ENVIRONMENT_KEYS, parse_environment
 
     section = _section("### Environment files")
     (example,) = re.findall(r"```json\n(.*?)```", section, re.DOTALL)
     environment = parse_environment(example, origin="README")
     assert set(environment) == set(ENVIRONMENT_KEYS)
-    sample = re.search(r"\]\((tools/data/[a-z_]+\.json)\)", section)
+    sample = re.search(r"\]\((evidence/data/[a-z_]+\.json)\)", section)
     assert sample is not None and ROOT.joinpath(sample.group(1)).is_file()
     for key in ENVIRONMENT_KEYS:
         assert f"| `{key}` |" in section

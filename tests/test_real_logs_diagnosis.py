@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from apps.cli import main
+from apps.cli.main import main
 from persistence.store import open_persistence
 from state.records import Invocation
 from tests.corpora import runbook_corpus

@@ -15,17 +15,17 @@ from pathlib import Path
 
 import pytest
 
-from apps.cli import main
-from apps.doctor import doctor_command
+from apps.cli.doctor import doctor_command
+from apps.cli.main import main
+from evidence.composed import configured_backend
+from evidence.config import load_settings
+from evidence.environment import default_environment
+from knowledge.runbook_text import CHUNK_CHARS, read_runbook, tokens
+from knowledge.runbooks import RunbookIndex, chunk_rows
 from persistence.ledger import InMemoryLedger
 from persistence.store import open_persistence
 from state.records import AlertEntry, InvocationDraft
 from tests.corpora import runbook_corpus
-from tools.composed import configured_backend
-from tools.config import load_settings
-from tools.environment import default_environment
-from tools.runbook_text import CHUNK_CHARS, read_runbook, tokens
-from tools.runbooks import RunbookIndex, chunk_rows
 from tools.runner import ToolRunner
 
 ALERT_RUNBOOKS = {
@@ -441,7 +441,7 @@ def test_healthz_reports_the_log_files_and_the_runbook_index(
 ) -> None:
     from starlette.testclient import TestClient
 
-    from apps.api import create_app
+    from apps.http.api import create_app
 
     (tmp_path / "books").mkdir()
     (tmp_path / "books" / "a.md").write_text("# A\n\n## Meaning\n\nx\n")

@@ -14,8 +14,8 @@ from typing import NoReturn
 import pytest
 from pydantic import TypeAdapter
 
-from apps import evaluation
-from apps.evaluation import (
+from apps.eval import evaluation
+from apps.eval.evaluation import (
     Checkpointer,
     ScenarioResult,
     eval_command,
@@ -24,7 +24,7 @@ from apps.evaluation import (
     run_scenario,
     summarize,
 )
-from apps.scenario import Expect, Scenario, ScenarioError, load_scenario, validate_scenario
+from apps.eval.scenario import Expect, Scenario, ScenarioError, load_scenario, validate_scenario
 from state.records import GatekeeperBrief, JSONObject, JSONValue, RuleId
 from tests.records import json_list, json_object
 

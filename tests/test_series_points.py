@@ -6,12 +6,12 @@ import math
 
 import pytest
 
+from evidence.environment import Environment, default_environment
+from evidence.sample import SampleBackend
 from persistence.ledger import InMemoryLedger
 from state.records import SeriesEntry
-from tools.environment import Environment, default_environment
 from tools.points import MAX_POINTS, bounded_points
 from tools.runner import ToolRunner
-from tools.sample import SampleBackend
 
 
 def test_bounded_points_keeps_min_max_first_and_last_within_the_bound() -> None:

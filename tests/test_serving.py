@@ -23,17 +23,19 @@ from langchain_core.runnables import RunnableConfig
 from starlette.testclient import TestClient
 from typing_extensions import Unpack
 
-from apps import cli
-from apps.api import create_app
+import apps.cli.main as cli
+from apps.http.api import create_app
 from apps.sweeper import PeriodicSweeper, sweep, sweep_interval
+from evidence.environment import Environment
+from evidence.sample import SampleBackend, default_environment
 from graph.builder import build_graph
-from graph.checkpointers import checkpointer
 from graph.failures import DiagnosisFailed
 from graph.runner import run_diagnosis
-from graph.scripted import scripted_models
+from models.scripted import scripted_models
 from nodes.intake import diagnosis_id_for
 from persistence import checkpoint_ops
 from persistence.audit import SqlAuditStore
+from persistence.checkpointers import checkpointer
 from persistence.database import Database, DatabaseError, open_database
 from persistence.ledger import SqlLedger
 from persistence.ownership import ThreadOwners
@@ -50,8 +52,6 @@ from tests.serving_kit import (
     resume_in_child,
 )
 from tools.backend import LogsOutput, LogsQuery
-from tools.environment import Environment
-from tools.sample import SampleBackend, default_environment
 
 KEYS = {"key-alice": "alice", "key-bob": "bob"}
 ALICE = {"Authorization": "Bearer key-alice"}

@@ -15,8 +15,8 @@ from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from starlette.testclient import TestClient
 
-import apps.cli as cli
-from apps.api import create_app
+import apps.cli.main as cli
+from apps.http.api import create_app
 from graph.builder import build_graph
 from state.context import Context
 from state.settings import RULES, SettingsError, check_environment

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 
-from apps.evaluation import script_replies
-from apps.scenario import load_scenario
+from apps.eval.evaluation import script_replies
+from apps.eval.scenario import load_scenario
 from tests.scenario_kit import run_diagnosis
 
 SCENARIOS = Path(__file__).parent / "scenarios"

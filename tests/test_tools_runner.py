@@ -7,6 +7,8 @@ import pytest
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from typing_extensions import Unpack
 
+from evidence.environment import Environment
+from evidence.sample import SampleBackend
 from persistence.ledger import InMemoryLedger, InvocationLedger
 from state.records import (
     EVIDENCE_TOOLS,
@@ -26,9 +28,7 @@ from tests.records import (
     series_entry,
 )
 from tools.backend import LogsOutput, LogsQuery, MetricsOutput, MetricsQuery
-from tools.environment import Environment
 from tools.runner import MAX_ENTRIES, TRUNCATION_MARKER, ToolRunner, tool_message_content
-from tools.sample import SampleBackend
 from tools.schemas import tool_specs
 
 POOL_TIMEOUT = "HikariPool-1 - Connection is not available, request timed out after 30000ms."

@@ -8,16 +8,16 @@ from typing import Any, Literal
 import pytest
 from pydantic import TypeAdapter
 
-from state.records import DocumentEntry, LogEntry
-from tests.records import alert_entry, document_entry, log_entry, series_entry
-from tools.backend import BackendError, EvidenceBackend, LogsOutput
-from tools.environment import (
+from evidence.environment import (
     Environment,
     EnvironmentFileError,
     default_environment,
     load_environment,
 )
-from tools.sample import SampleBackend
+from evidence.sample import SampleBackend
+from state.records import DocumentEntry, LogEntry
+from tests.records import alert_entry, document_entry, log_entry, series_entry
+from tools.backend import BackendError, EvidenceBackend, LogsOutput
 
 
 def _log(ts: str, level: str, service: str, message: str, instance: str = "i-1") -> LogEntry:

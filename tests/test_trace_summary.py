@@ -14,7 +14,7 @@ from state.records import (
     ToolOutput,
 )
 from tests.records import alert_entry, document_entry, invocation, log_entry, series_entry
-from tools.trace_summary import TRACEABILITY_VERSION, build_trace_summary
+from verification.trace_summary import TRACEABILITY_VERSION, build_trace_summary
 
 _ids = itertools.count(1)
 

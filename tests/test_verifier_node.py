@@ -8,8 +8,9 @@ import pytest
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
-from nodes.messages import message_text
-from nodes.offline import OfflineVerifier
+from evidence.environment import Environment
+from models.messages import message_text
+from models.offline import OfflineVerifier
 from state.records import JSONObject, JSONValue, ParseStatus, TraceItem, VerifierInput
 from tests.records import binding, claim
 from tests.records import log_entry as log
@@ -34,7 +35,6 @@ from tests.scenario_kit import (
     stored_evaluation,
     verifier_reply,
 )
-from tools.environment import Environment
 from verification.executor_output import read_answer
 from verification.gatekeeper import fallback_pass
 from verification.verifier_payload import (

@@ -25,22 +25,22 @@ import pytest
 import uvicorn
 from starlette.responses import JSONResponse
 
-from apps.api import create_app
-from apps.evaluation import script_replies
-from apps.scenario import load_scenario
-from apps.web import CSP
+from apps.eval.evaluation import script_replies
+from apps.eval.scenario import load_scenario
+from apps.http.api import create_app
+from apps.http.web import CSP
+from evidence.environment import Environment, default_environment
+from evidence.sample import SampleBackend
 from graph.builder import build_graph
-from graph.models import make_model_factory
 from graph.runner import run_diagnosis
-from graph.scripted import scripted_models
-from nodes.common import GetModel
+from models.budget import GetModel
+from models.factory import make_model_factory
+from models.scripted import scripted_models
 from persistence.ownership import ThreadOwners
 from persistence.store import Persistence, open_persistence
 from state.context import Context
 from tests.components import component_unavailable
 from tests.prometheus_kit import free_port
-from tools.environment import Environment, default_environment
-from tools.sample import SampleBackend
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = ROOT / "tests" / "scenarios"
@@ -248,7 +248,7 @@ def test_web_pages_and_assets_are_served_with_a_policy_that_allows_no_other_orig
         assert response.headers["x-content-type-options"] == "nosniff"
     assert "http" not in CSP and "unsafe" not in CSP and "*" not in CSP
     for name in ("index.html", "app.js", "app.css", "icon.svg"):
-        asset = (ROOT / "apps" / "webui" / name).read_text(encoding="utf-8")
+        asset = (ROOT / "apps" / "http" / "webui" / name).read_text(encoding="utf-8")
         external = re.findall(r"https?://[^\s\"'`)]+", asset)
         assert set(external) <= {"http://www.w3.org/2000/svg"}, name
         assert "innerHTML" not in asset and "insertAdjacentHTML" not in asset

@@ -30,6 +30,14 @@ class BackendError(Exception):
     """A backend could not answer a call (bad input it cannot serve, or the source failed)."""
 
 
+class ReplayedError(BackendError):
+    """A recorded tool error, raised again; ``invocation_error`` is its recorded text."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.invocation_error = text
+
+
 def parse_timestamp(value: str) -> datetime:
     """Parses an ISO-8601 timestamp into an aware datetime.
 

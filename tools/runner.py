@@ -25,6 +25,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from persistence.ledger import InvocationLedger
 from state import json_shape
+from state.display import clean_text
 from state.records import (
     HELPER_TOOLS,
     KNOWLEDGE_TOOL,
@@ -35,12 +36,10 @@ from state.records import (
     RetrievalDetails,
     ToolOutput,
 )
-from tools.backend import EvidenceBackend
+from tools.backend import EvidenceBackend, ReplayedError
 from tools.points import bounded_points
 from tools.refs import ENTRY_ARRAYS, build_evidence_refs, format_value
-from tools.replay import ReplayedError
 from tools.schemas import ARGUMENT_MODELS
-from tools.unicode import clean_text
 
 TRUNCATION_MARKER = " …[truncated]"
 """Appended to a string field cut at the field cap."""
@@ -63,7 +62,7 @@ def _plain(value: dict[str, object]) -> JSONObject:
     """A backend result (or call arguments) as a plain JSON object.
 
     Values JSON has no type for become their text; every string, keys included, is cleaned of
-    lone surrogates and NUL characters (``tools.unicode``).
+    lone surrogates and NUL characters (``state.display``).
     """
     copied: JSONObject = json.loads(json.dumps(value, ensure_ascii=False, default=str))
     return cast(JSONObject, _map_strings(copied, clean_text, keys=clean_text))

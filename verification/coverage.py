@@ -17,7 +17,7 @@ A PASS means the question was answered, not only that every confirmed claim is g
 
 A facet appears in a claim when the claim text names the service or alert as a whole name, or
 names the metric's concept (``p99``, ``延迟`` and ``http_request_duration_p99_ms`` all name
-latency; ``tools.vocabulary``); a percentile the question names (``p99``) must be in the claim
+latency; ``knowledge.vocabulary``); a percentile the question names (``p99``) must be in the claim
 itself, so a p95 value does not answer a p99 question.
 """
 
@@ -27,6 +27,7 @@ import re
 from collections.abc import Sequence
 from typing import Final
 
+from knowledge.vocabulary import concepts_in
 from state.records import (
     CONFIRMED_LABELS,
     ClaimCheck,
@@ -38,7 +39,6 @@ from state.records import (
     TraceItem,
     Verdict,
 )
-from tools.vocabulary import concepts_in
 from verification.question import analyze_question, is_percentile
 from verification.text import normalize
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 
+from state.display import clean_text
+from state.json_shape import json_type
 from state.records import (
     Binding,
     Claim,
@@ -23,8 +25,6 @@ from state.records import (
     ParseStatus,
     RecommendedAction,
 )
-from tools.environment import json_type
-from tools.unicode import clean_text
 from verification.catalog import SCHEMA, SchemaSettings
 from verification.text import normalize_id, strip_fence
 

@@ -9,7 +9,7 @@ services it does not know), alert names and metrics a question names, its sympto
 - ``why``: "why is X slow / failing / returning 5xx", "X 为什么报 500", and "what is wrong with X";
 - ``overview``: "what is wrong?", "出了什么问题？" (no service named).
 
-Metrics and symptoms are concept ids of ``tools.vocabulary`` (``latency`` stands for latency,
+Metrics and symptoms are concept ids of ``knowledge.vocabulary`` (``latency`` stands for latency,
 p99, 延迟 and the like). The same reading serves the deterministic floor of question coverage
 (``verification.coverage``) and the offline planner, so both agree on what was asked.
 """
@@ -21,8 +21,8 @@ import unicodedata
 from collections.abc import Sequence
 from typing import Final
 
+from knowledge.vocabulary import concepts_in
 from state.records import Facet, QuestionFacets, QuestionKind
-from tools.vocabulary import concepts_in
 
 METRIC_CONCEPTS: Final[tuple[str, ...]] = (
     "cpu",

@@ -1,0 +1,1 @@
+"""Incident analysis: deterministic comparisons of an incident window against its baseline."""

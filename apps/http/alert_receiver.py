@@ -1,0 +1,474 @@
+"""The Alertmanager webhook receiver: ``POST /api/alertmanager`` and ``GET /api/alerts``.
+
+A firing notification is answered at once (202 with the ids of the diagnosis it queued, 200
+with the existing ids when its group's alerts were investigated already) and diagnosed in the
+background by this process's alert workers; a resolved one starts nothing and is recorded on the
+group's investigations. The queue is a table (``persistence/alert_queue.py``): a full queue is
+429 with ``Retry-After`` (Alertmanager retries), and a restart loses nothing. When
+``SUPERBIZ_NOTIFY_WEBHOOK_URL`` is set, each finished answer is POSTed there as ``{"text": ...}``
+(Slack / Mattermost / Teams incoming webhooks), retried with backoff, never holding up a
+diagnosis. Settings (read on first use): see ``AlertSettings.from_env``.
+
+This module is wired into the API by ``apps/http/api.py`` and never imports it (the LangGraph server
+loads that file by path): it is given the API's ``admit`` and the service's diagnose and resume.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from functools import partial
+from typing import Any
+
+import anyio.to_thread
+import httpx
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from apps.auth import Caller, ConfigError, env_number
+from apps.http.alert_payload import PayloadError, investigation_of, parse_notification
+from apps.http.guard import ApiError, read_limited
+from evidence.config import DEFAULT_SERVICE_LABELS, load_settings
+from graph.failures import DiagnosisFailed
+from persistence.alert_queue import AlertQueue, Claimed, NewInvestigation, QueueFull
+from persistence.locks import ThreadBusy
+from persistence.ownership import ThreadOwners
+from persistence.store import Persistence
+
+logger = logging.getLogger("superbiz.alerts")
+
+Admit = Callable[[Request], Awaitable[tuple[Caller, Any]]]
+Diagnose = Callable[[str, str, str, str], object]
+"""``diagnose(owner, thread_id, message_id, question)``: run one diagnosis to its end."""
+Resume = Callable[[str], object]
+"""``resume(diagnosis_id)``: resume an interrupted diagnosis to its end (as the server)."""
+
+RETRY_AFTER_S = 30
+"""What a full queue tells Alertmanager to wait (it retries with its own backoff anyway)."""
+BUSY_RETRY_S = 5.0
+"""When a row whose thread is busy (another run holds it) is tried again."""
+ERROR_RETRY_S = 10.0
+POLL_S = 2.0
+NOTIFY_TIMEOUT_S = 10.0
+MAX_LIST = 500
+
+
+def _env_number(env: Mapping[str, str], name: str, default: float, minimum: float) -> float:
+    return env_number(env, name, default, minimum, parse=float, kind="a number")
+
+
+def _whole(raw: str) -> int:
+    if not raw.isdigit():
+        raise ValueError(raw)
+    return int(float(raw))
+
+
+def _env_whole(env: Mapping[str, str], name: str, default: int, minimum: int) -> int:
+    return env_number(env, name, default, minimum, parse=_whole, kind="a whole number")
+
+
+def _env_url(env: Mapping[str, str], name: str) -> str | None:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return None
+    if not raw.startswith(("http://", "https://")):
+        raise ConfigError(f"{name} must be an http:// or https:// URL, got {raw!r}")
+    return raw.rstrip("/") if name == "SUPERBIZ_PUBLIC_URL" else raw
+
+
+@dataclass(frozen=True)
+class AlertSettings:
+    """How alert notifications are taken and their answers delivered.
+
+    Attributes:
+        concurrency: Alert diagnoses run at once by one server process.
+        queue_max: Investigations that may wait; more is 429.
+        margin_s: How long before the earliest ``startsAt`` the diagnosis window starts.
+        max_body_bytes: Largest notification accepted (larger: 413).
+        claim_s: How long a worker's claim on a row lasts without its heartbeat.
+        max_attempts: Times a row is taken before it is failed (its process kept stopping).
+        notify_url: Where finished answers are POSTed, or None.
+        notify_attempts: Delivery attempts before a notification is given up.
+        notify_retry_s: The first retry's delay (doubling after each failure).
+        public_url: The API's address in links (default: the address the notification used).
+        service_labels: Labels naming an alert's service, tried in order.
+    """
+
+    concurrency: int = 2
+    queue_max: int = 100
+    margin_s: float = 900.0
+    max_body_bytes: int = 1024 * 1024
+    claim_s: float = 30.0
+    max_attempts: int = 3
+    notify_url: str | None = None
+    notify_attempts: int = 5
+    notify_retry_s: float = 10.0
+    public_url: str | None = None
+    service_labels: tuple[str, ...] = DEFAULT_SERVICE_LABELS
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> AlertSettings:
+        """Read ``SUPERBIZ_ALERT_*``, ``SUPERBIZ_NOTIFY_*`` and ``SUPERBIZ_PUBLIC_URL``.
+
+        The service labels are the backends' (``SUPERBIZ_SERVICE_LABEL``).
+
+        Raises:
+            ConfigError: naming the variable that is wrong.
+        """
+        env = os.environ if environ is None else environ
+        try:
+            labels = load_settings(env).service_labels
+        except Exception:  # a broken backend configuration is reported by the diagnosis
+            labels = DEFAULT_SERVICE_LABELS
+        return cls(
+            concurrency=_env_whole(env, "SUPERBIZ_ALERT_CONCURRENCY", cls.concurrency, 1),
+            queue_max=_env_whole(env, "SUPERBIZ_ALERT_QUEUE_MAX", cls.queue_max, 1),
+            margin_s=_env_number(env, "SUPERBIZ_ALERT_WINDOW_MARGIN_S", cls.margin_s, 0),
+            max_body_bytes=_env_whole(
+                env, "SUPERBIZ_ALERT_MAX_BODY_BYTES", cls.max_body_bytes, 1024
+            ),
+            claim_s=_env_number(env, "SUPERBIZ_ALERT_CLAIM_S", cls.claim_s, 1),
+            max_attempts=_env_whole(env, "SUPERBIZ_ALERT_MAX_ATTEMPTS", cls.max_attempts, 1),
+            notify_url=_env_url(env, "SUPERBIZ_NOTIFY_WEBHOOK_URL"),
+            notify_attempts=_env_whole(env, "SUPERBIZ_NOTIFY_ATTEMPTS", cls.notify_attempts, 1),
+            notify_retry_s=_env_number(env, "SUPERBIZ_NOTIFY_RETRY_S", cls.notify_retry_s, 0),
+            public_url=_env_url(env, "SUPERBIZ_PUBLIC_URL"),
+            service_labels=labels,
+        )
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    too_large = (
+        f"the notification is larger than the limit of {limit} bytes; lower max_alerts in "
+        "the receiver's webhook_configs or raise SUPERBIZ_ALERT_MAX_BODY_BYTES"
+    )
+    return await read_limited(request, limit, too_large)
+
+
+def notification_text(row: Mapping[str, Any], answer: str, link: str) -> str:
+    """The ``text`` of the notify webhook: a header, the composed answer, the link.
+
+    Only the composed answer states anything about the incident; the header names the alerts
+    (as Alertmanager sent them), the verdict and the score.
+    """
+    names = ", ".join(dict.fromkeys(str(a.get("alert_name")) for a in row["alerts"])) or "alerts"
+    services = ", ".join(
+        dict.fromkeys(str(a["service"]) for a in row["alerts"] if a.get("service"))
+    )
+    score = row["score"]
+    if row["status"] == "done":
+        outcome = f"verdict {row['verdict'] or 'none'}, score " + (
+            f"{float(score):.2f}" if score is not None else "none"
+        )
+    else:
+        outcome = "the diagnosis failed"
+    subject = f"{names} ({services})" if services else names
+    return f"superbiz: {subject}: {outcome}\n\n{answer.strip()}\n\nDetails: {link}"
+
+
+class AlertReceiver:
+    """The receiver's handlers and its background workers (one set per server process)."""
+
+    def __init__(
+        self,
+        *,
+        open_persistence: Callable[[], Persistence],
+        admit: Admit,
+        diagnose: Diagnose,
+        resume: Resume,
+        settings: AlertSettings | None = None,
+    ) -> None:
+        self._open = open_persistence
+        self._admit = admit
+        self._diagnose = diagnose
+        self._resume = resume
+        self._settings = settings
+        self._settings_lock = threading.Lock()
+        self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._held: set[str] = set()
+        self._held_lock = threading.Lock()
+
+    def settings(self) -> AlertSettings:
+        """The settings (from the environment on first use unless given).
+
+        Raises:
+            ConfigError: when a variable is wrong.
+        """
+        with self._settings_lock:
+            if self._settings is None:
+                self._settings = AlertSettings.from_env()
+            return self._settings
+
+    def _queue(self) -> AlertQueue:
+        return AlertQueue(self._open().db, self.holder)
+
+    # --- HTTP --------------------------------------------------------------------------------
+
+    async def receive(self, request: Request) -> Response:
+        """``POST /api/alertmanager``: queue a diagnosis per firing group (see the module)."""
+        caller, _ = await self._admit(request)
+        try:
+            settings = await anyio.to_thread.run_sync(self.settings)
+            body = await _read_body(request, settings.max_body_bytes)
+            try:
+                notification = parse_notification(body)
+            except PayloadError as exc:
+                raise ApiError(
+                    422, "not an Alertmanager webhook notification: " + "; ".join(exc.problems)
+                ) from exc
+            if notification.version != "4":
+                logger.warning(
+                    "accepted an Alertmanager notification of version %r (fields parse)",
+                    notification.version,
+                )
+            base = settings.public_url or str(request.base_url).rstrip("/")
+            status, payload = await anyio.to_thread.run_sync(
+                partial(self._accept, caller.identity, notification, base, settings)
+            )
+        except ApiError as exc:
+            return exc.response()
+        if status == 202:
+            self._wake.set()
+        return JSONResponse(payload, status)
+
+    def _accept(
+        self, owner: str, notification: Any, base: str, settings: AlertSettings
+    ) -> tuple[int, dict[str, Any]]:
+        queue = self._queue()
+        investigation = investigation_of(
+            notification, owner, settings.service_labels, timedelta(seconds=settings.margin_s)
+        )
+        if investigation is None:
+            resolved = queue.record_resolved(owner, notification.groupKey)
+            return 200, {"accepted": [], "resolved": resolved}
+        if not ThreadOwners(self._open().db).claim(investigation.thread_id, owner):
+            raise ApiError(409, f"thread {investigation.thread_id!r} belongs to someone else")
+        item = NewInvestigation(
+            diagnosis_id=investigation.diagnosis_id,
+            thread_id=investigation.thread_id,
+            owner=owner,
+            group_key=notification.groupKey,
+            alert_set=investigation.alert_set,
+            receiver=notification.receiver,
+            message_id=investigation.message_id,
+            question=investigation.question,
+            alerts=investigation.alerts,
+            link_base=base,
+        )
+        try:
+            (entry,) = queue.enqueue([item], settings.queue_max)
+        except QueueFull as exc:
+            raise ApiError(
+                429,
+                f"the alert queue is full ({exc}); Alertmanager retries the notification",
+                {"Retry-After": str(RETRY_AFTER_S)},
+            ) from exc
+        row = queue.get(entry.diagnosis_id)
+        accepted = {
+            "group_key": entry.group_key,
+            "thread_id": entry.thread_id,
+            "diagnosis_id": entry.diagnosis_id,
+            "status": row["status"] if row is not None else "queued",
+        }
+        return (202 if entry.created else 200), {"accepted": [accepted]}
+
+    async def list(self, request: Request) -> Response:
+        """``GET /api/alerts?limit=N``: the caller's alert investigations, newest first."""
+        caller, _ = await self._admit(request)
+        raw = request.query_params.get("limit", "50")
+        if not raw.isdigit() or not 1 <= int(raw) <= MAX_LIST:
+            return JSONResponse(
+                {"error": f"limit must be a whole number from 1 to {MAX_LIST}, got {raw!r}"}, 422
+            )
+        rows = await anyio.to_thread.run_sync(lambda: self._queue().list(caller.identity, int(raw)))
+        return JSONResponse({"alerts": rows})
+
+    # --- workers -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the workers, the heartbeat and the notifier (background threads)."""
+        try:
+            settings = self.settings()
+        except ConfigError as exc:  # requests report it; nothing runs until it is fixed
+            logger.error("alert receiver misconfigured: %s", exc)
+            return
+        self._stop.clear()
+        targets: list[tuple[str, Callable[[], None]]] = [
+            (f"superbiz-alert-worker-{n}", self._work_loop) for n in range(settings.concurrency)
+        ]
+        targets.append(("superbiz-alert-heartbeat", self._heartbeat_loop))
+        targets.append(("superbiz-alert-notifier", self._notify_loop))
+        for name, target in targets:
+            thread = threading.Thread(target=target, name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def stop(self) -> None:
+        """Stop taking work; rows still running here go back to the queue for the next start."""
+        self._stop.set()
+        self._wake.set()
+        for thread in self._threads:
+            thread.join(timeout=2)
+        self._threads.clear()
+        with self._held_lock:
+            held = sorted(self._held)
+        if held:
+            try:
+                self._queue().release(held)
+                logger.info("gave %d unfinished alert investigation(s) back", len(held))
+            except Exception as exc:  # their claims expire; the next start takes them
+                logger.warning("could not give unfinished alert investigations back: %s", exc)
+
+    def _work_loop(self) -> None:
+        settings = self.settings()
+        while not self._stop.is_set():
+            try:
+                claimed = self._queue().claim(settings.claim_s)
+            except Exception as exc:  # the database may be down: try again shortly
+                logger.warning("alert queue unavailable: %s", exc)
+                claimed = None
+            if claimed is None:
+                self._wake.wait(POLL_S)
+                self._wake.clear()
+                continue
+            with self._held_lock:
+                self._held.add(claimed.diagnosis_id)
+            try:
+                self.run_one(claimed, settings)
+            except Exception as exc:
+                logger.warning("alert investigation %s: %s", claimed.diagnosis_id, exc)
+            finally:
+                with self._held_lock:
+                    self._held.discard(claimed.diagnosis_id)
+
+    def run_one(self, claimed: Claimed, settings: AlertSettings) -> None:
+        """Run (or resume) one claimed row's diagnosis and record how it ended (blocking)."""
+        persistence = self._open()
+        queue = AlertQueue(persistence.db, self.holder)
+        record = persistence.audit.get(claimed.diagnosis_id)
+        error: str | None = None
+        try:
+            if record is None:
+                self._diagnose(
+                    claimed.owner, claimed.thread_id, claimed.message_id, claimed.question
+                )
+            elif record["status"] == "running":  # left by a process that stopped
+                self._resume(claimed.diagnosis_id)
+        except DiagnosisFailed as exc:
+            error = exc.reason
+        except Exception as exc:
+            # Another run holds the thread: the lock itself, or the API's 409 made from it.
+            if isinstance(exc, ThreadBusy) or isinstance(exc.__cause__, ThreadBusy):
+                queue.requeue(claimed.diagnosis_id, delay_s=BUSY_RETRY_S, error=None)
+                return
+            message = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
+            if getattr(exc, "status", None) == 409:
+                error = message  # e.g. a resume refused: it will not get better by waiting
+            elif claimed.attempts < settings.max_attempts:
+                logger.warning("alert investigation %s: %s", claimed.diagnosis_id, message)
+                queue.requeue(claimed.diagnosis_id, delay_s=ERROR_RETRY_S, error=message)
+                return
+            else:
+                error = message
+        record = persistence.audit.get(claimed.diagnosis_id)
+        if record is not None and record["status"] == "done":
+            queue.finish(
+                claimed.diagnosis_id,
+                status="done",
+                verdict=record["verdict"],
+                score=record["score"],
+                error=None,
+                notify=settings.notify_url is not None,
+            )
+        elif record is not None and record["status"] == "running" and error is None:
+            queue.requeue(claimed.diagnosis_id, delay_s=ERROR_RETRY_S, error=None)
+        else:
+            queue.finish(
+                claimed.diagnosis_id,
+                status="failed",
+                verdict=record["verdict"] if record is not None else None,
+                score=record["score"] if record is not None else None,
+                error=error or (record["note"] if record is not None else "no diagnosis ran"),
+                notify=settings.notify_url is not None,
+            )
+
+    def _heartbeat_loop(self) -> None:
+        settings = self.settings()
+        while not self._stop.is_set():
+            try:
+                queue = self._queue()
+                with self._held_lock:
+                    held = sorted(self._held)
+                queue.renew(held, settings.claim_s)
+                queued, failed = queue.recover(settings.max_attempts)
+                if queued:
+                    logger.info("alert investigations queued again: %s", ", ".join(queued))
+                    self._wake.set()
+                if failed:
+                    logger.warning("alert investigations failed: %s", ", ".join(failed))
+            except Exception as exc:
+                logger.warning("alert queue heartbeat failed: %s", exc)
+            self._stop.wait(max(0.5, settings.claim_s / 3))
+
+    # --- notify webhook ----------------------------------------------------------------------
+
+    def _notify_loop(self) -> None:
+        settings = self.settings()
+        if settings.notify_url is None:
+            return
+        with httpx.Client(timeout=NOTIFY_TIMEOUT_S) as client:
+            while not self._stop.is_set():
+                try:
+                    sent = self.deliver_one(client, settings)
+                except Exception as exc:
+                    logger.warning("alert notification delivery failed: %s", exc)
+                    sent = False
+                if not sent:
+                    self._stop.wait(1.0)
+
+    def deliver_one(self, client: httpx.Client, settings: AlertSettings) -> bool:
+        """Attempt one due delivery; False when none was due (blocking)."""
+        assert settings.notify_url is not None
+        persistence = self._open()
+        queue = AlertQueue(persistence.db, self.holder)
+        row = queue.claim_notification(hold_s=NOTIFY_TIMEOUT_S * 3)
+        if row is None:
+            return False
+        diagnosis_id = str(row["diagnosis_id"])
+        record = persistence.audit.get(diagnosis_id)
+        answer = (record["final_answer"] if record is not None else None) or (
+            f"No answer was recorded: {row['error']}"
+        )
+        link = f"{row['link_base']}/api/diagnoses/{diagnosis_id}"
+        listed = queue.get(diagnosis_id)
+        assert listed is not None
+        text = notification_text(listed, str(answer), link)
+        problem: str | None = None
+        try:
+            reply = client.post(settings.notify_url, json={"text": text})
+            if not 200 <= reply.status_code < 300:
+                problem = f"the webhook answered {reply.status_code}: {reply.text[:200]}"
+        except httpx.HTTPError as exc:
+            problem = f"{type(exc).__name__}: {exc}"
+        attempts = int(row["notify_attempts"])
+        if problem is None:
+            queue.notified(diagnosis_id, status="sent", error=None, next_at=None)
+        elif attempts >= settings.notify_attempts:
+            logger.warning("notification of %s given up: %s", diagnosis_id, problem)
+            queue.notified(diagnosis_id, status="failed", error=problem, next_at=None)
+        else:
+            delay = settings.notify_retry_s * 2 ** (attempts - 1)
+            queue.notified(
+                diagnosis_id, status="pending", error=problem, next_at=time.time() + delay
+            )
+        return True

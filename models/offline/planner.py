@@ -1,0 +1,19 @@
+"""Offline planner: the first tool calls for what the question asks (``models.offline.rules``)."""
+
+from __future__ import annotations
+
+from langchain_core.messages import AIMessage, BaseMessage
+
+from models.offline.base import OfflineModel, first_json_human
+from models.offline.rules import HOP_NOTE, analysis, plan_steps, render_steps
+
+
+class OfflinePlanner(OfflineModel):
+    """Deterministic planner: the queries that answer the question's kind, per named service."""
+
+    def respond(self, messages: list[BaseMessage]) -> AIMessage:
+        """Write the numbered tool plan for the task facts in the first JSON human message."""
+        facts = first_json_human(messages)
+        found = analysis(facts)
+        note = HOP_NOTE if found["kind"] == "why" and int(facts.get("round", 1)) == 1 else ""
+        return AIMessage(content=render_steps(plan_steps(facts), note=note))

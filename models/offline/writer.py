@@ -1,0 +1,336 @@
+"""The offline executor's answer: claims bound to exact refs, in Chinese or English.
+
+Every claim is an observation or a negative observation about one service, alert or series,
+bound to the invocation, the ``raw_path`` and an exact excerpt of that ref; its numbers come from
+the structured entry the ref renders, so they are the ref's own. A negative observation binds to
+the ``summary`` of a query that matched nothing. Causal links are hypotheses, runbooks shape
+recommended actions only, and what could not be looked at is missing information.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Final
+
+from models.offline.evidence import Result
+from tools.refs import format_value
+from verification.question import facet_label
+
+MESSAGE_CHARS: Final = 160
+"""Longest log message quoted in a claim (a prefix is still an exact excerpt)."""
+
+TEXT: Final[dict[str, dict[str, str]]] = {
+    "zh": {
+        "yes": "是：",
+        "no": "否：",
+        "logs": "{service} 在查询范围内有 {total} 条 {level} 日志，例如：“{message}”",
+        "logs_any": "{service} 有 {level} 日志，例如：“{message}”",
+        "log_more": "{service} 的另一类 {level} 日志：“{message}”",
+        "log_names": "{service} 的 {level} 日志提到了 {other}：“{message}”",
+        "no_logs": "{service} 在查询范围内没有 {level} 日志。",
+        "no_logs_all": "查询范围内所有服务都没有 {level} 日志。",
+        "series": "{service} 的{label}（{metric}）最新值为 {last}，窗口内最大值为 {max}。",
+        "series_flat": "{service} 的{label}（{metric}）最新值为 {last}。",
+        "alert_firing": "{service} 的告警 {name} 正在触发{values}。",
+        "alert_state": "{service} 的告警 {name} 当前状态为 {state}{values}。",
+        "values": "（value={value}，threshold={threshold}）",
+        "value_only": "（value={value}）",
+        "no_alert_named": "数据中没有名为 {name} 的告警{scope}。",
+        "no_alert_scope": "（{service} 也没有）",
+        "no_alert_for": "{service} 没有名为 {name} 的告警。",
+        "no_alerts": "{service} 在数据中没有任何告警。",
+        "no_data": (
+            "未找到 {service} 的任何日志、告警或指标数据，无法判断其状态；"
+            "请检查服务名称（后端已知的服务：{known}）。"
+        ),
+        "did_you_mean": "是否指 {names}？",
+        "unknown_dependency": "{service} 的日志提到了 {name}，但没有任何后端知道这个服务。",
+        "no_series": "{service} 没有与{label}相关的指标（已有指标：{metrics}）。",
+        "no_series_at_all": "{service} 没有任何指标数据。",
+        "code_missing": "{service} 返回的 {level} 日志中没有提到 {code}。",
+        "hypothesis_link": (
+            "{service} 的症状可能与 {other} 有关：{service} 的日志提到了 {other}，"
+            "而 {other} 的日志显示“{message}”。这一关联尚未由证据确认。"
+        ),
+        "hypothesis_self": (
+            "{service} 的症状可能与其 {level} 日志所示的情况有关：“{message}”。"
+            "这一关联尚未由证据确认。"
+        ),
+        "basis_link": "日志中提到的服务之间的调用关系",
+        "basis_self": "同一服务的日志与症状同时出现",
+        "action": "参考《{title}》：“{sentence}”",
+        "list_sep": "、",
+    },
+    "en": {
+        "yes": "Yes: ",
+        "no": "No: ",
+        "logs": (
+            '{service} has {total} {level} log {entries} in the queried range, e.g. "{message}"'
+        ),
+        "logs_any": '{service} has {level} log entries, e.g. "{message}"',
+        "log_more": '{service} also logs another kind of {level} message: "{message}"',
+        "log_names": 'One {level} log entry of {service} names {other}: "{message}"',
+        "no_logs": "{service} has no {level} log entries in the queried range.",
+        "no_logs_all": "No service has {level} log entries in the queried range.",
+        "series": (
+            "The {label} of {service} ({metric}) is {last} (last value), max {max} over the window."
+        ),
+        "series_flat": "The {label} of {service} ({metric}) is {last} (last value).",
+        "alert_firing": "Alert {name} on {service} is firing{values}.",
+        "alert_state": "Alert {name} on {service} is {state}{values}.",
+        "values": " (value={value}, threshold={threshold})",
+        "value_only": " (value={value})",
+        "no_alert_named": "No alert named {name} exists in the data{scope}.",
+        "no_alert_scope": " (nor for {service})",
+        "no_alert_for": "{service} has no alert named {name}.",
+        "no_alerts": "{service} has no alerts in the data.",
+        "no_data": (
+            "No logs, alerts or metrics were found for {service}, so its state is unknown; "
+            "check the service name (the backends know: {known})."
+        ),
+        "did_you_mean": " Did you mean {names}?",
+        "unknown_dependency": "The logs of {service} name {name}, which no backend knows.",
+        "no_series": "{service} has no series for its {label} (its series: {metrics}).",
+        "no_series_at_all": "{service} has no metric series.",
+        "code_missing": "None of the {level} log entries returned for {service} mentions {code}.",
+        "hypothesis_link": (
+            "The symptoms of {service} may be linked to {other}: {service}'s logs name "
+            '{other}, and {other} logs "{message}". This link is not established by the '
+            "evidence."
+        ),
+        "hypothesis_self": (
+            "The symptoms of {service} may be related to what its {level} logs show: "
+            '"{message}". This link is not established by the evidence.'
+        ),
+        "basis_link": "service names in the log messages",
+        "basis_self": "the service's own log messages alongside the symptom",
+        "action": 'Follow "{title}": {sentence}',
+        "list_sep": ", ",
+    },
+}
+
+
+def clip(message: str) -> str:
+    """A log message short enough to quote: a prefix ending at a word, so an exact excerpt."""
+    if len(message) <= MESSAGE_CHARS:
+        return message
+    cut = message[:MESSAGE_CHARS]
+    return cut.rsplit(" ", 1)[0] if " " in cut else cut
+
+
+def shown(full: str, excerpt: str) -> str:
+    """How a quoted message reads in a claim: marked with `` …`` when it was cut."""
+    return excerpt if excerpt == full else excerpt + " …"
+
+
+def binding(result: Result, raw_path: str, excerpt: str) -> dict[str, Any]:
+    """One precise binding to a ref of ``result``."""
+    source = "summary" if raw_path == "summary" else raw_path.split("[")[0].rstrip("s")
+    source = {"log": "log", "alert": "alert", "serie": "metric", "document": "knowledge"}.get(
+        source, source
+    )
+    return {
+        "source_type": source,
+        "tool_name": result.tool,
+        "source_invocation_id": result.invocation_id,
+        "raw_path": raw_path,
+        "evidence_excerpt": excerpt,
+    }
+
+
+def summary_binding(result: Result) -> dict[str, Any]:
+    """A binding to the whole ``summary`` ref of ``result``."""
+    return binding(result, "summary", result.refs.get("summary", ""))
+
+
+def value_text(value: object, unit: object) -> str:
+    """A series value with its unit, as the series ref renders it (``69.3%``, ``30040ms``)."""
+    return format_value(value) + (format_value(unit) if unit else "")
+
+
+class Writer:
+    """Collects the answer of one round, in one language."""
+
+    def __init__(self, language: str) -> None:
+        self.lang = language if language in TEXT else "zh"
+        self.t = TEXT[self.lang]
+        self.claims: list[dict[str, Any]] = []
+        self.hypotheses: list[dict[str, Any]] = []
+        self.actions: list[dict[str, Any]] = []
+        self.missing: list[dict[str, Any]] = []
+        self.quoted: set[tuple[str, str]] = set()
+
+    def claim(self, claim_type: str, text: str, bindings: list[dict[str, Any]]) -> None:
+        """Add a claim (direct support, bound to exact refs)."""
+        self.claims.append(
+            {
+                "claim_id": f"c{len(self.claims) + 1}",
+                "claim_type": claim_type,
+                "claim_text": text,
+                "support_level": "direct",
+                "evidence_bindings": bindings,
+            }
+        )
+
+    def gap(
+        self, text: str, tool: str | None = None, arguments: dict[str, Any] | None = None
+    ) -> None:
+        """Add missing information (once), with the query that could close it."""
+        if any(item["text"] == text for item in self.missing):
+            return
+        query = {"tool": tool, "arguments": arguments or {}} if tool else None
+        self.missing.append({"text": text, "suggested_query": query})
+
+    def hypothesis(self, text: str, basis: str) -> None:
+        """Add a possible direction (never a claim)."""
+        if all(item["text"] != text for item in self.hypotheses):
+            self.hypotheses.append({"text": text, "basis": basis})
+
+    def action(self, title: str, sentence: str, source: str) -> None:
+        """Add a next step quoting a runbook's action sentence with its title."""
+        text = self.t["action"].format(title=title, sentence=sentence)
+        if all(item["text"] != text for item in self.actions):
+            self.actions.append({"text": text, "source": source})
+
+    def join(self, names: list[str]) -> str:
+        """Names listed in the answer language."""
+        return self.t["list_sep"].join(names)
+
+    # ----------------------------------------------------------------------- logs
+
+    def log_lines(
+        self,
+        result: Result,
+        index: int,
+        *,
+        answer: str = "",
+        counted: bool = True,
+    ) -> None:
+        """A claim about a log query: how many lines matched, with one quoted example."""
+        entry = result.entries("logs")[index]
+        full = str(entry.get("message", ""))
+        excerpt = clip(full)
+        message = shown(full, excerpt)
+        service = str(entry.get("service") or result.service or "")
+        level = result.level or str(entry.get("level", "")).upper()
+        path = f"logs[{index}]"
+        self.quoted.add((result.invocation_id, path))
+        bindings = [binding(result, path, excerpt)]
+        if counted and result.service:
+            bindings.insert(0, summary_binding(result))
+            total = result.total()
+            text = self.t["logs"].format(
+                service=service,
+                total=total,
+                level=level,
+                message=message,
+                entries="entry" if total == 1 else "entries",
+            )
+        else:
+            text = self.t["logs_any"].format(service=service, level=level, message=message)
+        self.claim("observation", answer + text, bindings)
+
+    def log_example(self, result: Result, index: int, *, names: str | None = None) -> None:
+        """A claim quoting one more log line (saying which other service it names, if any)."""
+        path = f"logs[{index}]"
+        if (result.invocation_id, path) in self.quoted:
+            return
+        self.quoted.add((result.invocation_id, path))
+        entry = result.entries("logs")[index]
+        full = str(entry.get("message", ""))
+        excerpt = clip(full)
+        service = str(entry.get("service") or result.service or "")
+        level = result.level or str(entry.get("level", "")).upper()
+        key = "log_names" if names else "log_more"
+        text = self.t[key].format(
+            service=service, level=level, message=shown(full, excerpt), other=names
+        )
+        self.claim("observation", text, [binding(result, path, excerpt)])
+
+    def no_logs(self, result: Result, *, answer: str = "") -> None:
+        """A negative observation: the service's query for that level matched nothing."""
+        text = self.t["no_logs"].format(service=result.service, level=result.level or "")
+        self.claim("negative_observation", answer + text, [summary_binding(result)])
+
+    # ----------------------------------------------------------------------- metrics
+
+    def series(self, result: Result, index: int, concept: str | None) -> None:
+        """A claim stating a series' last value (and its max over the window when higher)."""
+        entry = result.entries("series")[index]
+        path = f"series[{index}]"
+        metric = str(entry.get("metric", ""))
+        labels = {
+            str(k): str(v)
+            for k, v in (entry.get("labels") or {}).items()
+            if k != "service" and v is not None
+        }
+        if labels:
+            metric += "{" + ",".join(f"{k}={labels[k]}" for k in sorted(labels)) + "}"
+        service = str((entry.get("labels") or {}).get("service") or result.service or "")
+        label = facet_label(concept, self.lang) if concept else metric
+        percentile = next(
+            (p for p in ("p999", "p99", "p95", "p90", "p50") if p in metric.split("_")), None
+        )
+        if concept == "latency" and percentile:
+            label = f"{percentile} {label}"
+        unit = entry.get("unit")
+        last, top = entry.get("last"), entry.get("max")
+        key = "series" if top is not None and last is not None and top != last else "series_flat"
+        if self.lang == "zh":
+            # Chinese text meets a Latin word with a space on that side only.
+            label = (
+                (" " if label[:1].isascii() else "") + label + (" " if label[-1:].isascii() else "")
+            )
+        text = self.t[key].format(
+            service=service,
+            label=label,
+            metric=metric,
+            last=value_text(last, unit),
+            max=value_text(top, unit),
+        )
+        self.claim("observation", text, [binding(result, path, result.refs.get(path, ""))])
+
+    def alert(self, result: Result, index: int, *, answer: str = "") -> None:
+        """A claim stating an alert's state (and its value and threshold)."""
+        entry = result.entries("alerts")[index]
+        path = f"alerts[{index}]"
+        value, threshold = entry.get("value"), entry.get("threshold")
+        values = ""
+        if value is not None and threshold is not None:
+            values = self.t["values"].format(
+                value=format_value(value), threshold=format_value(threshold)
+            )
+        elif value is not None:
+            values = self.t["value_only"].format(value=format_value(value))
+        state = str(entry.get("state", ""))
+        key = "alert_firing" if state == "firing" else "alert_state"
+        text = self.t[key].format(
+            service=entry.get("service", ""),
+            name=entry.get("alert_name", ""),
+            state=state,
+            values=values,
+        )
+        self.claim("observation", answer + text, [binding(result, path, result.refs.get(path, ""))])
+
+    def no_alert(self, name: str, everywhere: Result, scoped: Result | None) -> None:
+        """A negative observation: no alert of that name exists in the data (nor for a service)."""
+        scope = ""
+        bindings = [summary_binding(everywhere)]
+        if scoped is not None and scoped.service:
+            scope = self.t["no_alert_scope"].format(service=scoped.service)
+            bindings.append(summary_binding(scoped))
+        text = self.t["no"] + self.t["no_alert_named"].format(name=name, scope=scope)
+        self.claim("negative_observation", text, bindings)
+
+    def json(self) -> str:
+        """The answer as one ``executor_evidence_v2`` object."""
+        return json.dumps(
+            {
+                "answer_version": "executor_evidence_v2",
+                "claims": self.claims,
+                "hypotheses": self.hypotheses,
+                "recommended_actions": self.actions[:3],
+                "missing_info": self.missing,
+            },
+            ensure_ascii=False,
+        )
