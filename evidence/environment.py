@@ -37,6 +37,7 @@ from pydantic_core import PydanticCustomError
 from pydantic_core.core_schema import ErrorType
 from typing_extensions import TypedDict
 
+from evidence.otlp import read_spans
 from evidence.replay import ReplayEnvironment
 from state import json_shape
 from state.json_shape import json_type
@@ -48,6 +49,7 @@ from state.records import (
     JSONScalar,
     LogEntry,
     SeriesEntry,
+    SpanEntry,
 )
 from tools.backend import parse_timestamp
 
@@ -82,6 +84,8 @@ class Environment(TypedDict, total=False):
     alerts: list[AlertEntry]
     series: list[SeriesEntry]
     documents: list[DocumentEntry]
+    traces: list[SpanEntry]
+    """Spans, read from the file's OTLP JSON (``evidence.otlp``)."""
     now: str
     replay: NotRequired[ReplayEnvironment]
 
@@ -319,6 +323,29 @@ def _replay_alone(given: dict[str, object]) -> None:
         )
 
 
+def _otlp_requests(value: object) -> object:
+    """``traces``: one OTLP JSON ``ExportTraceServiceRequest`` object, or a list of them."""
+    requests = value if isinstance(value, list) else [value]
+    for index, request in enumerate(requests):
+        if not isinstance(request, dict) or not isinstance(request.get("resourceSpans"), list):
+            where = f"[{index}]" if isinstance(value, list) else ""
+            raise PydanticCustomError(
+                "otlp",
+                "{where}must be an OTLP JSON ExportTraceServiceRequest object with "
+                "'resourceSpans' (or a list of them), got {got}",
+                {"where": f"item {where} " if where else "", "got": json_type(request)},
+            )
+    read = read_spans(requests)
+    if read.skipped:
+        raise PydanticCustomError(
+            "otlp_spans",
+            "has {n} span(s) without a hex or base64 traceId/spanId or with no valid "
+            "startTimeUnixNano/endTimeUnixNano; fix or remove them",
+            {"n": read.skipped},
+        )
+    return read.spans
+
+
 class EnvironmentFile(FileModel):
     """The environment object of an environment or scenario file."""
 
@@ -326,6 +353,7 @@ class EnvironmentFile(FileModel):
     alerts: list[_Alert] = []
     series: list[_Series] = []
     documents: list[_Document] = []
+    traces: Annotated[list[SpanEntry], BeforeValidator(_otlp_requests)] = []
     now: Timestamp | None = None
     replay: _Replay | None = None
 

@@ -166,6 +166,32 @@ class DocumentEntry(TypedDict, total=False):
     deduped: bool
 
 
+SpanKind = Literal["unspecified", "internal", "server", "client", "producer", "consumer"]
+SpanStatus = Literal["unset", "ok", "error"]
+
+
+class SpanEntry(TypedDict, total=False):
+    """One span of a distributed trace, read from OTLP JSON (``evidence.otlp``).
+
+    ``trace_id`` / ``span_id`` / ``parent_span_id`` are lowercase hex (a root span has no
+    parent); ``service`` is the resource attribute ``service.name``; ``operation`` the span
+    name; ``start`` ISO-8601 UTC with microseconds; ``duration_ms`` end minus start.
+    ``attributes`` are the span's own, clipped, secret-looking values masked.
+    """
+
+    trace_id: str
+    span_id: str
+    parent_span_id: str
+    service: str
+    operation: str
+    kind: SpanKind
+    start: str
+    duration_ms: float
+    status: SpanStatus
+    status_message: str
+    attributes: dict[str, JSONScalar]
+
+
 class ToolOutput(TypedDict, total=False):
     """What a tool returned, bounded by the tool runner (one shape for all four tools).
 
