@@ -179,7 +179,7 @@ class PeriodicSweeper:
             from persistence.retention import prune_finished
 
             try:
-                prune_finished(persistence.db, keep_days=days)
+                prune_finished(persistence.db, persistence.checkpointer, keep_days=days)
             except Exception as exc:
                 logger.warning("pruning old checkpoints failed: %s", exc)
             self._pruned_at = time.monotonic()

@@ -46,8 +46,7 @@ from typing_extensions import TypedDict
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.graph import END, START, StateGraph
 from psycopg_pool import ConnectionPool
-from persistence.database import POOL_KWARGS
-from persistence.pools import check_connection, note_returned
+from persistence.pools import POOL_KWARGS, check_connection, note_returned
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse

@@ -28,24 +28,28 @@ QUESTIONS = ("order-service 为什么报 500 错误？", "inventory-service 为�
 
 
 def _bytes(db: Any) -> int:
-    with db.transaction() as tx:
-        if tx.dialect == "sqlite":
-            rows = tx.execute(
+    from sqlalchemy import text
+
+    with db.transaction() as conn:
+        if db.dialect == "sqlite":
+            query = (
                 "SELECT (SELECT COALESCE(SUM(length(checkpoint) + length(metadata)), 0) "
-                "FROM checkpoints) + (SELECT COALESCE(SUM(length(value)), 0) FROM writes) AS n"
+                "FROM checkpoints) + (SELECT COALESCE(SUM(length(value)), 0) FROM writes)"
             )
         else:
-            rows = tx.execute(
+            query = (
                 "SELECT (SELECT COALESCE(SUM(pg_column_size(c.*)), 0) FROM checkpoints c) "
                 "+ (SELECT COALESCE(SUM(pg_column_size(b.*)), 0) FROM checkpoint_blobs b) "
-                "+ (SELECT COALESCE(SUM(pg_column_size(w.*)), 0) FROM checkpoint_writes w) AS n"
+                "+ (SELECT COALESCE(SUM(pg_column_size(w.*)), 0) FROM checkpoint_writes w)"
             )
-    return int(rows[0]["n"])
+        return int(conn.execute(text(query)).scalar_one())
 
 
 def _count(db: Any, table_name: str) -> int:
-    with db.transaction() as tx:
-        return int(tx.execute(f"SELECT COUNT(*) AS n FROM {table_name}")[0]["n"])
+    from sqlalchemy import text
+
+    with db.transaction() as conn:
+        return int(conn.execute(text(f"SELECT COUNT(*) FROM {table_name}")).scalar_one())
 
 
 def measure(url: str, diagnoses: int) -> dict[str, Any]:
@@ -83,7 +87,7 @@ def measure(url: str, diagnoses: int) -> dict[str, Any]:
         rows_before = _count(persistence.db, "checkpoints")
         audit_before = _count(persistence.db, "diagnosis_session")
         started = time.perf_counter()
-        report = prune_finished(persistence.db, keep_days=0)
+        report = prune_finished(persistence.db, persistence.checkpointer, keep_days=0)
         seconds = time.perf_counter() - started
         after = _bytes(persistence.db)
         return {

@@ -16,11 +16,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import sqlalchemy as sa
 from pydantic import TypeAdapter
+from sqlalchemy.engine import Connection
 from typing_extensions import TypedDict
 
+from persistence import dialects, tables
 from persistence.audit import utcnow
-from persistence.database import Database, Transaction, load_json
+from persistence.database import Database
+from persistence.sqltypes import Timestamp
 
 QueueStatus = Literal["queued", "running", "done", "failed"]
 NotifyStatus = Literal["pending", "sent", "failed"]
@@ -100,11 +104,29 @@ class Claimed:
 _CLAIMED: TypeAdapter[Claimed] = TypeAdapter(Claimed)
 """A claimed row as read (validated: the database is outside the code)."""
 
-_LISTED = (
-    "diagnosis_id, thread_id, group_key, receiver, alerts, status, attempts, received_at, "
-    "started_at, finished_at, resolved_at, verdict, score, error, notify_status, "
-    "notify_attempts, notify_error"
-)
+_A = tables.alert_investigation
+_LISTED = [
+    _A.c[name]
+    for name in (
+        "diagnosis_id",
+        "thread_id",
+        "group_key",
+        "receiver",
+        "alerts",
+        "status",
+        "attempts",
+        "received_at",
+        "started_at",
+        "finished_at",
+        "resolved_at",
+        "verdict",
+        "score",
+        "error",
+        "notify_status",
+        "notify_attempts",
+        "notify_error",
+    )
+]
 
 
 def _pairs(alerts: object) -> set[tuple[str, str]]:
@@ -120,13 +142,13 @@ def _text(value: object) -> str | None:
     return None if value is None else str(value)
 
 
-def _listed(row: dict[str, Any]) -> AlertInvestigation:
+def _listed(row: sa.RowMapping) -> AlertInvestigation:
     return AlertInvestigation(
         diagnosis_id=str(row["diagnosis_id"]),
         thread_id=str(row["thread_id"]),
         group_key=str(row["group_key"]),
         receiver=str(row["receiver"]),
-        alerts=list(load_json(row["alerts"]) or []),
+        alerts=list(row["alerts"] or []),
         status=row["status"],
         attempts=int(row["attempts"]),
         received_at=str(row["received_at"]),
@@ -163,48 +185,52 @@ class AlertQueue:
         Raises:
             QueueFull: when the new rows do not fit.
         """
-        with self._db.transaction() as tx:
-            found: dict[int, dict[str, Any]] = {}
+        with self._db.transaction() as conn:
+            found: dict[int, sa.RowMapping] = {}
             for index, item in enumerate(items):
-                rows = tx.execute(
-                    "SELECT diagnosis_id, thread_id, alert_set, alerts FROM alert_investigation "
-                    "WHERE owner = %s AND group_key = %s ORDER BY received_at DESC",
-                    (item.owner, item.group_key),
+                rows = (
+                    conn.execute(
+                        sa.select(_A.c.diagnosis_id, _A.c.thread_id, _A.c.alert_set, _A.c.alerts)
+                        .where(_A.c.owner == item.owner, _A.c.group_key == item.group_key)
+                        .order_by(_A.c.received_at.desc())
+                    )
+                    .mappings()
+                    .all()
                 )
                 same = [r for r in rows if r["alert_set"] == item.alert_set]
-                covered = {pair for r in rows for pair in _pairs(load_json(r["alerts"]))}
+                covered = {pair for r in rows for pair in _pairs(r["alerts"])}
                 if same:
                     found[index] = same[0]
                 elif rows and _pairs(item.alerts) <= covered:
                     found[index] = rows[0]  # every alert firing now was investigated already
             new = [item for index, item in enumerate(items) if index not in found]
             if new:
-                waiting = self._waiting(tx)
+                waiting = self._waiting(conn)
                 if waiting + len(new) > capacity:
                     raise QueueFull(waiting, capacity)
             now = utcnow()
             created: set[str] = set()
             for item in new:
-                inserted = tx.execute(
-                    "INSERT INTO alert_investigation (diagnosis_id, thread_id, owner, group_key, "
-                    "alert_set, receiver, message_id, question, alerts, status, received_at, "
-                    "link_base) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, 'queued', %s, %s) "
-                    "ON CONFLICT DO NOTHING RETURNING diagnosis_id",
-                    (
-                        item.diagnosis_id,
-                        item.thread_id,
-                        item.owner,
-                        item.group_key,
-                        item.alert_set,
-                        item.receiver,
-                        item.message_id,
-                        item.question,
-                        tx.json(item.alerts),
-                        now,
-                        item.link_base,
-                    ),
-                )
-                if inserted:
+                inserted = conn.execute(
+                    dialects.insert(conn, _A)
+                    .values(
+                        diagnosis_id=item.diagnosis_id,
+                        thread_id=item.thread_id,
+                        owner=item.owner,
+                        group_key=item.group_key,
+                        alert_set=item.alert_set,
+                        receiver=item.receiver,
+                        message_id=item.message_id,
+                        question=item.question,
+                        alerts=item.alerts,
+                        status="queued",
+                        received_at=now,
+                        link_base=item.link_base,
+                    )
+                    .on_conflict_do_nothing()
+                    .returning(_A.c.diagnosis_id)
+                ).first()
+                if inserted is not None:
                     created.add(item.diagnosis_id)
         result: list[Enqueued] = []
         for i, item in enumerate(items):
@@ -222,24 +248,27 @@ class AlertQueue:
 
     def record_resolved(self, owner: str, group_key: str) -> list[str]:
         """Mark the group's investigations resolved (once); return their diagnosis ids."""
-        with self._db.transaction() as tx:
-            rows = tx.execute(
-                "UPDATE alert_investigation SET resolved_at = %s "
-                "WHERE owner = %s AND group_key = %s AND resolved_at IS NULL "
-                "RETURNING diagnosis_id",
-                (utcnow(), owner, group_key),
-            )
-        return sorted(str(r["diagnosis_id"]) for r in rows)
+        with self._db.transaction(single=True) as conn:
+            rows = conn.execute(
+                sa.update(_A)
+                .where(_A.c.owner == owner, _A.c.group_key == group_key, _A.c.resolved_at.is_(None))
+                .values(resolved_at=utcnow())
+                .returning(_A.c.diagnosis_id)
+            ).all()
+        return sorted(str(r.diagnosis_id) for r in rows)
 
     def waiting(self) -> int:
         """How many rows are queued (not yet taken by a worker)."""
-        with self._db.transaction() as tx:
-            return self._waiting(tx)
+        with self._db.transaction(single=True) as conn:
+            return self._waiting(conn)
 
     @staticmethod
-    def _waiting(tx: Transaction) -> int:
-        rows = tx.execute("SELECT count(*) AS n FROM alert_investigation WHERE status = 'queued'")
-        return int(rows[0]["n"])
+    def _waiting(conn: Connection) -> int:
+        return int(
+            conn.execute(
+                sa.select(sa.func.count()).select_from(_A).where(_A.c.status == "queued")
+            ).scalar_one()
+        )
 
     # --- working -----------------------------------------------------------------------------
 
@@ -250,29 +279,46 @@ class AlertQueue:
         """
         now = time.time()
         row = self._take_first(
-            "SELECT diagnosis_id FROM alert_investigation "
-            "WHERE status = 'queued' AND not_before <= %s "
-            "ORDER BY received_at, diagnosis_id LIMIT 1",
-            (now,),
-            lambda tx, candidate: tx.execute(
-                "UPDATE alert_investigation SET status = 'running', holder = %s, "
-                "claim_expires = %s, attempts = attempts + 1, "
-                "started_at = COALESCE(started_at, %s) "
-                "WHERE diagnosis_id = %s AND status = 'queued' "
-                "RETURNING diagnosis_id, thread_id, owner, message_id, question, attempts, "
-                "link_base, alerts",
-                (self.holder, now + lease_s, utcnow(), candidate["diagnosis_id"]),
+            sa.select(_A.c.diagnosis_id)
+            .where(_A.c.status == "queued", _A.c.not_before <= now)
+            .order_by(_A.c.received_at, _A.c.diagnosis_id)
+            .limit(1),
+            lambda conn, candidate: (
+                conn.execute(
+                    sa.update(_A)
+                    .where(_A.c.diagnosis_id == candidate["diagnosis_id"], _A.c.status == "queued")
+                    .values(
+                        status="running",
+                        holder=self.holder,
+                        claim_expires=now + lease_s,
+                        attempts=_A.c.attempts + 1,
+                        started_at=sa.func.coalesce(
+                            _A.c.started_at, sa.literal(utcnow(), Timestamp())
+                        ),
+                    )
+                    .returning(
+                        _A.c.diagnosis_id,
+                        _A.c.thread_id,
+                        _A.c.owner,
+                        _A.c.message_id,
+                        _A.c.question,
+                        _A.c.attempts,
+                        _A.c.link_base,
+                        _A.c.alerts,
+                    )
+                )
+                .mappings()
+                .all()
             ),
         )
         if row is None:
             return None
-        return _CLAIMED.validate_python({**row, "alerts": list(load_json(row["alerts"]) or [])})
+        return _CLAIMED.validate_python({**row, "alerts": list(row["alerts"] or [])})
 
     def _take_first(
         self,
-        pick: str,
-        params: Sequence[Any],
-        take: Callable[[Transaction, dict[str, Any]], list[dict[str, Any]]],
+        pick: sa.Select[Any],
+        take: Callable[[Connection, sa.RowMapping], Sequence[sa.RowMapping]],
     ) -> dict[str, Any] | None:
         """The row ``take`` updates (and returns) from the first row ``pick`` selects.
 
@@ -280,13 +326,13 @@ class AlertQueue:
         first), the next row is picked. None when ``pick`` finds none.
         """
         while True:
-            with self._db.transaction() as tx:
-                candidates = tx.execute(pick, params)
-                if not candidates:
+            with self._db.transaction() as conn:
+                candidate = conn.execute(pick).mappings().first()
+                if candidate is None:
                     return None
-                rows = take(tx, candidates[0])
+                rows = take(conn, candidate)
             if rows:
-                return rows[0]
+                return dict(rows[0])
 
     def renew(self, diagnosis_ids: Sequence[str], lease_s: float) -> None:
         """Extend this process's claims on the rows its workers are running (its heartbeat).
@@ -294,13 +340,18 @@ class AlertQueue:
         A row this process took but no worker runs any more (its worker failed to record the
         end) is not renewed: it expires and is taken again.
         """
-        with self._db.transaction() as tx:
-            for diagnosis_id in diagnosis_ids:
-                tx.execute(
-                    "UPDATE alert_investigation SET claim_expires = %s "
-                    "WHERE diagnosis_id = %s AND holder = %s AND status = 'running'",
-                    (time.time() + lease_s, diagnosis_id, self.holder),
+        if not diagnosis_ids:
+            return
+        with self._db.transaction(single=True) as conn:
+            conn.execute(
+                sa.update(_A)
+                .where(
+                    _A.c.diagnosis_id.in_(list(diagnosis_ids)),
+                    _A.c.holder == self.holder,
+                    _A.c.status == "running",
                 )
+                .values(claim_expires=time.time() + lease_s)
+            )
 
     def finish(
         self,
@@ -313,31 +364,36 @@ class AlertQueue:
         notify: bool,
     ) -> None:
         """Record how the row's diagnosis ended; with ``notify`` its delivery becomes due."""
-        with self._db.transaction() as tx:
-            tx.execute(
-                "UPDATE alert_investigation SET status = %s, verdict = %s, score = %s, "
-                "error = %s, finished_at = %s, holder = NULL, claim_expires = NULL, "
-                "notify_status = %s, notify_next_at = %s WHERE diagnosis_id = %s",
-                (
-                    status,
-                    verdict,
-                    score,
-                    error,
-                    utcnow(),
-                    "pending" if notify else None,
-                    time.time() if notify else None,
-                    diagnosis_id,
-                ),
+        with self._db.transaction(single=True) as conn:
+            conn.execute(
+                sa.update(_A)
+                .where(_A.c.diagnosis_id == diagnosis_id)
+                .values(
+                    status=status,
+                    verdict=verdict,
+                    score=score,
+                    error=error,
+                    finished_at=utcnow(),
+                    holder=None,
+                    claim_expires=None,
+                    notify_status="pending" if notify else None,
+                    notify_next_at=time.time() if notify else None,
+                )
             )
 
     def requeue(self, diagnosis_id: str, *, delay_s: float, error: str | None) -> None:
         """Give a held row back to the queue, due in ``delay_s`` seconds."""
-        with self._db.transaction() as tx:
-            tx.execute(
-                "UPDATE alert_investigation SET status = 'queued', holder = NULL, "
-                "claim_expires = NULL, not_before = %s, error = %s "
-                "WHERE diagnosis_id = %s AND status = 'running'",
-                (time.time() + delay_s, error, diagnosis_id),
+        with self._db.transaction(single=True) as conn:
+            conn.execute(
+                sa.update(_A)
+                .where(_A.c.diagnosis_id == diagnosis_id, _A.c.status == "running")
+                .values(
+                    status="queued",
+                    holder=None,
+                    claim_expires=None,
+                    not_before=time.time() + delay_s,
+                    error=error,
+                )
             )
 
     def recover(self, max_attempts: int) -> tuple[list[str], list[str]]:
@@ -347,41 +403,45 @@ class AlertQueue:
         stopping its process is not retried for ever.
         """
         now = time.time()
-        with self._db.transaction() as tx:
-            failed = tx.execute(
-                "UPDATE alert_investigation SET status = 'failed', holder = NULL, "
-                "claim_expires = NULL, finished_at = %s, error = %s "
-                "WHERE status = 'running' AND claim_expires < %s AND attempts >= %s "
-                "RETURNING diagnosis_id",
-                (
-                    utcnow(),
-                    f"the process running it stopped {max_attempts} times without finishing it",
-                    now,
-                    max_attempts,
-                ),
-            )
-            queued = tx.execute(
-                "UPDATE alert_investigation SET status = 'queued', holder = NULL, "
-                "claim_expires = NULL WHERE status = 'running' AND claim_expires < %s "
-                "RETURNING diagnosis_id",
-                (now,),
-            )
-        return sorted(str(r["diagnosis_id"]) for r in queued), sorted(
-            str(r["diagnosis_id"]) for r in failed
+        expired = (_A.c.status == "running", _A.c.claim_expires < now)
+        with self._db.transaction() as conn:
+            failed = conn.execute(
+                sa.update(_A)
+                .where(*expired, _A.c.attempts >= max_attempts)
+                .values(
+                    status="failed",
+                    holder=None,
+                    claim_expires=None,
+                    finished_at=utcnow(),
+                    error=f"the process running it stopped {max_attempts} times without "
+                    "finishing it",
+                )
+                .returning(_A.c.diagnosis_id)
+            ).all()
+            queued = conn.execute(
+                sa.update(_A)
+                .where(*expired)
+                .values(status="queued", holder=None, claim_expires=None)
+                .returning(_A.c.diagnosis_id)
+            ).all()
+        return sorted(str(r.diagnosis_id) for r in queued), sorted(
+            str(r.diagnosis_id) for r in failed
         )
 
     def release(self, diagnosis_ids: Sequence[str]) -> None:
         """Give rows this process still holds back to the queue at once (it is stopping)."""
         if not diagnosis_ids:
             return
-        with self._db.transaction() as tx:
-            for diagnosis_id in diagnosis_ids:
-                tx.execute(
-                    "UPDATE alert_investigation SET status = 'queued', holder = NULL, "
-                    "claim_expires = NULL WHERE diagnosis_id = %s AND holder = %s "
-                    "AND status = 'running'",
-                    (diagnosis_id, self.holder),
+        with self._db.transaction(single=True) as conn:
+            conn.execute(
+                sa.update(_A)
+                .where(
+                    _A.c.diagnosis_id.in_(list(diagnosis_ids)),
+                    _A.c.holder == self.holder,
+                    _A.c.status == "running",
                 )
+                .values(status="queued", holder=None, claim_expires=None)
+            )
 
     # --- notifying ---------------------------------------------------------------------------
 
@@ -389,16 +449,23 @@ class AlertQueue:
         """Take one due delivery (it is not due again for ``hold_s`` seconds); None if none."""
         now = time.time()
         return self._take_first(
-            "SELECT diagnosis_id, notify_next_at FROM alert_investigation "
-            "WHERE notify_status = 'pending' AND notify_next_at <= %s "
-            "ORDER BY notify_next_at LIMIT 1",
-            (now,),
-            lambda tx, candidate: tx.execute(
-                "UPDATE alert_investigation SET notify_next_at = %s, "
-                "notify_attempts = notify_attempts + 1 "
-                "WHERE diagnosis_id = %s AND notify_status = 'pending' "
-                "AND notify_next_at = %s RETURNING " + _LISTED + ", link_base",
-                (now + hold_s, candidate["diagnosis_id"], candidate["notify_next_at"]),
+            sa.select(_A.c.diagnosis_id, _A.c.notify_next_at)
+            .where(_A.c.notify_status == "pending", _A.c.notify_next_at <= now)
+            .order_by(_A.c.notify_next_at)
+            .limit(1),
+            lambda conn, candidate: (
+                conn.execute(
+                    sa.update(_A)
+                    .where(
+                        _A.c.diagnosis_id == candidate["diagnosis_id"],
+                        _A.c.notify_status == "pending",
+                        _A.c.notify_next_at == candidate["notify_next_at"],
+                    )
+                    .values(notify_next_at=now + hold_s, notify_attempts=_A.c.notify_attempts + 1)
+                    .returning(*_LISTED, _A.c.link_base)
+                )
+                .mappings()
+                .all()
             ),
         )
 
@@ -406,30 +473,36 @@ class AlertQueue:
         self, diagnosis_id: str, *, status: NotifyStatus, error: str | None, next_at: float | None
     ) -> None:
         """Record a delivery attempt: sent, failed for good, or due again at ``next_at``."""
-        with self._db.transaction() as tx:
-            tx.execute(
-                "UPDATE alert_investigation SET notify_status = %s, notify_error = %s, "
-                "notify_next_at = %s WHERE diagnosis_id = %s",
-                (status, error, next_at, diagnosis_id),
+        with self._db.transaction(single=True) as conn:
+            conn.execute(
+                sa.update(_A)
+                .where(_A.c.diagnosis_id == diagnosis_id)
+                .values(notify_status=status, notify_error=error, notify_next_at=next_at)
             )
 
     # --- reading -----------------------------------------------------------------------------
 
     def get(self, diagnosis_id: str) -> AlertInvestigation | None:
         """One row, or None."""
-        with self._db.transaction() as tx:
-            rows = tx.execute(
-                f"SELECT {_LISTED} FROM alert_investigation WHERE diagnosis_id = %s",
-                (diagnosis_id,),
+        with self._db.transaction(single=True) as conn:
+            row = (
+                conn.execute(sa.select(*_LISTED).where(_A.c.diagnosis_id == diagnosis_id))
+                .mappings()
+                .first()
             )
-        return _listed(rows[0]) if rows else None
+        return _listed(row) if row is not None else None
 
     def list(self, owner: str, limit: int) -> list[AlertInvestigation]:
         """An identity's investigations, newest first."""
-        with self._db.transaction() as tx:
-            rows = tx.execute(
-                f"SELECT {_LISTED} FROM alert_investigation WHERE owner = %s "
-                "ORDER BY received_at DESC, diagnosis_id LIMIT %s",
-                (owner, limit),
+        with self._db.transaction(single=True) as conn:
+            rows = (
+                conn.execute(
+                    sa.select(*_LISTED)
+                    .where(_A.c.owner == owner)
+                    .order_by(_A.c.received_at.desc(), _A.c.diagnosis_id)
+                    .limit(limit)
+                )
+                .mappings()
+                .all()
             )
         return [_listed(r) for r in rows]

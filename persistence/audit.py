@@ -2,8 +2,8 @@
 
 Channels are updated read-modify-write: each write replaces only its own channel, and the whole
 ``self_evaluation`` object is created only when it is still null. ``InMemoryAuditStore`` serves one
-process; ``SqlAuditStore`` is the ``diagnosis_session`` table, where each channel write locks the
-row (``SELECT ... FOR UPDATE`` in PostgreSQL; SQLite's ``BEGIN IMMEDIATE`` locks the file).
+process; ``SqlAuditStore`` is the ``diagnosis_session`` table, where each channel write is one
+``UPDATE`` that merges the channel into the stored object (the row's lock makes it atomic).
 """
 
 from __future__ import annotations
@@ -16,9 +16,11 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Protocol, TypeVar
 
+import sqlalchemy as sa
 from pydantic import TypeAdapter, ValidationError
 
-from persistence.database import Database, load_json
+from persistence import dialects, tables
+from persistence.database import Database
 from state.records import (
     DiagnosisOutcome,
     DiagnosisRecord,
@@ -214,22 +216,32 @@ def stored_channel(
         ) from None
 
 
-_COLUMNS = (
-    "id, thread_id, question, status, rounds, verdict, score, final_answer, note, "
-    "created_at, updated_at, self_evaluation, run_settings"
-)
 _RECORD: TypeAdapter[DiagnosisRecord] = TypeAdapter(DiagnosisRecord)
-
-
-def _record(row: dict[str, object]) -> DiagnosisRecord:
-    """A database row as a ``DiagnosisRecord`` (validated: the database is outside the code)."""
-    return _RECORD.validate_python(
-        {
-            **row,
-            "self_evaluation": load_json(row["self_evaluation"]),
-            "run_settings": load_json(row["run_settings"]),
-        }
+_SESSION = tables.diagnosis_session
+_COLUMNS = [
+    _SESSION.c[name]
+    for name in (
+        "id",
+        "thread_id",
+        "question",
+        "status",
+        "rounds",
+        "verdict",
+        "score",
+        "final_answer",
+        "note",
+        "created_at",
+        "updated_at",
+        "self_evaluation",
+        "run_settings",
     )
+]
+_BY_ID = sa.select(*_COLUMNS).where(_SESSION.c.id == sa.bindparam("id"))
+
+
+def _record(row: sa.RowMapping) -> DiagnosisRecord:
+    """A database row as a ``DiagnosisRecord`` (validated: the database is outside the code)."""
+    return _RECORD.validate_python(dict(row))
 
 
 class SqlAuditStore:
@@ -248,108 +260,88 @@ class SqlAuditStore:
     ) -> None:
         """Create the diagnosis row (status ``running``); a second call changes nothing."""
         now = utcnow()
-        with self._db.transaction() as tx:
-            tx.execute(
-                "INSERT INTO diagnosis_session (id, thread_id, question, status, rounds, "
-                "created_at, updated_at, run_settings) "
-                "VALUES (%s, %s, %s, 'running', 0, %s, %s, %s) "
-                "ON CONFLICT (id) DO NOTHING",
-                (
-                    diagnosis_id,
-                    thread_id,
-                    question,
-                    now,
-                    now,
-                    tx.json(dict(settings)) if settings is not None else None,
-                ),
+        with self._db.transaction(single=True) as conn:
+            conn.execute(
+                dialects.insert(conn, _SESSION)
+                .values(
+                    id=diagnosis_id,
+                    thread_id=thread_id,
+                    question=question,
+                    status="running",
+                    rounds=0,
+                    created_at=now,
+                    updated_at=now,
+                    run_settings=dict(settings) if settings is not None else None,
+                )
+                .on_conflict_do_nothing(index_elements=["id"])
             )
 
     def update_channel(self, diagnosis_id: str, channel: str, value: Mapping[str, object]) -> None:
-        """Replace one ``self_evaluation`` channel, preserving the others."""
-        if self._db.target.dialect == "postgres":
-            # One statement merges the channel in place: no read, no transaction round trips.
-            with self._db.transaction(single=True) as tx:
-                updated = tx.execute(
-                    "UPDATE diagnosis_session SET self_evaluation = "
-                    "(CASE WHEN jsonb_typeof(self_evaluation) = 'object' THEN self_evaluation "
-                    "ELSE '{}'::jsonb END) || jsonb_build_object(%s::text, %s::jsonb), "
-                    "updated_at = %s WHERE id = %s RETURNING id",
-                    (channel, tx.json(dict(value)), utcnow(), diagnosis_id),
-                )
-            if not updated:
-                raise KeyError(f"unknown diagnosis {diagnosis_id!r}")
-            return
-        with self._db.transaction() as tx:
-            lock = ""
-            rows = tx.execute(
-                f"SELECT self_evaluation FROM diagnosis_session WHERE id = %s{lock}",
-                (diagnosis_id,),
-            )
-            if not rows:
-                raise KeyError(f"unknown diagnosis {diagnosis_id!r}")
-            current = load_json(rows[0]["self_evaluation"])
-            merged = {**(current if isinstance(current, dict) else {}), channel: dict(value)}
-            tx.execute(
-                "UPDATE diagnosis_session SET self_evaluation = %s, updated_at = %s WHERE id = %s",
-                (tx.json(merged), utcnow(), diagnosis_id),
-            )
+        """Replace one ``self_evaluation`` channel, preserving the others.
+
+        One statement merges the channel in place (no read, no transaction round trips).
+        """
+        with self._db.transaction(single=True) as conn:
+            merged = dialects.merge_json_key(conn, _SESSION.c.self_evaluation, channel, dict(value))
+            updated = conn.execute(
+                sa.update(_SESSION)
+                .where(_SESSION.c.id == diagnosis_id)
+                .values(self_evaluation=merged, updated_at=utcnow())
+                .returning(_SESSION.c.id)
+            ).first()
+        if updated is None:
+            raise KeyError(f"unknown diagnosis {diagnosis_id!r}")
 
     def finish_diagnosis(self, diagnosis_id: str, outcome: DiagnosisOutcome) -> None:
         """Record the outcome of a diagnosis."""
-        with self._db.transaction(single=True) as tx:
-            tx.execute(
-                "UPDATE diagnosis_session SET status = %s, rounds = %s, verdict = %s, score = %s, "
-                "final_answer = %s, updated_at = %s WHERE id = %s",
-                (
-                    outcome["status"],
-                    outcome["rounds"],
-                    outcome["verdict"],
-                    outcome["score"],
-                    outcome["answer"],
-                    utcnow(),
-                    diagnosis_id,
-                ),
+        with self._db.transaction(single=True) as conn:
+            conn.execute(
+                sa.update(_SESSION)
+                .where(_SESSION.c.id == diagnosis_id)
+                .values(
+                    status=outcome["status"],
+                    rounds=outcome["rounds"],
+                    verdict=outcome["verdict"],
+                    score=outcome["score"],
+                    final_answer=outcome["answer"],
+                    updated_at=utcnow(),
+                )
             )
 
     def mark(self, diagnosis_id: str, *, status: DiagnosisStatus | None = None, note: str) -> None:
         """Set a note (and optionally the status) on a diagnosis, e.g. resumed or abandoned."""
-        with self._db.transaction(single=True) as tx:
-            tx.execute(
-                "UPDATE diagnosis_session SET status = COALESCE(%s, status), note = %s, "
-                "updated_at = %s WHERE id = %s",
-                (status, note, utcnow(), diagnosis_id),
-            )
+        changes: dict[str, object] = {"note": note, "updated_at": utcnow()}
+        if status is not None:
+            changes["status"] = status
+        with self._db.transaction(single=True) as conn:
+            conn.execute(sa.update(_SESSION).where(_SESSION.c.id == diagnosis_id).values(changes))
 
     def abandon_running(self, thread_id: str, *, keep: str | None = None) -> builtins.list[str]:
         """Mark every ``running`` diagnosis of a thread (except ``keep``) as abandoned."""
-        with self._db.transaction() as tx:
-            rows = tx.execute(
-                "SELECT id FROM diagnosis_session WHERE thread_id = %s AND status = 'running' "
-                "AND id <> %s",
-                (thread_id, keep or ""),
-            )
-            ids = [str(r["id"]) for r in rows]
-            for diagnosis_id in ids:
-                tx.execute(
-                    "UPDATE diagnosis_session SET status = 'abandoned', note = %s, "
-                    "updated_at = %s WHERE id = %s",
-                    (ABANDONED_NOTE, utcnow(), diagnosis_id),
+        with self._db.transaction(single=True) as conn:
+            rows = conn.execute(
+                sa.update(_SESSION)
+                .where(
+                    _SESSION.c.thread_id == thread_id,
+                    _SESSION.c.status == "running",
+                    _SESSION.c.id != (keep or ""),
                 )
-        return ids
+                .values(status="abandoned", note=ABANDONED_NOTE, updated_at=utcnow())
+                .returning(_SESSION.c.id)
+            ).all()
+        return sorted(str(row.id) for row in rows)
 
     def get(self, diagnosis_id: str) -> DiagnosisRecord | None:
         """One diagnosis record, or None."""
-        with self._db.transaction(single=True) as tx:
-            rows = tx.execute(
-                f"SELECT {_COLUMNS} FROM diagnosis_session WHERE id = %s", (diagnosis_id,)
-            )
-        return _record(rows[0]) if rows else None
+        with self._db.transaction(single=True) as conn:
+            row = conn.execute(_BY_ID, {"id": diagnosis_id}).mappings().first()
+        return _record(row) if row is not None else None
 
     def list(self, thread_id: str | None = None) -> builtins.list[DiagnosisRecord]:
         """Diagnosis records, oldest first, optionally of one thread."""
-        where, params = ("WHERE thread_id = %s", (thread_id,)) if thread_id else ("", ())
-        with self._db.transaction(single=True) as tx:
-            rows = tx.execute(
-                f"SELECT {_COLUMNS} FROM diagnosis_session {where} ORDER BY created_at, id", params
-            )
+        query = sa.select(*_COLUMNS).order_by(_SESSION.c.created_at, _SESSION.c.id)
+        if thread_id:
+            query = query.where(_SESSION.c.thread_id == thread_id)
+        with self._db.transaction(single=True) as conn:
+            rows = conn.execute(query).mappings().all()
         return [_record(r) for r in rows]

@@ -11,8 +11,9 @@ CLI's synchronous checkpointer on the same tables. A database that cannot be rea
 stops the server with the reason, never a fall-back.
 
 Both savers are LangGraph's with what the server needs and they lack: ``adelete_for_runs``
-(``multitask_strategy="rollback"``), ``aprune`` and ``acopy_thread``, done in SQL by
-``persistence/checkpoint_ops.py`` in a worker thread; and a read or write that finds no table
+(``multitask_strategy="rollback"``) and ``acopy_thread``, and SQLite's ``aprune`` (PostgreSQL's
+saver prunes itself), done by ``persistence/checkpoint_tables.py`` in a worker thread (SQLite's
+``delete`` strategy by the saver's own ``adelete_thread``); and a read or write that finds no table
 (the database was dropped and created again under the running server) sets the tables up again
 and is retried once. The PostgreSQL pool fails fast with the reason when the database is lost
 (``persistence/pools.py``).
@@ -21,13 +22,11 @@ and is retried once. The PostgreSQL pool fails fast with the reason when the dat
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 import aiosqlite
-import psycopg
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     BaseCheckpointSaver,
@@ -40,9 +39,9 @@ from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from persistence import checkpoint_ops
+from persistence import checkpoint_tables
 from persistence.checkpoints import (
-    missing_table,
+    PRUNE_STRATEGIES,
     setup_checkpoints,
     setup_postgres_checkpoints,
     setup_sqlite_checkpoints,
@@ -50,37 +49,43 @@ from persistence.checkpoints import (
 from persistence.database import (
     POOL_OPEN_TIMEOUT_S,
     SQLITE_BUSY_TIMEOUT_S,
+    Database,
     DatabaseTarget,
     connect_error,
+    missing_table,
     open_database,
-    pool_error,
-    pool_options,
     resolve_target,
 )
-from persistence.pools import FailFastAsyncPool
+from persistence.pools import FailFastAsyncPool, pool_error, pool_options
 
 T = TypeVar("T")
 
 
+def _value(target: DatabaseTarget) -> str:
+    """The ``--db`` value naming a target."""
+    return target.conninfo if target.dialect == "postgres" else str(target.path)
+
+
 def _setup_all(target: DatabaseTarget) -> None:
     """Set the audit and checkpoint tables of a (recreated) database up again."""
-    open_database(target.conninfo if target.dialect == "postgres" else str(target.path)).close()
+    open_database(_value(target)).close()
     setup_checkpoints(target)
 
 
 class AsyncMaintainedSaver:
-    """``adelete_for_runs``, ``aprune``, ``acopy_thread`` and the missing-table retry (async).
+    """``adelete_for_runs``, ``acopy_thread`` and the missing-table retry (async).
 
     Mixed in before ``AsyncPostgresSaver`` / ``AsyncSqliteSaver``; ``target`` names their
-    database.
+    database, ``db`` is it (opened on first use) for ``persistence/checkpoint_tables.py``.
     """
 
     target: DatabaseTarget
+    db: Database
 
     async def _again(self, call: Callable[[], Awaitable[T]]) -> T:
         try:
             return await call()
-        except (psycopg.Error, sqlite3.Error) as exc:
+        except Exception as exc:
             if not missing_table(exc):
                 raise
         await asyncio.to_thread(_setup_all, self.target)
@@ -140,28 +145,37 @@ class AsyncMaintainedSaver:
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Delete the checkpoints (and their writes) the given runs wrote (rollback)."""
         await asyncio.to_thread(
-            checkpoint_ops.delete_for_runs, self.target, [str(r) for r in run_ids]
-        )
-
-    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        """Prune threads: ``keep_latest`` (newest checkpoint per namespace) or ``delete``."""
-        await asyncio.to_thread(
-            checkpoint_ops.prune, self.target, [str(t) for t in thread_ids], strategy
+            checkpoint_tables.delete_for_runs, self.db, [str(r) for r in run_ids]
         )
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy every checkpoint and write of a thread to another thread id."""
         await asyncio.to_thread(
-            checkpoint_ops.copy_thread, self.target, source_thread_id, target_thread_id
+            checkpoint_tables.copy_thread, self.db, source_thread_id, target_thread_id
         )
 
 
 class MaintainedAsyncPostgresSaver(AsyncMaintainedSaver, AsyncPostgresSaver):
-    """LangGraph's ``AsyncPostgresSaver`` with the maintenance it lacks."""
+    """LangGraph's ``AsyncPostgresSaver`` (which prunes itself) with the maintenance it lacks."""
 
 
 class MaintainedAsyncSqliteSaver(AsyncMaintainedSaver, AsyncSqliteSaver):
-    """LangGraph's ``AsyncSqliteSaver`` with the maintenance it lacks."""
+    """LangGraph's ``AsyncSqliteSaver`` with the maintenance it lacks, ``aprune`` included."""
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """Prune threads: ``keep_latest`` (newest checkpoint per namespace) or ``delete``.
+
+        Raises:
+            ValueError: for another strategy.
+        """
+        if strategy not in PRUNE_STRATEGIES:
+            raise ValueError(f"unknown prune strategy {strategy!r}: use keep_latest or delete")
+        ids = [str(t) for t in thread_ids]
+        if strategy == "delete":
+            for thread_id in ids:
+                await self.adelete_thread(thread_id)
+            return
+        await asyncio.to_thread(checkpoint_tables.keep_latest, self.db, ids)
 
 
 @asynccontextmanager
@@ -175,24 +189,28 @@ async def checkpointer() -> AsyncIterator[BaseCheckpointSaver[str]]:
         DatabaseError: when the database is unreachable, misconfigured or cannot be set up.
     """
     target = resolve_target()
-    if target.dialect == "postgres":
-        await asyncio.to_thread(setup_postgres_checkpoints, target)
-        async with _postgres_pool(target) as pool:
-            saver = MaintainedAsyncPostgresSaver(pool)
-            saver.target = target
-            yield saver
-        return
-    await asyncio.to_thread(setup_sqlite_checkpoints, target)
+    db = Database(_value(target))  # for checkpoint_tables, opened on first use
     try:
-        conn = await aiosqlite.connect(str(target.path), timeout=SQLITE_BUSY_TIMEOUT_S)
-    except (OSError, aiosqlite.Error) as exc:
-        raise connect_error(target, exc) from exc
-    try:
-        lite = MaintainedAsyncSqliteSaver(conn)
-        lite.target = target
-        yield lite
+        if target.dialect == "postgres":
+            await asyncio.to_thread(setup_postgres_checkpoints, target)
+            async with _postgres_pool(target) as pool:
+                saver = MaintainedAsyncPostgresSaver(pool)
+                saver.target, saver.db = target, db
+                yield saver
+            return
+        await asyncio.to_thread(setup_sqlite_checkpoints, target)
+        try:
+            conn = await aiosqlite.connect(str(target.path), timeout=SQLITE_BUSY_TIMEOUT_S)
+        except (OSError, aiosqlite.Error) as exc:
+            raise connect_error(target, exc) from exc
+        try:
+            lite = MaintainedAsyncSqliteSaver(conn)
+            lite.target, lite.db = target, db
+            yield lite
+        finally:
+            await conn.close()
     finally:
-        await conn.close()
+        await asyncio.to_thread(db.close)
 
 
 @asynccontextmanager

@@ -8,7 +8,6 @@ Both kinds share the same tables, so neither calls ``setup()`` itself.
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -26,14 +25,15 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 
-from persistence import checkpoint_ops
+from persistence import checkpoint_tables
 from persistence.database import (
     Database,
     DatabaseError,
     DatabaseTarget,
-    connect_postgres,
     connect_sqlite,
+    missing_table,
 )
+from persistence.pools import connect_postgres, open_pool
 
 T = TypeVar("T")
 
@@ -131,31 +131,25 @@ def setup_checkpoints(target: DatabaseTarget) -> None:
         setup_sqlite_checkpoints(target)
 
 
-def missing_table(exc: BaseException) -> bool:
-    """True for the error of a query on a table that does not exist (a recreated database)."""
-    if isinstance(exc, psycopg.errors.UndefinedTable):
-        return True
-    return isinstance(exc, sqlite3.OperationalError) and "no such table" in str(exc)
-
-
 class MaintainedSaver:
     """What LangGraph's savers lack: maintenance, and a retry when their tables went missing.
 
-    ``delete_for_runs``, ``prune`` and ``copy_thread`` run ``persistence/checkpoint_ops.py``; a
-    read or write that finds no table (the database was dropped and created again under a
-    running process) sets the tables up again and is retried once.
+    ``delete_for_runs`` and ``copy_thread`` (and SQLite's ``prune``) run
+    ``persistence/checkpoint_tables.py``; a read or write that finds no table (the database was
+    dropped and created again under a running process) sets the tables up again and is retried
+    once.
 
-    Mixed in before ``PostgresSaver`` / ``SqliteSaver``; ``target`` names their database and
+    Mixed in before ``PostgresSaver`` / ``SqliteSaver``; ``db`` is their database and
     ``recover`` sets its tables up again.
     """
 
-    target: DatabaseTarget
+    db: Database
     recover: Callable[[], None]
 
     def _again(self, call: Callable[[], T]) -> T:
         try:
             return call()
-        except (psycopg.Error, sqlite3.Error) as exc:
+        except Exception as exc:
             if not missing_table(exc):
                 raise
         self.recover()
@@ -209,23 +203,51 @@ class MaintainedSaver:
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Delete the checkpoints (and their writes) the given runs wrote."""
-        checkpoint_ops.delete_for_runs(self.target, [str(r) for r in run_ids])
-
-    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        """Prune threads: ``keep_latest`` (newest checkpoint per namespace) or ``delete``."""
-        checkpoint_ops.prune(self.target, [str(t) for t in thread_ids], strategy)
+        checkpoint_tables.delete_for_runs(self.db, [str(r) for r in run_ids])
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy every checkpoint and write of a thread to another thread id."""
-        checkpoint_ops.copy_thread(self.target, source_thread_id, target_thread_id)
+        checkpoint_tables.copy_thread(self.db, source_thread_id, target_thread_id)
 
 
 class MaintainedPostgresSaver(MaintainedSaver, PostgresSaver):
-    """LangGraph's ``PostgresSaver`` with the maintenance it lacks."""
+    """LangGraph's ``PostgresSaver`` (which prunes itself) with the maintenance it lacks."""
 
 
 class MaintainedSqliteSaver(MaintainedSaver, SqliteSaver):
-    """LangGraph's ``SqliteSaver`` with the maintenance it lacks."""
+    """LangGraph's ``SqliteSaver`` with the maintenance it lacks, ``prune`` included."""
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """Prune threads: ``keep_latest`` (newest checkpoint per namespace) or ``delete``.
+
+        Raises:
+            ValueError: for another strategy.
+        """
+        prune_sqlite(self, self.db, thread_ids, strategy)
+
+
+PRUNE_STRATEGIES = ("keep_latest", "delete")
+
+
+def prune_sqlite(
+    saver: BaseCheckpointSaver[str], db: Database, thread_ids: Sequence[str], strategy: str
+) -> None:
+    """``prune`` for LangGraph's SQLite savers, which have none.
+
+    ``delete`` goes through their ``delete_thread``, ``keep_latest`` through
+    ``persistence/checkpoint_tables.py``.
+
+    Raises:
+        ValueError: for an unknown strategy.
+    """
+    if strategy not in PRUNE_STRATEGIES:
+        raise ValueError(f"unknown prune strategy {strategy!r}: use keep_latest or delete")
+    ids = [str(t) for t in thread_ids]
+    if strategy == "delete":
+        for thread_id in ids:
+            saver.delete_thread(thread_id)
+        return
+    checkpoint_tables.keep_latest(db, ids)
 
 
 @contextmanager
@@ -233,8 +255,9 @@ def checkpoint_saver(db: Database) -> Iterator[BaseCheckpointSaver[str]]:
     """LangGraph's checkpointer on a database, its tables set up first, for the block.
 
     Yields:
-        ``PostgresSaver`` on the database's pool, or ``SqliteSaver`` on a connection of its own
-        to the same SQLite file (closed when the block ends).
+        ``PostgresSaver`` on a psycopg pool of its own (LangGraph's savers take psycopg
+        connections; the audit tables are on SQLAlchemy's pool), or ``SqliteSaver`` on a
+        connection of its own to the same SQLite file (closed when the block ends).
 
     Raises:
         DatabaseError: when the database cannot be opened or its checkpoints set up.
@@ -243,16 +266,19 @@ def checkpoint_saver(db: Database) -> Iterator[BaseCheckpointSaver[str]]:
     saver: MaintainedSaver
     if target.dialect == "postgres":
         setup_postgres_checkpoints(target)
-        assert db.pool is not None
-        saver = MaintainedPostgresSaver(db.pool)
-        saver.target, saver.recover = target, db.setup_again
-        yield saver
+        pool = open_pool(target, "superbiz-checkpoints")
+        try:
+            saver = MaintainedPostgresSaver(pool)
+            saver.db, saver.recover = db, db.setup_again
+            yield saver
+        finally:
+            pool.close()
         return
     setup_sqlite_checkpoints(target)
     conn = connect_sqlite(target, autocommit=False)
     try:
         saver = MaintainedSqliteSaver(conn)
-        saver.target, saver.recover = target, db.setup_again
+        saver.db, saver.recover = db, db.setup_again
         yield saver
     finally:
         conn.close()

@@ -2,39 +2,33 @@
 
 One setting selects the database: ``SUPERBIZ_DATABASE_URL`` (or ``--db``). ``postgresql://...``
 selects PostgreSQL; a file path or ``sqlite:///path`` selects SQLite; unset, an SQLite file in
-the user's data directory is used, created on first use. The schema is created and migrated by the
-versioned SQL files in ``persistence/migrations/versions/`` (one file per version, written for
-both dialects: see ``migrations``); a database whose schema is newer than this code is refused.
-An unreachable or misconfigured database is an error, never a silent fall-back.
+the user's data directory is used, created on first use. Statements are SQLAlchemy Core,
+executed on a SQLAlchemy engine: for PostgreSQL a pool of psycopg connections, for SQLite one
+sqlite3 connection shared by the process's threads in turn. The schema is created and migrated
+by Alembic (``persistence/migrations``); a database whose schema is newer than this code is
+refused. An unreachable or misconfigured database is an error, never a silent fall-back.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime
-from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-import psycopg
-from psycopg.conninfo import conninfo_to_dict
-from psycopg.rows import dict_row
-from psycopg.types.json import Jsonb
-from psycopg_pool import ConnectionPool, PoolTimeout
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.pool import StaticPool
 
 Dialect = Literal["postgres", "sqlite"]
 
 ENV_VAR = "SUPERBIZ_DATABASE_URL"
-MIGRATION_LOCK_KEY = 0x5B12_0001
-"""PostgreSQL advisory lock held by the transaction that migrates the audit tables."""
-_MIGRATION_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 _PASSWORD = re.compile(r"(://[^:/@]+:)[^@]+@")
 
 
@@ -135,6 +129,9 @@ def _require_database_name(url: str) -> None:
     Raises:
         DatabaseError: with the URL to use instead.
     """
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict
+
     try:
         params = conninfo_to_dict(url)
     except psycopg.Error as exc:
@@ -149,65 +146,34 @@ def _require_database_name(url: str) -> None:
     )
 
 
-class Transaction:
-    """Runs statements inside one transaction; ``%s`` placeholders in both dialects."""
-
-    def __init__(self, dialect: Dialect, cursor: Any) -> None:
-        self.dialect = dialect
-        self._cursor = cursor
-
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
-        """Execute one statement and return its rows as dicts (empty for none)."""
-        if self.dialect == "sqlite":
-            self._cursor.execute(sql.replace("%s", "?"), tuple(params))
-            if self._cursor.description is None:
-                return []
-            names = [d[0] for d in self._cursor.description]
-            return [dict(zip(names, row, strict=True)) for row in self._cursor.fetchall()]
-        self._cursor.execute(sql, tuple(params))
-        if self._cursor.description is None:
-            return []
-        return [_plain_row(row) for row in self._cursor.fetchall()]
-
-    def execute_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
-        """Execute one statement once per parameter row (no result rows)."""
-        if not rows:
-            return
-        if self.dialect == "sqlite":
-            self._cursor.executemany(sql.replace("%s", "?"), [tuple(r) for r in rows])
-            return
-        self._cursor.executemany(sql, [tuple(r) for r in rows])
-
-    def json(self, value: Any) -> Any:
-        """A JSON parameter for this dialect."""
-        if value is None:
-            return None
-        return Jsonb(value) if self.dialect == "postgres" else json.dumps(value, ensure_ascii=False)
+def _reason(exc: BaseException) -> BaseException:
+    """The driver's exception inside a SQLAlchemy one (the exception itself otherwise)."""
+    orig = getattr(exc, "orig", None)
+    return orig if isinstance(orig, BaseException) else exc
 
 
-def _plain_row(row: dict[str, Any]) -> dict[str, Any]:
-    return {k: v.isoformat() if isinstance(v, datetime) else v for k, v in row.items()}
-
-
-def load_json(value: Any) -> Any:
-    """Read a JSON column (text in SQLite, already decoded in PostgreSQL)."""
-    if isinstance(value, str):
-        return json.loads(value)
-    return value
+def missing_table(exc: BaseException) -> bool:
+    """True for the error of a statement on a table that does not exist (a recreated database)."""
+    reason = _reason(exc)
+    if getattr(reason, "sqlstate", None) == "42P01":  # PostgreSQL's undefined_table
+        return True
+    return isinstance(reason, sqlite3.OperationalError) and "no such table" in str(reason)
 
 
 class Database:
     """The audit tables' database, opened on first use: a PostgreSQL pool or an SQLite connection.
 
-    Making one opens nothing. The first ``transaction()`` (or ``open()``, ``ping()``, ``pool``)
-    resolves the setting, connects, checks that the database answers and brings its schema up to
-    date, once, while other threads wait for it. A database that cannot be opened raises
-    ``DatabaseError`` with the reason and stays closed, so the next use tries again; after
-    ``close()``, the next use opens it again.
+    Making one opens nothing. The first ``transaction()`` (or ``open()``, ``ping()``) resolves the
+    setting, connects, checks that the database answers and brings its schema up to date, once,
+    while other threads wait for it. A database that cannot be opened raises ``DatabaseError``
+    with the reason and stays closed, so the next use tries again; after ``close()``, the next use
+    opens it again.
 
     Args:
         value: ``--db``; None reads ``SUPERBIZ_DATABASE_URL`` (else the embedded default) each
             time the database is opened.
+        read_only: open an existing database for reading only: nothing is created or migrated.
+        migrate: False leaves the schema as it is (``superbiz db upgrade`` migrates itself).
     """
 
     def __init__(
@@ -236,9 +202,13 @@ class Database:
         return self.target.dialect
 
     @property
-    def pool(self) -> ConnectionPool[Any] | None:
-        """The PostgreSQL pool (None for SQLite), opening the database if needed."""
-        return self._open().pool
+    def pool_size(self) -> int | None:
+        """How many connections the PostgreSQL pool holds at most (None for SQLite).
+
+        Raises:
+            DatabaseError: when ``SUPERBIZ_DB_POOL_SIZE`` is not a whole number.
+        """
+        return pool_size() if self.dialect == "postgres" else None
 
     def open(self) -> None:
         """Open the database now unless it is open.
@@ -254,31 +224,46 @@ class Database:
             return opened
         with self._lock:
             if self._opened is None:
-                self._opened = _Opened.connect(
+                self._opened = _Opened.open(
                     resolve_target(self._value), read_only=self._read_only, migrate=self._migrate
                 )
             return self._opened
 
     @contextmanager
-    def transaction(self, *, single: bool = False) -> Iterator[Transaction]:
-        """One transaction: committed when the block ends, rolled back on an exception.
+    def transaction(self, *, single: bool = False) -> Iterator[Connection]:
+        """A connection in one transaction: committed when the block ends, rolled back on an error.
 
         Args:
-            single: the block runs exactly one statement. On PostgreSQL (autocommit) that
-                statement is its own transaction, so no ``BEGIN`` and ``COMMIT`` are sent: two
-                round trips fewer for a lone read.
+            single: the block runs exactly one statement, which is its own transaction: no
+                ``BEGIN`` and ``COMMIT`` are sent (two PostgreSQL round trips fewer for a lone
+                statement; an SQLite write statement takes the write lock by itself).
 
         Raises:
-            DatabaseError: when the database cannot be opened.
+            DatabaseError: when the database cannot be opened or lacks its tables.
         """
         opened = self._open()
         try:
-            with opened.transaction(single=single) as tx:
-                yield tx
-        except (psycopg.errors.UndefinedTable, sqlite3.OperationalError) as exc:
-            if not _missing_table(exc):
+            with opened.transaction(single=single) as conn:
+                yield conn
+        except sa.exc.DBAPIError as exc:
+            if not missing_table(exc):
                 raise
             raise self._recover(opened, exc) from exc
+
+    @contextmanager
+    def session(self) -> Iterator[Connection]:
+        """A PostgreSQL connection of the pool held for the block, in autocommit mode.
+
+        For what lives as long as a connection (session advisory locks).
+
+        Raises:
+            DatabaseError: when the database cannot be opened, or is SQLite.
+        """
+        opened = self._open()
+        if opened.target.dialect != "postgres":
+            raise DatabaseError("a held session is PostgreSQL's (SQLite has one connection)")
+        with opened.connect() as conn:
+            yield conn.execution_options(isolation_level="AUTOCOMMIT")
 
     def add_setup(self, setup: Callable[[DatabaseTarget], None]) -> None:
         """Run ``setup(target)`` again whenever the tables are set up again (see ``check_schema``).
@@ -297,22 +282,18 @@ class Database:
             SchemaTooNew: when a newer superbiz migrated the database.
             DatabaseError: when the database cannot be used.
         """
+        from persistence import migrations
+
         opened = self._open()
-        latest = latest_version(opened.target.dialect)
         try:
-            with opened.transaction() as tx:
-                rows = tx.execute("SELECT version FROM superbiz_schema")
-            current = _version(rows)
-        except (psycopg.errors.UndefinedTable, sqlite3.OperationalError) as exc:
-            if not _missing_table(exc):
-                raise DatabaseError(f"database {opened.target.display}: {exc}") from exc
-            current = 0
-        except (psycopg.Error, PoolTimeout) as exc:
+            with opened.transaction(single=True) as conn:
+                found = migrations.read_versions_quickly(conn) or migrations.read_versions(conn)
+        except sa.exc.SQLAlchemyError as exc:
             raise DatabaseError(f"database {opened.target.display}: {exc}") from exc
-        _refuse_newer(opened.target, current, latest)
-        if current < latest:
+        found.refuse_newer(opened.target.display)
+        if not found.current:
             self._setup_again(opened)
-        return latest
+        return migrations.latest_version()
 
     def setup_again(self) -> None:
         """Set up the audit tables and every ``add_setup`` table again (all idempotent).
@@ -323,12 +304,12 @@ class Database:
         self._setup_again(self._open())
 
     def _setup_again(self, opened: _Opened) -> None:
-        _migrate(opened.target, opened.transaction)
+        opened.migrate()
         for setup in self._setups:
             setup(opened.target)
 
     def _recover(self, opened: _Opened, exc: BaseException) -> DatabaseError:
-        reason = " ".join(str(exc).split())
+        reason = " ".join(str(_reason(exc)).split())
         try:
             self._setup_again(opened)
         except Exception as again:  # the original reason stays the message
@@ -353,93 +334,137 @@ class Database:
             opened.close()
 
 
-def _missing_table(exc: BaseException) -> bool:
-    if isinstance(exc, psycopg.errors.UndefinedTable):
-        return True
-    return isinstance(exc, sqlite3.OperationalError) and "no such table" in str(exc)
-
-
 @dataclass(eq=False)
 class _Opened:
-    """An open target: its PostgreSQL pool, or its SQLite connection and that one's lock."""
+    """An open target: its engine, and (SQLite) the lock that lets one thread at a time use it."""
 
     target: DatabaseTarget
-    pool: ConnectionPool[Any] | None = None
-    sqlite: sqlite3.Connection | None = None
+    engine: Engine
     read_only: bool = False
     _lock: threading.RLock = field(default_factory=threading.RLock)
 
     @classmethod
-    def connect(cls, target: DatabaseTarget, *, read_only: bool, migrate: bool) -> _Opened:
+    def open(cls, target: DatabaseTarget, *, read_only: bool, migrate: bool) -> _Opened:
         """Connect to the target, check that it answers and migrate it (closed on failure).
 
         A read-only target is never created nor migrated; its schema must be current.
         """
         if target.dialect == "postgres":
-            opened = cls(target, pool=_open_pool(target))
-        elif read_only:
-            opened = cls(target, sqlite=connect_sqlite_read_only(target), read_only=True)
+            opened = cls(target, _postgres_engine(target))
         else:
-            opened = cls(target, sqlite=connect_sqlite(target, autocommit=True))
+            opened = cls(target, _sqlite_engine(target, read_only=read_only), read_only=read_only)
         try:
             opened.ping()
             if read_only:
-                _check_readable(target, opened.transaction)
+                opened.check_readable()
             elif migrate:
-                _migrate(target, opened.transaction)
+                opened.migrate_if_needed()
         except BaseException:
             opened.close()
             raise
         return opened
 
     @contextmanager
-    def transaction(self, *, single: bool = False) -> Iterator[Transaction]:
-        if self.pool is not None:
-            if single:
-                with self.pool.connection() as conn, conn.cursor() as cur:
-                    yield Transaction("postgres", cur)
-                return
-            with self.pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
-                yield Transaction("postgres", cur)
+    def connect_raw(self) -> Iterator[Connection]:
+        """A connection of the engine, or ``DatabaseUnavailable`` with the driver's reason."""
+        try:
+            conn = self.engine.connect()
+        except sa.exc.DBAPIError as exc:
+            raise connect_error(self.target, _reason(exc)) from exc
+        except sa.exc.TimeoutError as exc:
+            raise DatabaseUnavailable(
+                f"no free connection to {self.target.display} in time: {exc} "
+                f"(raise {POOL_SIZE_VAR}?)"
+            ) from exc
+        with conn:
+            yield conn
+
+    @contextmanager
+    def connect(self) -> Iterator[Connection]:
+        """A connection for the block (SQLite's, while no other thread of the process uses it)."""
+        if self.target.dialect == "postgres":
+            with self.connect_raw() as conn:
+                yield conn
             return
-        assert self.sqlite is not None
-        with self._lock:
-            cur = self.sqlite.cursor()
-            if single:  # autocommit: the one statement is its own transaction
-                yield Transaction("sqlite", cur)
+        with self._lock, self.connect_raw() as conn:
+            yield conn
+
+    @contextmanager
+    def transaction(self, *, single: bool = False) -> Iterator[Connection]:
+        with self.connect() as conn:
+            if single:
+                if self.target.dialect == "postgres":
+                    conn.execution_options(isolation_level="AUTOCOMMIT")
+                yield conn
+                conn.commit()
                 return
-            with sqlite_transaction(cur, "BEGIN" if self.read_only else "BEGIN IMMEDIATE"):
-                yield Transaction("sqlite", cur)
+            if self.target.dialect == "postgres":
+                with conn.begin():
+                    yield conn
+                return
+            # sqlite3 runs in autocommit mode (isolation_level None): the transaction is ours. An
+            # immediate one takes the write lock at once (waiting for it), so a read followed by a
+            # write never fails on a snapshot another writer changed meanwhile.
+            conn.exec_driver_sql("BEGIN" if self.read_only else "BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                conn.rollback()
+                raise
+            conn.commit()
 
     def ping(self) -> None:
         try:
-            with self.transaction() as tx:
-                tx.execute("SELECT 1")
-        except (psycopg.Error, PoolTimeout, sqlite3.Error) as exc:
+            with self.transaction(single=True) as conn:
+                conn.execute(sa.select(1))
+        except sa.exc.SQLAlchemyError as exc:
             raise DatabaseUnavailable(
-                f"database {self.target.display} is not reachable: {exc}"
+                f"database {self.target.display} is not reachable: {_reason(exc)}"
             ) from exc
 
+    def check_readable(self) -> None:
+        """Refuse to read a database whose schema is not this code's (nothing is changed).
+
+        Raises:
+            NoDatabase: when it has no superbiz tables yet.
+            DatabaseError: when its schema is older (run ``superbiz db upgrade``) or newer.
+        """
+        from persistence import migrations
+
+        with self.transaction() as conn:
+            found = migrations.read_versions(conn)
+        if not found.recorded:
+            raise NoDatabase(f"{self.target.display} holds no superbiz records yet")
+        found.refuse_newer(self.target.display)
+        if found.number < migrations.latest_version():
+            raise DatabaseError(
+                f"database {self.target.display} has schema version {found.number}, older than "
+                f"this superbiz (version {migrations.latest_version()}); run superbiz db upgrade "
+                "first"
+            )
+
+    def migrate_if_needed(self) -> None:
+        """Migrate unless the schema is current (one read when it is)."""
+        from persistence import migrations
+
+        with self.transaction(single=True) as conn:
+            found = migrations.read_versions_quickly(conn)
+        if found is None or not found.current:
+            self.migrate()
+
+    def migrate(self) -> tuple[int, int]:
+        """Apply the missing migrations in one transaction; the ``(from, to)`` versions.
+
+        Raises:
+            SchemaTooNew: when the database's schema is newer than this code.
+        """
+        from persistence import migrations
+
+        with self.transaction() as conn:
+            return migrations.upgrade(conn, self.target.display)
+
     def close(self) -> None:
-        if self.pool is not None:
-            self.pool.close()
-        if self.sqlite is not None:
-            self.sqlite.close()
-
-
-@contextmanager
-def sqlite_transaction(cur: sqlite3.Cursor, begin: str = "BEGIN IMMEDIATE") -> Iterator[None]:
-    """One transaction on an autocommit SQLite connection's cursor.
-
-    ``begin`` starts it; it is committed when the block ends, rolled back on an exception.
-    """
-    cur.execute(begin)
-    try:
-        yield
-    except BaseException:
-        cur.execute("ROLLBACK")
-        raise
-    cur.execute("COMMIT")
+        self.engine.dispose()
 
 
 POOL_SIZE_VAR = "SUPERBIZ_DB_POOL_SIZE"
@@ -447,11 +472,9 @@ POOL_SIZE_VAR = "SUPERBIZ_DB_POOL_SIZE"
 
 CONNECT_TIMEOUT_S = 5
 POOL_OPEN_TIMEOUT_S = 10.0
+POOL_TIMEOUT_S = 30.0
+"""How long a statement waits for a free pooled connection."""
 SQLITE_BUSY_TIMEOUT_S = 30.0
-
-POOL_KWARGS: dict[str, Any] = {"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row}
-"""Connection settings of every pool: autocommit (the checkpointer creates indexes
-concurrently, which cannot run in a transaction), no prepared statements (poolers), dict rows."""
 
 
 def pool_size() -> int:
@@ -485,22 +508,10 @@ def env_number(var: str, unit: str) -> float | None:
         raise DatabaseError(f"{var} must be a number of {unit}, got {raw!r}") from exc
 
 
-def pool_options(name: str) -> dict[str, Any]:
-    """Keyword arguments of every connection pool, sync or async, named ``name`` in its logs.
-
-    Raises:
-        DatabaseError: when ``SUPERBIZ_DB_POOL_SIZE`` is not a whole number.
-    """
-    return {"kwargs": POOL_KWARGS, "min_size": 1, "max_size": pool_size(), "name": name}
-
-
-def pool_error(target: DatabaseTarget) -> DatabaseError:
-    """The error for a pool whose first connection did not open in time."""
-    return DatabaseUnavailable(f"cannot open a connection pool to {target.display}")
-
-
 def connect_error(target: DatabaseTarget, exc: BaseException) -> DatabaseError:
     """The readable error for a database that cannot be reached (PostgreSQL) or opened (SQLite)."""
+    if isinstance(exc, DatabaseError):
+        return exc
     if target.dialect == "sqlite":
         return DatabaseUnavailable(
             f"cannot open the SQLite database {target.path}: {exc} (check --db or {ENV_VAR})"
@@ -511,41 +522,58 @@ def connect_error(target: DatabaseTarget, exc: BaseException) -> DatabaseError:
     )
 
 
-def connect_postgres(target: DatabaseTarget) -> psycopg.Connection[Any]:
-    """A direct connection to a PostgreSQL target, with the pools' settings (``POOL_KWARGS``).
+def _postgres_engine(target: DatabaseTarget) -> Engine:
+    """The engine of a PostgreSQL target: a pool of psycopg connections, checked at checkout.
 
-    Raises:
-        DatabaseError: with the real reason (refused, unknown database, authentication).
+    Each connection is made by psycopg from the URL as given (``connect_timeout``,
+    ``prepare_threshold=0`` for poolers). A pooled connection is checked before it is handed out
+    (``persistence.pools.check_connection``: a query only when it has been idle long or the server
+    sent something); a dead one is replaced. A database that cannot be reached fails the
+    checkout at once with the server's reason, since the pool connects in the caller's thread.
     """
-    try:
-        conn: psycopg.Connection[Any] = psycopg.connect(
-            target.conninfo, connect_timeout=CONNECT_TIMEOUT_S, **POOL_KWARGS
+    import psycopg
+
+    from persistence.pools import check_connection, note_returned
+
+    def connect() -> psycopg.Connection[Any]:
+        return psycopg.connect(
+            target.conninfo, connect_timeout=CONNECT_TIMEOUT_S, prepare_threshold=0
         )
-    except psycopg.Error as exc:
-        raise connect_error(target, exc) from exc
-    return conn
 
-
-def _open_pool(target: DatabaseTarget) -> ConnectionPool[Any]:
-    # A direct probe gives the real reason (refused, unknown database, auth) at once.
-    connect_postgres(target).close()
-    from persistence.pools import FailFastPool, check_connection, note_returned
-
-    pool: ConnectionPool[Any] = FailFastPool(
-        target.conninfo,
-        target=target,
-        check=check_connection,
-        configure=note_returned,  # a new connection counts as just checked
-        reset=note_returned,
-        open=True,
-        **pool_options("superbiz"),
+    engine = sa.create_engine(
+        "postgresql+psycopg://",
+        creator=connect,
+        pool_size=pool_size(),
+        max_overflow=0,
+        pool_timeout=POOL_TIMEOUT_S,
+        use_native_hstore=False,
     )
-    try:
-        pool.wait(timeout=POOL_OPEN_TIMEOUT_S)
-    except PoolTimeout as exc:
-        pool.close()
-        raise pool_error(target) from exc
-    return pool
+
+    def checkout(dbapi_connection: Any, record: Any, proxy: Any) -> None:
+        try:
+            check_connection(dbapi_connection)
+        except psycopg.Error as exc:  # SQLAlchemy replaces it with a new connection
+            raise sa.exc.DisconnectionError(str(exc)) from exc
+
+    def returned(dbapi_connection: Any, record: Any) -> None:
+        if dbapi_connection is not None:  # None: it was invalidated, and is gone
+            note_returned(dbapi_connection)
+
+    event.listen(engine, "connect", returned)  # a new connection counts as just checked
+    event.listen(engine, "checkin", returned)
+    event.listen(engine, "checkout", checkout)
+    return engine
+
+
+def _sqlite_engine(target: DatabaseTarget, *, read_only: bool) -> Engine:
+    """The engine of an SQLite target: one connection (``connect_sqlite``), used in turn."""
+    if read_only:
+        return sa.create_engine(
+            "sqlite://", creator=lambda: connect_sqlite_read_only(target), poolclass=StaticPool
+        )
+    return sa.create_engine(
+        "sqlite://", creator=lambda: connect_sqlite(target, autocommit=True), poolclass=StaticPool
+    )
 
 
 def connect_sqlite(target: DatabaseTarget, *, autocommit: bool) -> sqlite3.Connection:
@@ -614,150 +642,14 @@ def connect_sqlite_read_only(target: DatabaseTarget) -> sqlite3.Connection:
     return conn
 
 
-def _check_readable(
-    target: DatabaseTarget, transaction: Callable[[], AbstractContextManager[Transaction]]
-) -> None:
-    """Refuse to read a database whose schema is not this code's (nothing is changed).
-
-    Raises:
-        NoDatabase: when it has no superbiz tables yet.
-        DatabaseError: when its schema is older (run ``superbiz db upgrade``) or newer.
-    """
-    latest = latest_version(target.dialect)
-    with transaction() as tx:
-        if target.dialect == "sqlite":
-            found = tx.execute(
-                "SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'superbiz_schema'"
-            )
-        else:
-            found = tx.execute("SELECT to_regclass('superbiz_schema') AS name")
-            found = [row for row in found if row["name"]]
-        if not found:
-            raise NoDatabase(f"{target.display} holds no superbiz records yet")
-        rows = tx.execute("SELECT version FROM superbiz_schema")
-    current = _version(rows)
-    _refuse_newer(target, current, latest)
-    if current < latest:
-        raise DatabaseError(
-            f"database {target.display} has schema version {current}, older than this "
-            f"superbiz (version {latest}); run superbiz db upgrade first"
-        )
-
-
-DIALECT_WORDS: dict[Dialect, dict[str, str]] = {
-    "postgres": {
-        "json": "JSONB",
-        "real": "DOUBLE PRECISION",
-        "bigint": "BIGINT",
-        "timestamp": "TIMESTAMPTZ",
-        "now_timestamp": "TIMESTAMPTZ NOT NULL DEFAULT now()",
-        "serial_key": "BIGSERIAL PRIMARY KEY",
-        "add_column": "ADD COLUMN IF NOT EXISTS",
-    },
-    "sqlite": {
-        "json": "TEXT",
-        "real": "REAL",
-        "bigint": "INTEGER",
-        "timestamp": "TEXT",
-        "now_timestamp": "TEXT NOT NULL",
-        "serial_key": "INTEGER PRIMARY KEY AUTOINCREMENT",
-        "add_column": "ADD COLUMN",
-    },
-}
-"""What each ``{word}`` of a migration stands for in each dialect. ``now_timestamp`` is a
-required timestamp that PostgreSQL fills with ``now()`` (SQLite's rows are written with one);
-SQLite's ``ADD COLUMN`` has no ``IF NOT EXISTS`` (the version number guards it)."""
-
-_WORD = re.compile(r"\{([a-z_]+)\}")
-_SECTION = re.compile(r"^-- \[(postgres|sqlite|end)\]$")
-
-
-def migrations(dialect: Dialect) -> list[tuple[int, str, str]]:
-    """The bundled migrations as a dialect runs them: ``(version, name, sql)`` in order.
-
-    One file per version (``persistence/migrations/versions/``) serves both dialects: each
-    ``{word}`` in it stands for the dialect's ``DIALECT_WORDS[word]``, and the lines after a
-    ``-- [postgres]`` (or ``-- [sqlite]``) line, up to the next such line or ``-- [end]``, are
-    that dialect's only.
-    """
-    folder = resources.files("persistence").joinpath("migrations", "versions")
-    found = []
-    for entry in folder.iterdir():
-        match = _MIGRATION_NAME.match(entry.name)
-        if match:
-            sql = _for_dialect(entry.read_text(encoding="utf-8"), dialect)
-            found.append((int(match.group(1)), entry.name, sql))
-    return sorted(found)
-
-
-def _for_dialect(template: str, dialect: Dialect) -> str:
-    """A migration file's text as one dialect runs it (see ``migrations``)."""
-    kept, section = [], "end"
-    for line in template.splitlines(keepends=True):
-        marker = _SECTION.match(line.strip())
-        if marker:
-            section = marker.group(1)
-        elif section in ("end", dialect):
-            kept.append(line)
-    words = DIALECT_WORDS[dialect]
-    return _WORD.sub(lambda word: words[word.group(1)], "".join(kept))
-
-
-def latest_version(dialect: Dialect) -> int:
-    """The schema version this code expects."""
-    found = migrations(dialect)
-    return found[-1][0] if found else 0
-
-
-def _version(rows: list[dict[str, Any]]) -> int:
-    """The schema version in ``superbiz_schema``'s rows (0 for none)."""
-    return int(rows[0]["version"]) if rows else 0
-
-
-def _refuse_newer(target: DatabaseTarget, current: int, latest: int) -> None:
-    """Raise ``SchemaTooNew`` when the database's schema version is newer than this code's."""
-    if current > latest:
-        raise SchemaTooNew(
-            f"database {target.display} has schema version {current}, newer than this "
-            f"superbiz (version {latest}); upgrade superbiz before using this database"
-        )
-
-
-def _statements(sql: str) -> list[str]:
-    lines = [line for line in sql.splitlines() if not line.strip().startswith("--")]
-    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
-
-
 def migrate(db: Database) -> tuple[int, int]:
     """Apply the missing migrations in one transaction; return ``(from, to)`` versions.
 
     Raises:
         SchemaTooNew: when the database's schema is newer than this code.
+        DatabaseError: when the database cannot be used.
     """
-    return _migrate(db.target, db.transaction)
-
-
-def _migrate(
-    target: DatabaseTarget, transaction: Callable[[], AbstractContextManager[Transaction]]
-) -> tuple[int, int]:
-    latest = latest_version(target.dialect)
-    with transaction() as tx:
-        if tx.dialect == "postgres":
-            tx.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK_KEY,))
-        tx.execute("CREATE TABLE IF NOT EXISTS superbiz_schema (version INTEGER NOT NULL)")
-        rows = tx.execute("SELECT version FROM superbiz_schema")
-        current = _version(rows)
-        _refuse_newer(target, current, latest)
-        for version, _name, sql in migrations(tx.dialect):
-            if version <= current:
-                continue
-            for statement in _statements(sql):
-                tx.execute(statement)
-        if not rows:
-            tx.execute("INSERT INTO superbiz_schema (version) VALUES (%s)", (latest,))
-        elif latest != current:
-            tx.execute("UPDATE superbiz_schema SET version = %s", (latest,))
-    return current, latest
+    return db._open().migrate()
 
 
 def open_database(

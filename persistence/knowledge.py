@@ -18,12 +18,21 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from persistence.database import Database, Transaction
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from persistence import dialects, tables
+from persistence.database import Database
 
 KB_LOCK_KEY = 0x5B12_0004
 """PostgreSQL advisory lock held while the index is changed."""
-_SQLITE_WEIGHTS = "8.0, 3.0, 1.0"
+_SQLITE_WEIGHTS = (8.0, 3.0, 1.0)
 """bm25 weights of name, headings and body (PostgreSQL: setweight A, B, D)."""
+_FILE = tables.kb_file
+_CHUNK = tables.kb_chunk
+_FTS = tables.kb_chunk_fts
+_CHUNK_COLUMNS = ("ordinal", "doc_id", "title", "source", "chunk")
+_FILE_COLUMNS = ("path", "root", "source", "sha256", "size", "mtime_ns", "title", "chunks")
 
 
 @dataclass(frozen=True)
@@ -94,11 +103,8 @@ class KnowledgeStore:
 
     def files(self) -> dict[str, IndexedFile]:
         """Every indexed file by path."""
-        with self.db.transaction() as tx:
-            rows = tx.execute(
-                "SELECT path, root, source, sha256, size, mtime_ns, title, chunks, indexed_at "
-                "FROM kb_file"
-            )
+        with self.db.transaction(single=True) as conn:
+            rows = conn.execute(sa.select(_FILE)).mappings().all()
         return {
             row["path"]: IndexedFile(
                 path=row["path"],
@@ -128,73 +134,57 @@ class KnowledgeStore:
             touched: Files whose content is unchanged but whose size or mtime moved.
             removed: Paths no longer in the library.
         """
-        with self.db.transaction() as tx:
-            if tx.dialect == "postgres":
-                tx.execute("SELECT pg_advisory_xact_lock(%s)", (KB_LOCK_KEY,))
+        with self.db.transaction() as conn:
+            dialects.advisory_xact_lock(conn, KB_LOCK_KEY)
+            sqlite = not dialects.is_postgres(conn)
             for path in [*removed, *(file.path for file, _ in replaced)]:
-                self._delete(tx, path)
+                self._delete(conn, path, sqlite=sqlite)
             stamp = _now()
             for file, chunks in replaced:
-                self._insert_file(tx, file, stamp)
-                tx.execute_many(
-                    "INSERT INTO kb_chunk (path, ordinal, doc_id, title, source, chunk, "
-                    "name_terms, heading_terms, body_terms) "
-                    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                    [
-                        (
-                            file.path,
-                            c.ordinal,
-                            c.doc_id,
-                            c.title,
-                            c.source,
-                            c.chunk,
-                            c.name_terms,
-                            c.heading_terms,
-                            c.body_terms,
-                        )
-                        for c in chunks
-                    ],
+                conn.execute(
+                    sa.insert(_FILE).values(
+                        **{name: getattr(file, name) for name in _FILE_COLUMNS}, indexed_at=stamp
+                    )
                 )
-                if tx.dialect == "sqlite":
-                    tx.execute(
-                        "INSERT INTO kb_chunk_fts (rowid, name_terms, heading_terms, body_terms) "
-                        "SELECT id, name_terms, heading_terms, body_terms FROM kb_chunk "
-                        "WHERE path = %s",
-                        (file.path,),
+                if chunks:
+                    conn.execute(
+                        sa.insert(_CHUNK),
+                        [
+                            {
+                                "path": file.path,
+                                **{name: getattr(c, name) for name in _CHUNK_COLUMNS},
+                                "name_terms": c.name_terms,
+                                "heading_terms": c.heading_terms,
+                                "body_terms": c.body_terms,
+                            }
+                            for c in chunks
+                        ],
+                    )
+                if sqlite:
+                    terms = (_CHUNK.c.name_terms, _CHUNK.c.heading_terms, _CHUNK.c.body_terms)
+                    conn.execute(
+                        sa.insert(_FTS).from_select(
+                            ["rowid", "name_terms", "heading_terms", "body_terms"],
+                            sa.select(_CHUNK.c.id, *terms).where(_CHUNK.c.path == file.path),
+                        )
                     )
             for file in touched:
-                tx.execute(
-                    "UPDATE kb_file SET size = %s, mtime_ns = %s WHERE path = %s",
-                    (file.size, file.mtime_ns, file.path),
+                conn.execute(
+                    sa.update(_FILE)
+                    .where(_FILE.c.path == file.path)
+                    .values(size=file.size, mtime_ns=file.mtime_ns)
                 )
 
     @staticmethod
-    def _delete(tx: Transaction, path: str) -> None:
-        if tx.dialect == "sqlite":
-            tx.execute(
-                "DELETE FROM kb_chunk_fts WHERE rowid IN (SELECT id FROM kb_chunk WHERE path = %s)",
-                (path,),
+    def _delete(conn: Connection, path: str, *, sqlite: bool) -> None:
+        if sqlite:
+            conn.execute(
+                sa.delete(_FTS).where(
+                    _FTS.c.rowid.in_(sa.select(_CHUNK.c.id).where(_CHUNK.c.path == path))
+                )
             )
-        tx.execute("DELETE FROM kb_chunk WHERE path = %s", (path,))
-        tx.execute("DELETE FROM kb_file WHERE path = %s", (path,))
-
-    @staticmethod
-    def _insert_file(tx: Transaction, file: IndexedFile, stamp: str) -> None:
-        tx.execute(
-            "INSERT INTO kb_file (path, root, source, sha256, size, mtime_ns, title, chunks, "
-            "indexed_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
-            (
-                file.path,
-                file.root,
-                file.source,
-                file.sha256,
-                file.size,
-                file.mtime_ns,
-                file.title,
-                file.chunks,
-                stamp,
-            ),
-        )
+        conn.execute(sa.delete(_CHUNK).where(_CHUNK.c.path == path))
+        conn.execute(sa.delete(_FILE).where(_FILE.c.path == path))
 
     def search(self, tokens: Sequence[str], *, limit: int) -> list[FoundChunk]:
         """Chunks matching any token, best first (ties by doc id).
@@ -206,48 +196,69 @@ class KnowledgeStore:
         words = [t for t in dict.fromkeys(tokens) if t.isalnum()]
         if not words:
             return []
-        with self.db.transaction() as tx:
-            if tx.dialect == "sqlite":
-                rows = tx.execute(
-                    "SELECT c.path, c.ordinal, c.doc_id, c.title, c.source, c.chunk, "
-                    "c.name_terms || ' ' || c.heading_terms || ' ' || c.body_terms AS terms, "
-                    f"-bm25(kb_chunk_fts, {_SQLITE_WEIGHTS}) AS score "
-                    "FROM kb_chunk_fts JOIN kb_chunk c ON c.id = kb_chunk_fts.rowid "
-                    "WHERE kb_chunk_fts MATCH %s ORDER BY score DESC, c.doc_id LIMIT %s",
-                    (" OR ".join(f'"{w}"' for w in words), limit),
+        terms = _terms(_CHUNK)
+        shown = [_CHUNK.c.path, *(_CHUNK.c[name] for name in _CHUNK_COLUMNS), terms]
+        with self.db.transaction(single=True) as conn:
+            if dialects.is_postgres(conn):
+                # The chunk's weighted tsvector (a generated column) against the query's words.
+                query = sa.func.to_tsquery("english", " | ".join(words))
+                vector: sa.ColumnElement[Any] = sa.literal_column(
+                    f"{_CHUNK.name}.{tables.kb_chunk_search.name}"
                 )
+                score = sa.func.ts_rank_cd(vector, query, 1).label("score")
+                statement = sa.select(*shown, score).where(vector.bool_op("@@")(query))
             else:
-                rows = tx.execute(
-                    "SELECT c.path, c.ordinal, c.doc_id, c.title, c.source, c.chunk, "
-                    "c.name_terms || ' ' || c.heading_terms || ' ' || c.body_terms AS terms, "
-                    "ts_rank_cd(c.search, q, 1) AS score "
-                    "FROM kb_chunk c, to_tsquery('english', %s) q "
-                    "WHERE c.search @@ q ORDER BY score DESC, c.doc_id LIMIT %s",
-                    (" | ".join(words), limit),
+                # The FTS5 table's BM25 (smaller is better, so negated), the columns weighted.
+                score = (-sa.func.bm25(sa.literal_column(_FTS.name), *_SQLITE_WEIGHTS)).label(
+                    "score"
                 )
+                matched = sa.literal_column(_FTS.name).op("MATCH")(
+                    " OR ".join(f'"{w}"' for w in words)
+                )
+                statement = (
+                    sa.select(*shown, score)
+                    .select_from(_FTS.join(_CHUNK, _CHUNK.c.id == _FTS.c.rowid))
+                    .where(matched)
+                )
+            rows = (
+                conn.execute(statement.order_by(sa.desc("score"), _CHUNK.c.doc_id).limit(limit))
+                .mappings()
+                .all()
+            )
         return [_found(row) for row in rows]
 
     def chunks_of(self, paths: Sequence[str], *, limit: int) -> list[FoundChunk]:
         """The chunks of some files, in file then document order (score 0)."""
         if not paths:
             return []
-        marks = ", ".join("%s" for _ in paths)
-        with self.db.transaction() as tx:
-            rows = tx.execute(
-                "SELECT path, ordinal, doc_id, title, source, chunk, "
-                "name_terms || ' ' || heading_terms || ' ' || body_terms AS terms, 0.0 AS score "
-                f"FROM kb_chunk WHERE path IN ({marks}) ORDER BY path, ordinal LIMIT %s",
-                (*paths, limit),
+        shown = [_CHUNK.c.path, *(_CHUNK.c[name] for name in _CHUNK_COLUMNS), _terms(_CHUNK)]
+        with self.db.transaction(single=True) as conn:
+            rows = (
+                conn.execute(
+                    sa.select(*shown, sa.literal(0.0).label("score"))
+                    .where(_CHUNK.c.path.in_(list(paths)))
+                    .order_by(_CHUNK.c.path, _CHUNK.c.ordinal)
+                    .limit(limit)
+                )
+                .mappings()
+                .all()
             )
         return [_found(row) for row in rows]
 
     def stats(self) -> IndexStats:
         """Files, chunks and the last time a file was indexed."""
-        with self.db.transaction() as tx:
-            files = tx.execute(
-                "SELECT COUNT(*) AS n, COALESCE(SUM(chunks), 0) AS c, MAX(indexed_at) AS at "
-                "FROM kb_file"
-            )[0]
+        with self.db.transaction(single=True) as conn:
+            files = (
+                conn.execute(
+                    sa.select(
+                        sa.func.count().label("n"),
+                        sa.func.coalesce(sa.func.sum(_FILE.c.chunks), 0).label("c"),
+                        sa.func.max(_FILE.c.indexed_at).label("at"),
+                    )
+                )
+                .mappings()
+                .one()
+            )
         last = files["at"]
         return IndexStats(
             files=int(files["n"]),
@@ -256,7 +267,14 @@ class KnowledgeStore:
         )
 
 
-def _found(row: dict[str, Any]) -> FoundChunk:
+def _terms(chunk: sa.Table) -> sa.Label[str]:
+    """A chunk's terms, as one text: name, headings, body."""
+    return (chunk.c.name_terms + " " + chunk.c.heading_terms + " " + chunk.c.body_terms).label(
+        "terms"
+    )
+
+
+def _found(row: sa.RowMapping) -> FoundChunk:
     return FoundChunk(
         path=row["path"],
         ordinal=int(row["ordinal"]),

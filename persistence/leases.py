@@ -19,12 +19,13 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+import sqlalchemy as sa
 from pydantic import TypeAdapter
 
+from persistence import dialects, tables
 from persistence.audit import utcnow
 from persistence.database import Database, env_number
 
@@ -77,15 +78,17 @@ class Lease:
         return parts[1] if len(parts) > 2 else "?"
 
 
-_COLUMNS = "diagnosis_id, thread_id, holder, origin, expires_at, attempts"
-
-
+_L = tables.diagnosis_lease
+_COLUMNS = [
+    _L.c[name]
+    for name in ("diagnosis_id", "thread_id", "holder", "origin", "expires_at", "attempts")
+]
 _LEASE: TypeAdapter[Lease] = TypeAdapter(Lease)
 
 
-def _lease(row: dict[str, object]) -> Lease:
+def _lease(row: sa.RowMapping) -> Lease:
     """A ``diagnosis_lease`` row (validated: the database is outside the code)."""
-    return _LEASE.validate_python(row)
+    return _LEASE.validate_python(dict(row))
 
 
 class Leases:
@@ -116,14 +119,24 @@ class Leases:
     def take(self, diagnosis_id: str, thread_id: str) -> None:
         """Hold the lease of a diagnosis (new, or taken over from its previous holder)."""
         expires = time.time() + self.ttl
-        with self._db.transaction() as tx:
-            tx.execute(
-                f"INSERT INTO diagnosis_lease ({_COLUMNS}, acquired_at) "
-                "VALUES (%s, %s, %s, %s, %s, 0, %s) "
-                "ON CONFLICT (diagnosis_id) DO UPDATE SET thread_id = excluded.thread_id, "
-                "holder = excluded.holder, origin = excluded.origin, "
-                "expires_at = excluded.expires_at, acquired_at = excluded.acquired_at",
-                (diagnosis_id, thread_id, process_holder(), self.origin, expires, utcnow()),
+        with self._db.transaction(single=True) as conn:
+            insert = dialects.insert(conn, _L).values(
+                diagnosis_id=diagnosis_id,
+                thread_id=thread_id,
+                holder=process_holder(),
+                origin=self.origin,
+                expires_at=expires,
+                attempts=0,
+                acquired_at=utcnow(),
+            )
+            conn.execute(
+                insert.on_conflict_do_update(
+                    index_elements=["diagnosis_id"],
+                    set_={
+                        name: insert.excluded[name]
+                        for name in ("thread_id", "holder", "origin", "expires_at", "acquired_at")
+                    },
+                )
             )
         with self._lock:
             self._held.add(diagnosis_id)
@@ -131,16 +144,13 @@ class Leases:
 
     def release_thread(self, thread_id: str) -> list[str]:
         """Give back every lease this process holds on a thread's diagnoses; their ids."""
-        with self._db.transaction() as tx:
-            rows = tx.execute(
-                "SELECT diagnosis_id FROM diagnosis_lease WHERE holder = %s AND thread_id = %s",
-                (process_holder(), thread_id),
-            )
-            tx.execute(
-                "DELETE FROM diagnosis_lease WHERE holder = %s AND thread_id = %s",
-                (process_holder(), thread_id),
-            )
-        ids = [str(r["diagnosis_id"]) for r in rows]
+        with self._db.transaction(single=True) as conn:
+            rows = conn.execute(
+                sa.delete(_L)
+                .where(_L.c.holder == process_holder(), _L.c.thread_id == thread_id)
+                .returning(_L.c.diagnosis_id)
+            ).all()
+        ids = sorted(str(r.diagnosis_id) for r in rows)
         with self._lock:
             self._held.difference_update(ids)
         return ids
@@ -149,71 +159,78 @@ class Leases:
         """Undo a ``take_over``: expired again, the attempt not counted (the next sweep retries)."""
         self._let_go(
             diagnosis_id,
-            "UPDATE diagnosis_lease SET expires_at = 0, attempts = CASE WHEN attempts > 0 "
-            "THEN attempts - 1 ELSE 0 END WHERE diagnosis_id = %s AND holder = %s",
-            (diagnosis_id, process_holder()),
+            sa.update(_L)
+            .where(_L.c.diagnosis_id == diagnosis_id, _L.c.holder == process_holder())
+            .values(
+                expires_at=0,
+                attempts=sa.case((_L.c.attempts > 0, _L.c.attempts - 1), else_=0),
+            ),
         )
 
     def release(self, diagnosis_id: str) -> None:
         """Give back one lease if this process holds it."""
         self._let_go(
             diagnosis_id,
-            "DELETE FROM diagnosis_lease WHERE diagnosis_id = %s AND holder = %s",
-            (diagnosis_id, process_holder()),
+            sa.delete(_L).where(_L.c.diagnosis_id == diagnosis_id, _L.c.holder == process_holder()),
         )
 
     def forget(self, diagnosis_id: str) -> None:
         """Drop a diagnosis's lease, whoever holds it (the sweeper, once it has dealt with it)."""
-        self._let_go(
-            diagnosis_id, "DELETE FROM diagnosis_lease WHERE diagnosis_id = %s", (diagnosis_id,)
-        )
+        self._let_go(diagnosis_id, sa.delete(_L).where(_L.c.diagnosis_id == diagnosis_id))
 
-    def _let_go(self, diagnosis_id: str, sql: str, params: Sequence[object]) -> None:
+    def _let_go(self, diagnosis_id: str, statement: sa.Executable) -> None:
         """Run one statement that gives up a diagnosis's lease, then stop renewing it."""
-        with self._db.transaction() as tx:
-            tx.execute(sql, params)
+        with self._db.transaction(single=True) as conn:
+            conn.execute(statement)
         with self._lock:
             self._held.discard(diagnosis_id)
 
     def get(self, diagnosis_id: str) -> Lease | None:
         """A diagnosis's lease row, if any."""
-        with self._db.transaction() as tx:
-            rows = tx.execute(
-                f"SELECT {_COLUMNS} FROM diagnosis_lease WHERE diagnosis_id = %s", (diagnosis_id,)
+        with self._db.transaction(single=True) as conn:
+            row = (
+                conn.execute(sa.select(*_COLUMNS).where(_L.c.diagnosis_id == diagnosis_id))
+                .mappings()
+                .first()
             )
-        return _lease(rows[0]) if rows else None
+        return _lease(row) if row is not None else None
 
     def expired(self, now: float | None = None) -> list[Lease]:
         """Leases whose holder stopped renewing them, oldest expiry first."""
         moment = time.time() if now is None else now
-        with self._db.transaction() as tx:
-            rows = tx.execute(
-                f"SELECT {_COLUMNS} FROM diagnosis_lease WHERE expires_at < %s "
-                "ORDER BY expires_at, diagnosis_id",
-                (moment,),
+        with self._db.transaction(single=True) as conn:
+            rows = (
+                conn.execute(
+                    sa.select(*_COLUMNS)
+                    .where(_L.c.expires_at < moment)
+                    .order_by(_L.c.expires_at, _L.c.diagnosis_id)
+                )
+                .mappings()
+                .all()
             )
         return [_lease(r) for r in rows]
 
     def take_over(self, lease: Lease) -> bool:
         """Take an expired lease for this process (one more attempt); False if another did."""
         now = time.time()
-        with self._db.transaction() as tx:
-            rows = tx.execute(
-                "UPDATE diagnosis_lease SET holder = %s, origin = %s, expires_at = %s, "
-                "attempts = attempts + 1, acquired_at = %s "
-                "WHERE diagnosis_id = %s AND holder = %s AND expires_at < %s "
-                "RETURNING diagnosis_id",
-                (
-                    process_holder(),
-                    self.origin,
-                    now + self.ttl,
-                    utcnow(),
-                    lease.diagnosis_id,
-                    lease.holder,
-                    now,
-                ),
-            )
-        if not rows:
+        with self._db.transaction(single=True) as conn:
+            taken = conn.execute(
+                sa.update(_L)
+                .where(
+                    _L.c.diagnosis_id == lease.diagnosis_id,
+                    _L.c.holder == lease.holder,
+                    _L.c.expires_at < now,
+                )
+                .values(
+                    holder=process_holder(),
+                    origin=self.origin,
+                    expires_at=now + self.ttl,
+                    attempts=_L.c.attempts + 1,
+                    acquired_at=utcnow(),
+                )
+                .returning(_L.c.diagnosis_id)
+            ).first()
+        if taken is None:
             return False
         with self._lock:
             self._held.add(lease.diagnosis_id)
@@ -225,10 +242,11 @@ class Leases:
         with self._lock:
             if not self._held:
                 return
-        with self._db.transaction() as tx:
-            tx.execute(
-                "UPDATE diagnosis_lease SET expires_at = %s WHERE holder = %s",
-                (time.time() + self.ttl, process_holder()),
+        with self._db.transaction(single=True) as conn:
+            conn.execute(
+                sa.update(_L)
+                .where(_L.c.holder == process_holder())
+                .values(expires_at=time.time() + self.ttl)
             )
 
     def _start_heartbeat(self) -> None:

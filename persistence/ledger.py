@@ -13,9 +13,13 @@ import threading
 import zlib
 from typing import Protocol
 
+import sqlalchemy as sa
 from pydantic import TypeAdapter
+from sqlalchemy.engine import Connection
+from sqlalchemy.sql import Executable
 
-from persistence.database import Database, Transaction, load_json
+from persistence import dialects, tables
+from persistence.database import Database
 from state.records import Invocation, InvocationDraft
 
 
@@ -81,22 +85,75 @@ class InMemoryLedger:
             return [self._by_key[k].copy() for k in self._by_diagnosis.get(diagnosis_id, [])]
 
 
-_COLUMNS = (
-    "invocation_id, diagnosis_id, thread_id, round, tool_name, arguments, status, output, "
-    "retrieval_details, idempotency_key, started_at, duration_ms, error"
-)
 _ROW: TypeAdapter[Invocation] = TypeAdapter(Invocation)
 _LEDGER_LOCK = 0x5B12
 """First key of the PostgreSQL advisory lock that serialises id assignment per diagnosis."""
+_T = tables.tool_invocation
+_COLUMNS = [
+    _T.c[name]
+    for name in (
+        "invocation_id",
+        "diagnosis_id",
+        "thread_id",
+        "round",
+        "tool_name",
+        "arguments",
+        "status",
+        "output",
+        "retrieval_details",
+        "idempotency_key",
+        "started_at",
+        "duration_ms",
+        "error",
+    )
+]
+_BY_KEY = sa.select(*_COLUMNS).where(_T.c.idempotency_key == sa.bindparam("key"))
+_OF_DIAGNOSIS = (
+    sa.select(*_COLUMNS).where(_T.c.diagnosis_id == sa.bindparam("diagnosis_id")).order_by(_T.c.seq)
+)
+_DRAFT = [
+    "diagnosis_id",
+    "thread_id",
+    "round",
+    "tool_name",
+    "arguments",
+    "status",
+    "output",
+    "retrieval_details",
+    "idempotency_key",
+    "started_at",
+    "duration_ms",
+    "error",
+]
 
 
-def _row(row: dict[str, object]) -> Invocation:
+def _row(row: sa.RowMapping) -> Invocation:
     """A database row as an ``Invocation`` (validated: the database is outside the code)."""
-    decoded = {
-        key: load_json(value) if key in ("arguments", "output", "retrieval_details") else value
-        for key, value in row.items()
-    }
-    return _ROW.validate_python(decoded)
+    return _ROW.validate_python(dict(row))
+
+
+def _recording(conn: Connection) -> Executable:
+    """``INSERT ... SELECT ... ON CONFLICT DO NOTHING RETURNING``: a new row, numbered.
+
+    The row's number is the diagnosis's highest + 1 (read from the ``(diagnosis_id, seq)``
+    index); a key already recorded inserts and returns nothing.
+    """
+    values = [sa.bindparam(name, type_=_T.c[name].type) for name in _DRAFT]
+    counted = (
+        sa.select(sa.func.coalesce(sa.func.max(_T.c.seq), 0).label("n"))
+        .where(_T.c.diagnosis_id == values[0])
+        .subquery("c")
+    )
+    number = counted.c.n + 1
+    selected = sa.select(
+        values[0], sa.literal("inv-") + sa.cast(number, sa.Text), number, *values[1:]
+    ).where(sa.true())
+    return (
+        dialects.insert(conn, _T)
+        .from_select(["diagnosis_id", "invocation_id", "seq", *_DRAFT[1:]], selected)
+        .on_conflict_do_nothing(index_elements=["idempotency_key"])
+        .returning(*_COLUMNS)
+    )
 
 
 class SqlLedger:
@@ -104,66 +161,43 @@ class SqlLedger:
 
     def __init__(self, db: Database) -> None:
         self._db = db
-
-    def _find(self, tx: Transaction, idempotency_key: str) -> Invocation | None:
-        rows = tx.execute(
-            f"SELECT {_COLUMNS} FROM tool_invocation WHERE idempotency_key = %s",
-            (idempotency_key,),
-        )
-        return _row(rows[0]) if rows else None
+        self._recordings: dict[str, Executable] = {}
 
     def record(self, draft: InvocationDraft) -> Invocation:
         """Store an invocation once per idempotency key (see ``InvocationLedger.record``).
 
         One ``INSERT ... SELECT`` numbers the row (the diagnosis's highest number + 1, read from
         the ``(diagnosis_id, seq)`` index), skips it when the key is already recorded and returns
-        what it stored, so a new row costs one statement besides the lock; only a repeated key
-        reads the stored row.
+        what it stored, so a new row costs one statement (in PostgreSQL besides a per-diagnosis
+        advisory lock, as concurrent calls of one diagnosis would read the same highest number;
+        in SQLite the statement takes the write lock itself); only a repeated key reads the
+        stored row.
         """
         key = draft["idempotency_key"]
-        with self._db.transaction() as tx:
-            if tx.dialect == "postgres":
+        params = {name: draft[name] for name in _DRAFT}  # type: ignore[literal-required]
+        params["thread_id"] = draft["thread_id"] or "-"
+        postgres = self._db.dialect == "postgres"
+        with self._db.transaction(single=not postgres) as conn:
+            if postgres:
                 lock = zlib.crc32(draft["diagnosis_id"].encode("utf-8")) - 2**31
-                tx.execute("SELECT pg_advisory_xact_lock(%s::int4, %s::int4)", (_LEDGER_LOCK, lock))
-            inserted = tx.execute(
-                "INSERT INTO tool_invocation (diagnosis_id, invocation_id, seq, thread_id, round, "
-                "tool_name, arguments, status, output, retrieval_details, idempotency_key, "
-                "started_at, duration_ms, error) "
-                "SELECT %s, 'inv-' || (c.n + 1), c.n + 1, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, "
-                "%s FROM (SELECT COALESCE(MAX(seq), 0) AS n FROM tool_invocation "
-                "WHERE diagnosis_id = %s) AS c "
-                "WHERE true ON CONFLICT (idempotency_key) DO NOTHING "
-                f"RETURNING {_COLUMNS}",
-                (
-                    draft["diagnosis_id"],
-                    draft["thread_id"] or "-",
-                    draft["round"],
-                    draft["tool_name"],
-                    tx.json(draft["arguments"]),
-                    draft["status"],
-                    tx.json(draft["output"]),
-                    tx.json(draft["retrieval_details"]),
-                    key,
-                    draft["started_at"],
-                    draft["duration_ms"],
-                    draft["error"],
-                    draft["diagnosis_id"],
-                ),
-            )
-            stored = _row(inserted[0]) if inserted else self._find(tx, key)
-        assert stored is not None
-        return stored
+                dialects.advisory_xact_lock(conn, _LEDGER_LOCK, lock)
+            statement = self._recordings.get(conn.dialect.name)
+            if statement is None:
+                statement = self._recordings[conn.dialect.name] = _recording(conn)
+            inserted = conn.execute(statement, params).mappings().first()
+            if inserted is None:
+                inserted = conn.execute(_BY_KEY, {"key": key}).mappings().first()
+        assert inserted is not None
+        return _row(inserted)
 
     def find(self, idempotency_key: str) -> Invocation | None:
         """The stored row with this idempotency key, if any."""
-        with self._db.transaction(single=True) as tx:
-            return self._find(tx, idempotency_key)
+        with self._db.transaction(single=True) as conn:
+            row = conn.execute(_BY_KEY, {"key": idempotency_key}).mappings().first()
+        return _row(row) if row is not None else None
 
     def list(self, diagnosis_id: str) -> builtins.list[Invocation]:
         """Every invocation of a diagnosis in call order."""
-        with self._db.transaction(single=True) as tx:
-            rows = tx.execute(
-                f"SELECT {_COLUMNS} FROM tool_invocation WHERE diagnosis_id = %s ORDER BY seq",
-                (diagnosis_id,),
-            )
+        with self._db.transaction(single=True) as conn:
+            rows = conn.execute(_OF_DIAGNOSIS, {"diagnosis_id": diagnosis_id}).mappings().all()
         return [_row(r) for r in rows]

@@ -14,8 +14,12 @@ import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import sqlalchemy as sa
+
+from persistence import dialects
 from persistence.audit import utcnow
 from persistence.database import Database, DatabaseError
+from persistence.tables import thread_lock as _LOCK
 
 THREAD_LOCK_KEY = 0x5B13
 """First key of the PostgreSQL advisory lock of a thread (the second is the thread's hash)."""
@@ -48,17 +52,13 @@ def _busy(thread_id: str, holder: str = "") -> ThreadBusy:
 @contextmanager
 def _postgres_lock(db: Database, thread_id: str) -> Iterator[None]:
     key = zlib.crc32(thread_id.encode("utf-8")) - 2**31
-    assert db.pool is not None
-    with db.pool.connection() as conn:
-        row = conn.execute(
-            "SELECT pg_try_advisory_lock(%s::int4, %s::int4) AS ok", (THREAD_LOCK_KEY, key)
-        ).fetchone()
-        if not row or not row["ok"]:
+    with db.session() as conn:
+        if not dialects.try_advisory_lock(conn, THREAD_LOCK_KEY, key):
             raise _busy(thread_id)
         try:
             yield
         finally:
-            conn.execute("SELECT pg_advisory_unlock(%s::int4, %s::int4)", (THREAD_LOCK_KEY, key))
+            dialects.advisory_unlock(conn, THREAD_LOCK_KEY, key)
 
 
 def _pid_alive(pid: int) -> bool:
@@ -74,28 +74,32 @@ def _pid_alive(pid: int) -> bool:
 @contextmanager
 def _sqlite_lock(db: Database, thread_id: str) -> Iterator[None]:
     owner, host, pid = uuid.uuid4().hex, socket.gethostname(), os.getpid()
-    with db.transaction() as tx:
-        rows = tx.execute(
-            "SELECT owner, pid, host, acquired_at FROM thread_lock WHERE thread_id = %s",
-            (thread_id,),
+    with db.transaction() as conn:
+        held = (
+            conn.execute(
+                sa.select(_LOCK.c.owner, _LOCK.c.pid, _LOCK.c.host, _LOCK.c.acquired_at).where(
+                    _LOCK.c.thread_id == thread_id
+                )
+            )
+            .mappings()
+            .first()
         )
-        if rows:
-            held = rows[0]
+        if held is not None:
             stale = held["host"] == host and not _pid_alive(int(held["pid"]))
             if not stale:
                 raise _busy(
                     thread_id, f"pid {held['pid']} on {held['host']} since {held['acquired_at']}"
                 )
-            tx.execute("DELETE FROM thread_lock WHERE thread_id = %s", (thread_id,))
-        tx.execute(
-            "INSERT INTO thread_lock (thread_id, owner, pid, host, acquired_at) "
-            "VALUES (%s, %s, %s, %s, %s)",
-            (thread_id, owner, pid, host, utcnow()),
+            conn.execute(sa.delete(_LOCK).where(_LOCK.c.thread_id == thread_id))
+        conn.execute(
+            sa.insert(_LOCK).values(
+                thread_id=thread_id, owner=owner, pid=pid, host=host, acquired_at=utcnow()
+            )
         )
     try:
         yield
     finally:
-        with db.transaction() as tx:
-            tx.execute(
-                "DELETE FROM thread_lock WHERE thread_id = %s AND owner = %s", (thread_id, owner)
+        with db.transaction(single=True) as conn:
+            conn.execute(
+                sa.delete(_LOCK).where(_LOCK.c.thread_id == thread_id, _LOCK.c.owner == owner)
             )

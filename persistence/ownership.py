@@ -7,8 +7,10 @@ never handed to an API caller.
 
 from __future__ import annotations
 
+import sqlalchemy as sa
 from typing_extensions import TypedDict
 
+from persistence import dialects, tables
 from persistence.audit import utcnow
 from persistence.database import Database
 
@@ -20,6 +22,11 @@ class OwnedThread(TypedDict):
     created_at: str
 
 
+_OWNER = tables.thread_owner
+_SESSION = tables.diagnosis_session
+_OWNER_OF = sa.select(_OWNER.c.owner).where(_OWNER.c.thread_id == sa.bindparam("thread_id"))
+
+
 class ThreadOwners:
     """Owner rows of threads."""
 
@@ -28,9 +35,9 @@ class ThreadOwners:
 
     def owner_of(self, thread_id: str) -> str | None:
         """The identity owning a thread, or None when no API identity owns it."""
-        with self._db.transaction() as tx:
-            rows = tx.execute("SELECT owner FROM thread_owner WHERE thread_id = %s", (thread_id,))
-        return str(rows[0]["owner"]) if rows else None
+        with self._db.transaction(single=True) as conn:
+            owner = conn.execute(_OWNER_OF, {"thread_id": thread_id}).scalar()
+        return None if owner is None else str(owner)
 
     def claim(self, thread_id: str, owner: str) -> bool:
         """Make ``owner`` the owner of a new thread; True when the thread is (now) theirs.
@@ -38,33 +45,29 @@ class ThreadOwners:
         False when another identity owns the thread, or when the thread already has diagnoses
         recorded without an owner. Two concurrent claims of a new thread: exactly one wins.
         """
-        with self._db.transaction() as tx:
-            rows = tx.execute("SELECT owner FROM thread_owner WHERE thread_id = %s", (thread_id,))
-            if rows:
-                return str(rows[0]["owner"]) == owner
-            history = tx.execute(
-                "SELECT 1 AS found FROM diagnosis_session WHERE thread_id = %s LIMIT 1",
-                (thread_id,),
-            )
-            if history:
+        with self._db.transaction() as conn:
+            found = conn.execute(_OWNER_OF, {"thread_id": thread_id}).scalar()
+            if found is not None:
+                return str(found) == owner
+            history = conn.execute(
+                sa.select(sa.literal(1)).where(_SESSION.c.thread_id == thread_id).limit(1)
+            ).first()
+            if history is not None:
                 return False
-            tx.execute(
-                "INSERT INTO thread_owner (thread_id, owner, created_at) VALUES (%s, %s, %s) "
-                "ON CONFLICT (thread_id) DO NOTHING",
-                (thread_id, owner, utcnow()),
+            conn.execute(
+                dialects.insert(conn, _OWNER)
+                .values(thread_id=thread_id, owner=owner, created_at=utcnow())
+                .on_conflict_do_nothing(index_elements=["thread_id"])
             )
-            rows = tx.execute("SELECT owner FROM thread_owner WHERE thread_id = %s", (thread_id,))
-        return bool(rows) and str(rows[0]["owner"]) == owner
+            found = conn.execute(_OWNER_OF, {"thread_id": thread_id}).scalar()
+        return found is not None and str(found) == owner
 
     def threads_of(self, owner: str) -> list[OwnedThread]:
         """The threads an identity owns, oldest first."""
-        with self._db.transaction() as tx:
-            rows = tx.execute(
-                "SELECT thread_id, created_at FROM thread_owner WHERE owner = %s "
-                "ORDER BY created_at, thread_id",
-                (owner,),
-            )
-        return [
-            OwnedThread(thread_id=str(r["thread_id"]), created_at=str(r["created_at"]))
-            for r in rows
-        ]
+        with self._db.transaction(single=True) as conn:
+            rows = conn.execute(
+                sa.select(_OWNER.c.thread_id, _OWNER.c.created_at)
+                .where(_OWNER.c.owner == owner)
+                .order_by(_OWNER.c.created_at, _OWNER.c.thread_id)
+            ).all()
+        return [OwnedThread(thread_id=str(r.thread_id), created_at=str(r.created_at)) for r in rows]

@@ -1,4 +1,9 @@
-"""PostgreSQL connection pools that fail fast, with the real reason, when the database is lost.
+"""psycopg connections and pools for LangGraph's PostgreSQL checkpointers, and the health check.
+
+LangGraph's PostgreSQL savers take a psycopg connection or pool (``autocommit``,
+``prepare_threshold=0``, dict rows: ``POOL_KWARGS``); the audit tables use SQLAlchemy's pool
+(``persistence/database.py``), whose checkouts run the same health check
+(``check_connection``).
 
 A psycopg pool whose database went away (dropped, renamed, server down) keeps trying to reconnect
 in the background and lets every caller wait its whole timeout (30 s) before a bare
@@ -19,9 +24,78 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+import psycopg
+from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
-from persistence.database import DatabaseError, DatabaseTarget, connect_postgres
+from persistence.database import (
+    CONNECT_TIMEOUT_S,
+    POOL_OPEN_TIMEOUT_S,
+    DatabaseError,
+    DatabaseTarget,
+    DatabaseUnavailable,
+    connect_error,
+    pool_size,
+)
+
+POOL_KWARGS: dict[str, Any] = {"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row}
+"""Connection settings of LangGraph's pools: autocommit (the checkpointer creates indexes
+concurrently, which cannot run in a transaction), no prepared statements (poolers), dict rows."""
+
+
+def pool_options(name: str) -> dict[str, Any]:
+    """Keyword arguments of every checkpointer pool, sync or async, named ``name`` in its logs.
+
+    Raises:
+        DatabaseError: when ``SUPERBIZ_DB_POOL_SIZE`` is not a whole number.
+    """
+    return {"kwargs": POOL_KWARGS, "min_size": 1, "max_size": pool_size(), "name": name}
+
+
+def pool_error(target: DatabaseTarget) -> DatabaseError:
+    """The error for a pool whose first connection did not open in time."""
+    return DatabaseUnavailable(f"cannot open a connection pool to {target.display}")
+
+
+def connect_postgres(target: DatabaseTarget) -> psycopg.Connection[Any]:
+    """A direct connection to a PostgreSQL target, with the pools' settings (``POOL_KWARGS``).
+
+    Raises:
+        DatabaseError: with the real reason (refused, unknown database, authentication).
+    """
+    try:
+        conn: psycopg.Connection[Any] = psycopg.connect(
+            target.conninfo, connect_timeout=CONNECT_TIMEOUT_S, **POOL_KWARGS
+        )
+    except psycopg.Error as exc:
+        raise connect_error(target, exc) from exc
+    return conn
+
+
+def open_pool(target: DatabaseTarget, name: str) -> ConnectionPool[Any]:
+    """An open ``FailFastPool`` on a PostgreSQL target, its first connection made.
+
+    Raises:
+        DatabaseError: with the reason when the database cannot be reached.
+    """
+    # A direct probe gives the real reason (refused, unknown database, auth) at once.
+    connect_postgres(target).close()
+    pool: ConnectionPool[Any] = FailFastPool(
+        target.conninfo,
+        target=target,
+        check=check_connection,
+        configure=note_returned,  # a new connection counts as just checked
+        reset=note_returned,
+        open=True,
+        **pool_options(name),
+    )
+    try:
+        pool.wait(timeout=POOL_OPEN_TIMEOUT_S)
+    except PoolTimeout as exc:
+        pool.close()
+        raise pool_error(target) from exc
+    return pool
+
 
 FAST_WAIT_S = 1.0
 """How long a caller waits for a pooled connection before the database is probed."""

@@ -4,9 +4,11 @@ Every step of a run leaves a checkpoint (about 100 kB per diagnosis); only a thr
 is needed to continue its conversation or resume it. ``prune_finished`` keeps that newest
 checkpoint of every thread whose diagnoses are all finished (``done``, ``failed``, ``abandoned``;
 none ``running``, none leased) and whose last diagnosis changed more than ``keep_days`` ago, and
-deletes the others with their writes and unreferenced blobs (``checkpoint_ops.prune``,
-``keep_latest``). Audit rows (``diagnosis_session``, ``tool_invocation``) are never touched, so
-``sessions show`` and ``reverify`` work on a pruned diagnosis as before. Each thread is pruned
+deletes the others with their writes and unreferenced blobs, through the checkpointer's
+``prune(..., strategy="keep_latest")`` (LangGraph's own in PostgreSQL; SQLite's saver has none,
+``persistence/checkpoint_tables.py`` fills it in). Audit rows (``diagnosis_session``,
+``tool_invocation``) are never touched, so ``sessions show`` and ``reverify`` work on a pruned
+diagnosis as before. Each thread is pruned
 while holding its writer lock; a thread busy with a run is skipped.
 
 ``superbiz db prune --keep-days N`` runs it once; servers run it hourly when
@@ -18,10 +20,16 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
-from persistence.checkpoint_ops import Removed, prune
+import sqlalchemy as sa
+
+from persistence import tables
 from persistence.database import Database, DatabaseError, env_number
 from persistence.locks import ThreadBusy, thread_lock
+
+if TYPE_CHECKING:
+    from langgraph.checkpoint.base import BaseCheckpointSaver
 
 RETENTION_VAR = "SUPERBIZ_RETENTION_DAYS"
 
@@ -44,27 +52,40 @@ class PruneReport:
     """What a prune did."""
 
     threads: int = 0
-    removed: Removed = field(default_factory=Removed)
     busy: list[str] = field(default_factory=list)
 
 
 def prunable_threads(db: Database, *, keep_days: float, now: datetime | None = None) -> list[str]:
     """Threads whose diagnoses are all finished and older than ``keep_days``, oldest first."""
     cutoff = (now or datetime.now(UTC)) - timedelta(days=keep_days)
-    with db.transaction() as tx:
-        rows = tx.execute(
-            "SELECT s.thread_id, MAX(s.updated_at) AS last FROM diagnosis_session s "
-            "WHERE NOT EXISTS (SELECT 1 FROM diagnosis_lease l WHERE l.thread_id = s.thread_id) "
-            "GROUP BY s.thread_id "
-            "HAVING SUM(CASE WHEN s.status = 'running' THEN 1 ELSE 0 END) = 0 "
-            "AND MAX(s.updated_at) < %s ORDER BY last, s.thread_id",
-            (cutoff.isoformat(timespec="milliseconds"),),
-        )
-    return [str(r["thread_id"]) for r in rows]
+    session, lease = tables.diagnosis_session, tables.diagnosis_lease
+    last = sa.func.max(session.c.updated_at)
+    running = sa.func.sum(sa.case((session.c.status == "running", 1), else_=0))
+    with db.transaction(single=True) as conn:
+        rows = conn.execute(
+            sa.select(session.c.thread_id, last.label("last"))
+            .where(~sa.exists().where(lease.c.thread_id == session.c.thread_id))
+            .group_by(session.c.thread_id)
+            .having(sa.and_(running == 0, last < cutoff.isoformat(timespec="milliseconds")))
+            .order_by(sa.literal_column("last"), session.c.thread_id)
+        ).all()
+    return [str(r.thread_id) for r in rows]
 
 
-def prune_finished(db: Database, *, keep_days: float, now: datetime | None = None) -> PruneReport:
+def prune_finished(
+    db: Database,
+    checkpointer: BaseCheckpointSaver[str],
+    *,
+    keep_days: float,
+    now: datetime | None = None,
+) -> PruneReport:
     """Prune the checkpoints of finished threads older than ``keep_days`` (see the module).
+
+    Args:
+        db: The database of the audit tables.
+        checkpointer: The checkpointer on the same database (``Persistence.checkpointer``).
+        keep_days: How many days a finished thread keeps all its checkpoints.
+        now: The present (tests).
 
     Raises:
         DatabaseError: when the database cannot be used.
@@ -73,7 +94,7 @@ def prune_finished(db: Database, *, keep_days: float, now: datetime | None = Non
     for thread_id in prunable_threads(db, keep_days=keep_days, now=now):
         try:
             with thread_lock(db, thread_id):
-                report.removed.add(prune(db.target, [thread_id], "keep_latest"))
+                checkpointer.prune([thread_id], strategy="keep_latest")
         except ThreadBusy:
             report.busy.append(thread_id)
             continue

@@ -22,6 +22,7 @@ from persistence.store import open_persistence
 from state.context import Context
 from tests.conftest import POSTGRES_ADMIN_URL
 from tests.prometheus_kit import free_port
+from tests.sql_kit import query
 
 ROOT = Path(__file__).resolve().parents[1]
 QUESTION = "order-service 为什么报 500 错误？"
@@ -274,10 +275,11 @@ def test_api_without_keys_is_open_as_anonymous(database_url: str) -> None:
         assert body["thread_id"] in [t["thread_id"] for t in threads]
     persistence = open_persistence(database_url)
     try:
-        with persistence.db.transaction() as tx:
-            rows = tx.execute(
-                "SELECT owner FROM thread_owner WHERE thread_id = %s", (body["thread_id"],)
-            )
+        rows = query(
+            persistence.db,
+            "SELECT owner FROM thread_owner WHERE thread_id = :thread",
+            thread=body["thread_id"],
+        )
     finally:
         persistence.close()
     assert rows == [{"owner": "anonymous"}]

@@ -23,6 +23,7 @@ import apps.cli.main as cli
 from graph.builder import build_graph
 from models.factory import make_model_factory
 from state.context import Context
+from tests import legacy_schema
 from tests.test_cli import CUSTOM_ENVIRONMENT, RUN_VARIABLES
 
 QUESTION = "order-service 为什么报 500？"
@@ -366,20 +367,18 @@ def test_cli_db_upgrade_reports_the_migrations_it_applied(
     code, out, _ = run(capsys, "db", "upgrade", "--db", db)
     assert code == 0
     assert out.strip() == (
-        f"SQLite file {path}: schema version 6 (from 0); applied 0001_initial.sql, "
-        "0002_thread_owner.sql, 0003_leases_and_run_settings.sql, 0004_runbook_index.sql, "
-        "0005_alert_queue.sql, 0006_invocation_seq.sql"
+        f"SQLite file {path}: schema version 6 (from 0); applied 0001_initial, "
+        "0002_thread_owner, 0003_leases_and_run_settings, 0004_runbook_index, "
+        "0005_alert_queue, 0006_invocation_seq"
     )
     code, out, _ = run(capsys, "db", "upgrade", "--db", db)
     assert out.strip() == f"SQLite file {path}: schema version 6 (up to date, nothing applied)"
-    with sqlite3.connect(path) as conn:  # a database one version behind
-        conn.execute("DROP TABLE diagnosis_lease")
-        conn.execute("ALTER TABLE diagnosis_session DROP COLUMN run_settings")
-        conn.execute("UPDATE superbiz_schema SET version = 2")
-    code, out, _ = run(capsys, "db", "upgrade", "--db", db)
-    assert out.strip().endswith(
-        "(from 2); applied 0003_leases_and_run_settings.sql, 0004_runbook_index.sql, "
-        "0005_alert_queue.sql, 0006_invocation_seq.sql"
+    older = tmp_path / "older.sqlite"  # a database a release of schema version 2 left
+    legacy_schema.build(f"sqlite:///{older}", 2)
+    code, out, _ = run(capsys, "db", "upgrade", "--db", f"sqlite:///{older}")
+    assert out.strip() == (
+        f"SQLite file {older}: schema version 6 (from 2); applied 0003_leases_and_run_settings, "
+        "0004_runbook_index, 0005_alert_queue, 0006_invocation_seq"
     )
 
 

@@ -18,12 +18,12 @@ from models.scripted import scripted_models
 from persistence.database import (
     DatabaseError,
     SchemaTooNew,
-    latest_version,
     migrate,
     open_database,
     resolve_target,
 )
 from persistence.locks import ThreadBusy
+from persistence.migrations import latest_version
 from persistence.store import Persistence, open_persistence
 from state.context import ComposerMode, Context
 from state.graph_state import DiagnosisState
@@ -42,6 +42,7 @@ from tests.serving_kit import (
     kill_at_second_tool_call,
     resume_in_child,
 )
+from tests.sql_kit import query
 
 
 def diagnose(
@@ -296,11 +297,10 @@ def test_persistence_resume_without_interruption_is_refused(
 def test_persistence_migrations_applied_twice_are_a_no_op(database_url: str) -> None:
     db = open_database(database_url)
     try:
-        latest = latest_version(db.dialect)
+        latest = latest_version()
         assert migrate(db) == (latest, latest)
         assert migrate(db) == (latest, latest)
-        with db.transaction() as tx:
-            assert tx.execute("SELECT version FROM superbiz_schema") == [{"version": latest}]
+        assert query(db, "SELECT version FROM superbiz_schema") == [{"version": latest}]
     finally:
         db.close()
 
@@ -308,8 +308,7 @@ def test_persistence_migrations_applied_twice_are_a_no_op(database_url: str) -> 
 def test_persistence_refuses_a_database_newer_than_the_code(database_url: str) -> None:
     db = open_database(database_url)
     try:
-        with db.transaction() as tx:
-            tx.execute("UPDATE superbiz_schema SET version = %s", (latest_version(db.dialect) + 1,))
+        query(db, "UPDATE superbiz_schema SET version = :v", v=latest_version() + 1)
     finally:
         db.close()
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import psycopg
 import pytest
+import sqlalchemy as sa
 from psycopg_pool import ConnectionPool
 
 from persistence import pools
@@ -14,8 +15,8 @@ from persistence.database import open_database
 
 
 def _backend_pids(db: Any) -> set[int]:
-    with db.transaction(single=True) as tx:
-        return {int(tx.execute("SELECT pg_backend_pid() AS pid")[0]["pid"])}
+    with db.transaction(single=True) as conn:
+        return {int(conn.execute(sa.select(sa.func.pg_backend_pid())).scalar_one())}
 
 
 def test_pool_replaces_a_connection_the_server_terminated(postgres_url: str) -> None:

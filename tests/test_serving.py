@@ -17,6 +17,7 @@ from typing import Any
 
 import psycopg
 import pytest
+import sqlalchemy as sa
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import HumanMessage
 from langchain_core.runnables import RunnableConfig
@@ -33,7 +34,7 @@ from graph.failures import DiagnosisFailed
 from graph.runner import run_diagnosis
 from models.scripted import scripted_models
 from nodes.intake import diagnosis_id_for
-from persistence import checkpoint_ops
+from persistence import checkpoint_tables
 from persistence.audit import SqlAuditStore
 from persistence.checkpointers import checkpointer
 from persistence.database import Database, DatabaseError, open_database
@@ -51,6 +52,7 @@ from tests.serving_kit import (
     kill_at_second_tool_call,
     resume_in_child,
 )
+from tests.sql_kit import query
 from tools.backend import LogsOutput, LogsQuery
 
 KEYS = {"key-alice": "alice", "key-bob": "bob"}
@@ -112,18 +114,17 @@ def _diagnose(
 
 
 def _leases(store: Persistence) -> list[dict[str, Any]]:
-    with store.db.transaction() as tx:
-        return tx.execute("SELECT diagnosis_id, thread_id, holder FROM diagnosis_lease")
+    return query(store.db, "SELECT diagnosis_id, thread_id, holder FROM diagnosis_lease")
 
 
 def _leaf_checkpoints(store: Persistence, thread: str) -> int:
     """Checkpoints of a thread that no other checkpoint continues: 1 unless it forked."""
-    with store.db.transaction() as tx:
-        rows = tx.execute(
-            "SELECT checkpoint_id, parent_checkpoint_id FROM checkpoints "
-            "WHERE thread_id = %s AND checkpoint_ns = ''",
-            (thread,),
-        )
+    rows = query(
+        store.db,
+        "SELECT checkpoint_id, parent_checkpoint_id FROM checkpoints "
+        "WHERE thread_id = :thread AND checkpoint_ns = ''",
+        thread=thread,
+    )
     parents = {r["parent_checkpoint_id"] for r in rows}
     return len([r for r in rows if r["checkpoint_id"] not in parents])
 
@@ -560,30 +561,37 @@ def _tag_run(url: str, thread: str, earlier: list[Any], run_id: str) -> None:
     """Mark the checkpoints written after ``earlier`` with ``run_id`` in their metadata."""
     keep = [c.config["configurable"]["checkpoint_id"] for c in earlier]
     db = open_database(url)
+    postgres = db.dialect == "postgres"
+    checkpoints = (
+        checkpoint_tables.PG_CHECKPOINTS if postgres else checkpoint_tables.LITE_CHECKPOINTS
+    )
     try:
-        with db.transaction() as tx:
-            rows = tx.execute(
-                "SELECT checkpoint_id, metadata FROM checkpoints WHERE thread_id = %s", (thread,)
-            )
-            for row in rows:
-                if row["checkpoint_id"] in keep:
+        with db.transaction() as conn:
+            rows = conn.execute(
+                sa.select(checkpoints.c.checkpoint_id, checkpoints.c.metadata).where(
+                    checkpoints.c.thread_id == thread
+                )
+            ).all()
+            for checkpoint_id, raw in rows:
+                if checkpoint_id in keep:
                     continue
-                raw = row["metadata"]
                 metadata = json.loads(raw) if isinstance(raw, str | bytes) else dict(raw)
                 metadata["run_id"] = run_id
-                value = tx.json(metadata) if tx.dialect == "postgres" else json.dumps(metadata)
-                tx.execute(
-                    "UPDATE checkpoints SET metadata = %s WHERE thread_id = %s AND "
-                    "checkpoint_id = %s",
-                    (value, thread, row["checkpoint_id"]),
+                conn.execute(
+                    sa.update(checkpoints)
+                    .where(
+                        checkpoints.c.thread_id == thread,
+                        checkpoints.c.checkpoint_id == checkpoint_id,
+                    )
+                    .values(metadata=metadata if postgres else json.dumps(metadata).encode())
                 )
     finally:
         db.close()
 
 
 def test_serving_unknown_prune_strategy_is_refused(store: Persistence) -> None:
-    with pytest.raises(ValueError, match="unknown prune strategy 'oldest'"):
-        checkpoint_ops.prune(store.db.target, ["t"], "oldest")
+    with pytest.raises(ValueError, match="(?i)unknown prune strategy:? 'oldest'"):
+        store.checkpointer.prune(["t"], strategy="oldest")
 
 
 # --- retention --------------------------------------------------------------------------------
@@ -598,10 +606,11 @@ def test_serving_db_prune_keeps_audit_rows_and_the_newest_checkpoint(
     _interrupted(store, interrupted, Context(offline=True))
 
     def checkpoints(thread: str) -> int:
-        with store.db.transaction() as tx:
-            rows = tx.execute(
-                "SELECT COUNT(*) AS n FROM checkpoints WHERE thread_id = %s", (thread,)
-            )
+        rows = query(
+            store.db,
+            "SELECT COUNT(*) AS n FROM checkpoints WHERE thread_id = :thread",
+            thread=thread,
+        )
         return int(rows[0]["n"])
 
     before = checkpoints(finished), checkpoints(interrupted)
@@ -625,9 +634,12 @@ def test_serving_db_prune_keeps_recent_threads(store: Persistence) -> None:
     thread = f"t-{uuid.uuid4().hex[:12]}"
     _diagnose(store, thread)
 
-    report = prune_finished(store.db, keep_days=1)
+    before = query(store.db, "SELECT COUNT(*) AS n FROM checkpoints WHERE thread_id = :t", t=thread)
 
-    assert report.threads == 0 and report.removed.checkpoints == 0
+    report = prune_finished(store.db, store.checkpointer, keep_days=1)
+
+    after = query(store.db, "SELECT COUNT(*) AS n FROM checkpoints WHERE thread_id = :t", t=thread)
+    assert report.threads == 0 and before == after and int(after[0]["n"]) > 1
 
 
 # --- database lost and recreated --------------------------------------------------------------
@@ -664,8 +676,7 @@ def test_serving_server_prunes_when_retention_is_set(
 
     PeriodicSweeper(lambda: store, lambda d: None, 0).run_once()
 
-    with store.db.transaction() as tx:
-        rows = tx.execute("SELECT COUNT(*) AS n FROM checkpoints WHERE thread_id = %s", (thread,))
+    rows = query(store.db, "SELECT COUNT(*) AS n FROM checkpoints WHERE thread_id = :t", t=thread)
     assert int(rows[0]["n"]) == 1
     assert [r["status"] for r in store.audit.list(thread)] == ["done"]
 
@@ -678,13 +689,16 @@ def test_serving_an_orphan_is_resumed_once_then_failed(store: Persistence) -> No
     resumed: list[str] = []
 
     for attempts in (0, 1):  # a process that died holding it, then a resume that died too
-        with store.db.transaction() as tx:
-            tx.execute(
-                "INSERT INTO diagnosis_lease (diagnosis_id, thread_id, holder, origin, "
-                "acquired_at, expires_at, attempts) "
-                "VALUES (%s, %s, 'gone:1:x', 'api', %s, 1.0, %s)",
-                (diagnosis_id, thread, "2026-01-01T00:00:00+00:00", attempts),
-            )
+        query(
+            store.db,
+            "INSERT INTO diagnosis_lease (diagnosis_id, thread_id, holder, origin, "
+            "acquired_at, expires_at, attempts) "
+            "VALUES (:diagnosis, :thread, 'gone:1:x', 'api', :at, 1.0, :attempts)",
+            diagnosis=diagnosis_id,
+            thread=thread,
+            at="2026-01-01T00:00:00+00:00",
+            attempts=attempts,
+        )
         swept = sweep(store, resume=resumed.append)
         leases.release(diagnosis_id)
 
@@ -759,12 +773,14 @@ def test_serving_an_orphan_on_a_busy_thread_waits_for_the_next_sweep(store: Pers
     thread = f"t-{uuid.uuid4().hex[:12]}"
     diagnosis_id = _interrupted(store, thread, Context(offline=True))
     store.locks.leases.release_thread(thread)
-    with store.db.transaction() as tx:
-        tx.execute(
-            "INSERT INTO diagnosis_lease (diagnosis_id, thread_id, holder, origin, acquired_at, "
-            "expires_at, attempts) VALUES (%s, %s, 'gone:1:x', 'api', %s, 1.0, 0)",
-            (diagnosis_id, thread, "2026-01-01T00:00:00+00:00"),
-        )
+    query(
+        store.db,
+        "INSERT INTO diagnosis_lease (diagnosis_id, thread_id, holder, origin, acquired_at, "
+        "expires_at, attempts) VALUES (:diagnosis, :thread, 'gone:1:x', 'api', :at, 1.0, 0)",
+        diagnosis=diagnosis_id,
+        thread=thread,
+        at="2026-01-01T00:00:00+00:00",
+    )
 
     def resume(diagnosis: str) -> None:
         _diagnose(store, thread, None, resume=True)

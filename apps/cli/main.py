@@ -805,7 +805,8 @@ def reverify_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 def db_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """``db upgrade`` and ``db prune``."""
-    from persistence.database import DatabaseError, migrate, migrations, open_database
+    from persistence.database import DatabaseError, migrate, open_database
+    from persistence.migrations import migration_names
 
     if args.db_command == "prune":
         try:
@@ -823,7 +824,7 @@ def db_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         raise _database_problem(exc) from exc
     finally:
         db.close()
-    applied = [name for number, name, _ in migrations(target.dialect) if before < number <= after]
+    applied = [name for number, name in migration_names() if before < number <= after]
     if applied:
         out.write(
             f"{target.display}: schema version {after} (from {before}); applied "

@@ -48,16 +48,14 @@ def prune_command(args: argparse.Namespace, out: TextIO) -> int:
     except DatabaseError as exc:
         raise PruneUsageError(str(exc)) from exc
     try:
-        report = prune_finished(persistence.db, keep_days=args.keep_days)
+        report = prune_finished(persistence.db, persistence.checkpointer, keep_days=args.keep_days)
     except DatabaseError as exc:
         raise PruneUsageError(str(exc)) from exc
     finally:
         persistence.close()
-    removed = report.removed
     out.write(
         f"{persistence.db.target.display}: pruned {report.threads} thread(s) finished more than "
-        f"{args.keep_days:g} day(s) ago: {removed.checkpoints} checkpoint(s), {removed.writes} "
-        f"write(s), {removed.blobs} blob(s) deleted; audit rows kept\n"
+        f"{args.keep_days:g} day(s) ago to their newest checkpoint; audit rows kept\n"
     )
     if report.busy:
         out.write(f"skipped {len(report.busy)} thread(s) busy with a run\n")

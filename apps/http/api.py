@@ -32,6 +32,7 @@ import psycopg
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from langgraph.graph.state import CompiledStateGraph
 from psycopg_pool import PoolTimeout
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -81,7 +82,7 @@ _THREAD_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}")
 _PING_S = 15.0
 SCHEMA_CHECK_S = 5.0
 """How often (at most) a request checks the database's schema version."""
-_DB_ERRORS = (DatabaseError, psycopg.Error, PoolTimeout, sqlite3.Error)
+_DB_ERRORS = (DatabaseError, SQLAlchemyError, psycopg.Error, PoolTimeout, sqlite3.Error)
 
 
 def _one_line(exc: BaseException) -> str:
@@ -324,8 +325,8 @@ class Service:
         if self._runs is None:
             total = self.config()[1].max_runs
             if total is None:
-                pool = persistence.db.pool
-                total = max(1, (pool.max_size - 1) // 3) if pool is not None else 4
+                size = persistence.db.pool_size
+                total = max(1, (size - 1) // 3) if size is not None else 4
             self._runs = anyio.CapacityLimiter(total)
         return self._runs
 

@@ -1,0 +1,86 @@
+"""What PostgreSQL and SQLite spell differently, in one place.
+
+Everything else is plain SQLAlchemy Core, which each dialect renders. Here:
+
+- ``insert``: an ``INSERT`` with ``ON CONFLICT`` (both have it; SQLAlchemy builds it per dialect);
+- advisory locks: PostgreSQL's; in SQLite a write transaction (``BEGIN IMMEDIATE``) already
+  excludes every other writer, so they are not needed there;
+- ``merge_json_key``: one JSON object's key replaced in place, ``jsonb`` operators in
+  PostgreSQL, the JSON1 functions in SQLite.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection
+from sqlalchemy.sql.elements import ColumnElement
+
+
+def is_postgres(conn: Connection) -> bool:
+    """True on a PostgreSQL connection."""
+    return conn.dialect.name == "postgresql"
+
+
+def insert(conn: Connection, table: sa.Table) -> postgresql.Insert | sqlite.Insert:
+    """An ``INSERT`` into ``table`` that can take ``on_conflict_do_nothing`` / ``_do_update``."""
+    return postgresql.insert(table) if is_postgres(conn) else sqlite.insert(table)
+
+
+def advisory_xact_lock(conn: Connection, *keys: int) -> None:
+    """Wait for a PostgreSQL advisory lock held until the transaction ends (no-op in SQLite).
+
+    Args:
+        conn: A connection inside a transaction.
+        keys: One 64-bit key, or two 32-bit keys.
+    """
+    if is_postgres(conn):
+        conn.execute(sa.select(sa.func.pg_advisory_xact_lock(*_keys(keys))))
+
+
+def try_advisory_lock(conn: Connection, *keys: int) -> bool:
+    """Take a PostgreSQL session advisory lock if it is free; whether it was taken."""
+    return bool(conn.execute(sa.select(sa.func.pg_try_advisory_lock(*_keys(keys)))).scalar())
+
+
+def advisory_unlock(conn: Connection, *keys: int) -> None:
+    """Release a PostgreSQL session advisory lock this connection holds."""
+    conn.execute(sa.select(sa.func.pg_advisory_unlock(*_keys(keys))))
+
+
+def _keys(keys: tuple[int, ...]) -> list[ColumnElement[Any]]:
+    if len(keys) == 1:
+        return [sa.cast(sa.literal(keys[0]), sa.BigInteger)]
+    return [sa.cast(sa.literal(key), sa.Integer) for key in keys]
+
+
+def merge_json_key(
+    conn: Connection, column: sa.Column[Any], key: str, value: Any
+) -> ColumnElement[Any]:
+    """``column`` (a JSON object, or replaced by ``{}`` when it is not one) with ``key`` set.
+
+    Args:
+        conn: The connection the statement runs on (its dialect).
+        column: A ``persistence.sqltypes.Json`` column.
+        key: The key; letters, digits and ``_`` only.
+        value: Its new value (JSON data).
+
+    Raises:
+        ValueError: for a key with other characters.
+    """
+    if not key.replace("_", "").isalnum() or not key.isascii():
+        raise ValueError(f"a JSON key to merge must be letters, digits and _, got {key!r}")
+    if is_postgres(conn):
+        base = sa.case(
+            (sa.func.jsonb_typeof(column) == "object", column),
+            else_=sa.cast(sa.literal("{}"), postgresql.JSONB),
+        )
+        added = sa.func.jsonb_build_object(
+            key, sa.cast(sa.literal(value, column.type), postgresql.JSONB)
+        )
+        return base.op("||")(added)
+    base = sa.case((sa.func.json_type(column) == "object", column), else_=sa.literal("{}"))
+    text = sa.literal(value, column.type)
+    return sa.func.json_set(base, f"$.{key}", sa.func.json(text))
