@@ -14,10 +14,12 @@ import json
 import threading
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import Protocol, TypeVar
+from functools import cache
+from typing import Any, Protocol, TypeVar
 
 import sqlalchemy as sa
 from pydantic import TypeAdapter, ValidationError
+from sqlalchemy.sql import Executable
 
 from persistence import dialects, tables
 from persistence.database import Database
@@ -244,8 +246,75 @@ def _record(row: sa.RowMapping) -> DiagnosisRecord:
     return _RECORD.validate_python(dict(row))
 
 
+def _param(name: str) -> sa.BindParameter[Any]:
+    """The bound parameter ``p_<name>`` for column ``name`` (SQLAlchemy keeps column names)."""
+    return sa.bindparam(f"p_{name}", type_=_SESSION.c[name].type)
+
+
+def _params(**values: Any) -> dict[str, Any]:
+    """``_param`` names for the values of some columns."""
+    return {f"p_{name}": value for name, value in values.items()}
+
+
+_FINISH = (
+    sa.update(_SESSION)
+    .where(_SESSION.c.id == sa.bindparam("diagnosis_id"))
+    .values({name: _param(name) for name in ("status", "rounds", "verdict", "score")})
+    .values(final_answer=_param("final_answer"), updated_at=_param("updated_at"))
+)
+_MARK = (
+    sa.update(_SESSION)
+    .where(_SESSION.c.id == sa.bindparam("diagnosis_id"))
+    .values(
+        status=sa.func.coalesce(_param("status"), _SESSION.c.status),
+        note=_param("note"),
+        updated_at=_param("updated_at"),
+    )
+)
+_ABANDON = (
+    sa.update(_SESSION)
+    .where(
+        _SESSION.c.thread_id == _param("thread_id"),
+        _SESSION.c.status == "running",
+        _SESSION.c.id != sa.bindparam("keep"),
+    )
+    .values(status="abandoned", note=_param("note"), updated_at=_param("updated_at"))
+    .returning(_SESSION.c.id)
+)
+_STARTED = ("id", "thread_id", "question", "created_at", "updated_at", "run_settings")
+
+
+@cache
+def _start(dialect: str) -> Executable:
+    """``INSERT ... ON CONFLICT (id) DO NOTHING`` of a new row (built once per dialect)."""
+    return (
+        dialects.insert(dialect, _SESSION)
+        .values({name: _param(name) for name in _STARTED})
+        .values(status="running", rounds=0)
+        .on_conflict_do_nothing(index_elements=["id"])
+    )
+
+
+@cache
+def _merge_channel(dialect: str) -> Executable:
+    """One ``UPDATE`` merging a channel into ``self_evaluation`` (built once per dialect)."""
+    return (
+        sa.update(_SESSION)
+        .where(_SESSION.c.id == sa.bindparam("diagnosis_id"))
+        .values(
+            self_evaluation=dialects.merge_json_key(dialect, _SESSION.c.self_evaluation),
+            updated_at=_param("updated_at"),
+        )
+        .returning(_SESSION.c.id)
+    )
+
+
 class SqlAuditStore:
-    """``AuditStore`` on the ``diagnosis_session`` table (PostgreSQL or SQLite)."""
+    """``AuditStore`` on the ``diagnosis_session`` table (PostgreSQL or SQLite).
+
+    The statements of a diagnosis are built once, with bound parameters: SQLAlchemy then finds
+    them compiled in its cache without working out their cache key again.
+    """
 
     def __init__(self, db: Database) -> None:
         self._db = db
@@ -262,18 +331,15 @@ class SqlAuditStore:
         now = utcnow()
         with self._db.transaction(single=True) as conn:
             conn.execute(
-                dialects.insert(conn, _SESSION)
-                .values(
+                _start(conn.dialect.name),
+                _params(
                     id=diagnosis_id,
                     thread_id=thread_id,
                     question=question,
-                    status="running",
-                    rounds=0,
                     created_at=now,
                     updated_at=now,
                     run_settings=dict(settings) if settings is not None else None,
-                )
-                .on_conflict_do_nothing(index_elements=["id"])
+                ),
             )
 
     def update_channel(self, diagnosis_id: str, channel: str, value: Mapping[str, object]) -> None:
@@ -281,13 +347,11 @@ class SqlAuditStore:
 
         One statement merges the channel in place (no read, no transaction round trips).
         """
+        params = dialects.json_key_params(channel, dict(value))
         with self._db.transaction(single=True) as conn:
-            merged = dialects.merge_json_key(conn, _SESSION.c.self_evaluation, channel, dict(value))
             updated = conn.execute(
-                sa.update(_SESSION)
-                .where(_SESSION.c.id == diagnosis_id)
-                .values(self_evaluation=merged, updated_at=utcnow())
-                .returning(_SESSION.c.id)
+                _merge_channel(conn.dialect.name),
+                {**params, "diagnosis_id": diagnosis_id, **_params(updated_at=utcnow())},
             ).first()
         if updated is None:
             raise KeyError(f"unknown diagnosis {diagnosis_id!r}")
@@ -296,38 +360,40 @@ class SqlAuditStore:
         """Record the outcome of a diagnosis."""
         with self._db.transaction(single=True) as conn:
             conn.execute(
-                sa.update(_SESSION)
-                .where(_SESSION.c.id == diagnosis_id)
-                .values(
-                    status=outcome["status"],
-                    rounds=outcome["rounds"],
-                    verdict=outcome["verdict"],
-                    score=outcome["score"],
-                    final_answer=outcome["answer"],
-                    updated_at=utcnow(),
-                )
+                _FINISH,
+                {
+                    "diagnosis_id": diagnosis_id,
+                    **_params(
+                        status=outcome["status"],
+                        rounds=outcome["rounds"],
+                        verdict=outcome["verdict"],
+                        score=outcome["score"],
+                        final_answer=outcome["answer"],
+                        updated_at=utcnow(),
+                    ),
+                },
             )
 
     def mark(self, diagnosis_id: str, *, status: DiagnosisStatus | None = None, note: str) -> None:
         """Set a note (and optionally the status) on a diagnosis, e.g. resumed or abandoned."""
-        changes: dict[str, object] = {"note": note, "updated_at": utcnow()}
-        if status is not None:
-            changes["status"] = status
         with self._db.transaction(single=True) as conn:
-            conn.execute(sa.update(_SESSION).where(_SESSION.c.id == diagnosis_id).values(changes))
+            conn.execute(
+                _MARK,
+                {
+                    "diagnosis_id": diagnosis_id,
+                    **_params(status=status, note=note, updated_at=utcnow()),
+                },
+            )
 
     def abandon_running(self, thread_id: str, *, keep: str | None = None) -> builtins.list[str]:
         """Mark every ``running`` diagnosis of a thread (except ``keep``) as abandoned."""
         with self._db.transaction(single=True) as conn:
             rows = conn.execute(
-                sa.update(_SESSION)
-                .where(
-                    _SESSION.c.thread_id == thread_id,
-                    _SESSION.c.status == "running",
-                    _SESSION.c.id != (keep or ""),
-                )
-                .values(status="abandoned", note=ABANDONED_NOTE, updated_at=utcnow())
-                .returning(_SESSION.c.id)
+                _ABANDON,
+                {
+                    "keep": keep or "",
+                    **_params(thread_id=thread_id, note=ABANDONED_NOTE, updated_at=utcnow()),
+                },
             ).all()
         return sorted(str(row.id) for row in rows)
 

@@ -24,9 +24,15 @@ def is_postgres(conn: Connection) -> bool:
     return conn.dialect.name == "postgresql"
 
 
-def insert(conn: Connection, table: sa.Table) -> postgresql.Insert | sqlite.Insert:
-    """An ``INSERT`` into ``table`` that can take ``on_conflict_do_nothing`` / ``_do_update``."""
-    return postgresql.insert(table) if is_postgres(conn) else sqlite.insert(table)
+def insert(conn: Connection | str, table: sa.Table) -> postgresql.Insert | sqlite.Insert:
+    """An ``INSERT`` into ``table`` that can take ``on_conflict_do_nothing`` / ``_do_update``.
+
+    Args:
+        conn: The connection it runs on, or its dialect's name.
+        table: The table.
+    """
+    name = conn if isinstance(conn, str) else conn.dialect.name
+    return postgresql.insert(table) if name == "postgresql" else sqlite.insert(table)
 
 
 def advisory_xact_lock(conn: Connection, *keys: int) -> None:
@@ -56,31 +62,35 @@ def _keys(keys: tuple[int, ...]) -> list[ColumnElement[Any]]:
     return [sa.cast(sa.literal(key), sa.Integer) for key in keys]
 
 
-def merge_json_key(
-    conn: Connection, column: sa.Column[Any], key: str, value: Any
-) -> ColumnElement[Any]:
-    """``column`` (a JSON object, or replaced by ``{}`` when it is not one) with ``key`` set.
+def merge_json_key(dialect: str, column: sa.Column[Any]) -> ColumnElement[Any]:
+    """``column`` (a JSON object, or ``{}`` when it is not one) with one key set.
+
+    The key and its value are bound parameters (``json_key_params`` gives them).
 
     Args:
-        conn: The connection the statement runs on (its dialect).
+        dialect: The dialect's name.
         column: A ``persistence.sqltypes.Json`` column.
-        key: The key; letters, digits and ``_`` only.
-        value: Its new value (JSON data).
-
-    Raises:
-        ValueError: for a key with other characters.
     """
-    if not key.replace("_", "").isalnum() or not key.isascii():
-        raise ValueError(f"a JSON key to merge must be letters, digits and _, got {key!r}")
-    if is_postgres(conn):
+    value = sa.bindparam("json_value", type_=column.type)
+    if dialect == "postgresql":
         base = sa.case(
             (sa.func.jsonb_typeof(column) == "object", column),
             else_=sa.cast(sa.literal("{}"), postgresql.JSONB),
         )
-        added = sa.func.jsonb_build_object(
-            key, sa.cast(sa.literal(value, column.type), postgresql.JSONB)
-        )
+        key = sa.bindparam("json_key", type_=sa.Text)
+        added = sa.func.jsonb_build_object(key, sa.cast(value, postgresql.JSONB))
         return base.op("||")(added)
     base = sa.case((sa.func.json_type(column) == "object", column), else_=sa.literal("{}"))
-    text = sa.literal(value, column.type)
-    return sa.func.json_set(base, f"$.{key}", sa.func.json(text))
+    path = sa.bindparam("json_path", type_=sa.Text)
+    return sa.func.json_set(base, path, sa.func.json(value))
+
+
+def json_key_params(key: str, value: Any) -> dict[str, Any]:
+    """The bound parameters of ``merge_json_key`` for one key and its value.
+
+    Raises:
+        ValueError: for a key that is not letters, digits and ``_``.
+    """
+    if not key.replace("_", "").isalnum() or not key.isascii():
+        raise ValueError(f"a JSON key to merge must be letters, digits and _, got {key!r}")
+    return {"json_key": key, "json_path": f"$.{key}", "json_value": value}

@@ -19,8 +19,10 @@ from persistence.database import open_database
 from persistence.retention import prune_finished
 
 ROOT = Path(__file__).resolve().parents[1]
-PRODUCT = ("analysis", "apps", "evidence", "graph", "knowledge", "models", "nodes", "persistence")
-PRODUCT += ("state", "tools", "verification")
+PRODUCT = (
+    *("analysis", "apps", "evidence", "graph", "knowledge", "models", "nodes", "persistence"),
+    *("state", "tools", "verification"),
+)
 
 
 def test_the_savers_create_the_tables_the_module_expects(database_url: str) -> None:
