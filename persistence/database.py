@@ -336,12 +336,13 @@ class Database:
 
 @dataclass(eq=False)
 class _Opened:
-    """An open target: its engine, and (SQLite) the lock that lets one thread at a time use it."""
+    """An open target: its engine (for SQLite also its one connection, kept, and a lock)."""
 
     target: DatabaseTarget
     engine: Engine
     read_only: bool = False
     _lock: threading.RLock = field(default_factory=threading.RLock)
+    _held: Connection | None = None
 
     @classmethod
     def open(cls, target: DatabaseTarget, *, read_only: bool, migrate: bool) -> _Opened:
@@ -364,11 +365,10 @@ class _Opened:
             raise
         return opened
 
-    @contextmanager
-    def connect_raw(self) -> Iterator[Connection]:
-        """A connection of the engine, or ``DatabaseUnavailable`` with the driver's reason."""
+    def new_connection(self) -> Connection:
+        """A new connection of the engine, or ``DatabaseUnavailable`` with the driver's reason."""
         try:
-            conn = self.engine.connect()
+            return self.engine.connect()
         except sa.exc.DBAPIError as exc:
             raise connect_error(self.target, _reason(exc)) from exc
         except sa.exc.TimeoutError as exc:
@@ -376,36 +376,40 @@ class _Opened:
                 f"no free connection to {self.target.display} in time: {exc} "
                 f"(raise {POOL_SIZE_VAR}?)"
             ) from exc
-        with conn:
+
+    @contextmanager
+    def connect_raw(self) -> Iterator[Connection]:
+        """A pooled connection for the block (see ``new_connection``)."""
+        with self.new_connection() as conn:
             yield conn
 
     @contextmanager
     def connect(self) -> Iterator[Connection]:
-        """A connection for the block (SQLite's, while no other thread of the process uses it)."""
+        """A connection for the block: pooled (PostgreSQL), or SQLite's, held by this thread."""
         if self.target.dialect == "postgres":
             with self.connect_raw() as conn:
                 yield conn
             return
-        with self._lock, self.connect_raw() as conn:
-            yield conn
+        with self._lock:
+            if self._held is None or self._held.closed:
+                self._held = self.new_connection()
+            yield self._held
 
     @contextmanager
     def transaction(self, *, single: bool = False) -> Iterator[Connection]:
+        postgres = self.target.dialect == "postgres"
         with self.connect() as conn:
-            if single:
-                if self.target.dialect == "postgres":
-                    conn.execution_options(isolation_level="AUTOCOMMIT")
-                yield conn
-                conn.commit()
-                return
-            if self.target.dialect == "postgres":
+            if postgres and not single:
                 with conn.begin():
                     yield conn
                 return
-            # sqlite3 runs in autocommit mode (isolation_level None): the transaction is ours. An
-            # immediate one takes the write lock at once (waiting for it), so a read followed by a
-            # write never fails on a snapshot another writer changed meanwhile.
-            conn.exec_driver_sql("BEGIN" if self.read_only else "BEGIN IMMEDIATE")
+            if postgres:
+                conn.execution_options(isolation_level="AUTOCOMMIT")
+            elif not single:
+                # sqlite3 runs in autocommit mode (isolation_level None): the transaction is
+                # ours. An immediate one takes the write lock at once (waiting for it), so a
+                # read followed by a write never fails on a snapshot another writer changed.
+                conn.exec_driver_sql("BEGIN" if self.read_only else "BEGIN IMMEDIATE")
             try:
                 yield conn
             except BaseException:
@@ -464,6 +468,10 @@ class _Opened:
             return migrations.upgrade(conn, self.target.display)
 
     def close(self) -> None:
+        with self._lock:
+            held, self._held = self._held, None
+        if held is not None:
+            held.close()
         self.engine.dispose()
 
 

@@ -11,12 +11,14 @@ Everything else is plain SQLAlchemy Core, which each dialect renders. Here:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.elements import ColumnElement
+
+if TYPE_CHECKING:
+    from sqlalchemy.dialects import postgresql, sqlite
 
 
 def is_postgres(conn: Connection) -> bool:
@@ -32,7 +34,13 @@ def insert(conn: Connection | str, table: sa.Table) -> postgresql.Insert | sqlit
         table: The table.
     """
     name = conn if isinstance(conn, str) else conn.dialect.name
-    return postgresql.insert(table) if name == "postgresql" else sqlite.insert(table)
+    if name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as postgres_insert
+
+        return postgres_insert(table)
+    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+    return sqlite_insert(table)
 
 
 def advisory_xact_lock(conn: Connection, *keys: int) -> None:
@@ -73,12 +81,14 @@ def merge_json_key(dialect: str, column: sa.Column[Any]) -> ColumnElement[Any]:
     """
     value = sa.bindparam("json_value", type_=column.type)
     if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import JSONB
+
         base = sa.case(
             (sa.func.jsonb_typeof(column) == "object", column),
-            else_=sa.cast(sa.literal("{}"), postgresql.JSONB),
+            else_=sa.cast(sa.literal("{}"), JSONB),
         )
         key = sa.bindparam("json_key", type_=sa.Text)
-        added = sa.func.jsonb_build_object(key, sa.cast(value, postgresql.JSONB))
+        added = sa.func.jsonb_build_object(key, sa.cast(value, JSONB))
         return base.op("||")(added)
     base = sa.case((sa.func.json_type(column) == "object", column), else_=sa.literal("{}"))
     path = sa.bindparam("json_path", type_=sa.Text)

@@ -21,7 +21,6 @@ from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeEngine
 
@@ -35,7 +34,9 @@ class Json(sa.types.TypeDecorator[Any]):
     def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
         """``JSONB`` in PostgreSQL (``None`` stored as ``NULL``), ``TEXT`` elsewhere."""
         if dialect.name == "postgresql":
-            return dialect.type_descriptor(postgresql.JSONB(none_as_null=True))
+            from sqlalchemy.dialects.postgresql import JSONB
+
+            return dialect.type_descriptor(JSONB(none_as_null=True))
         return dialect.type_descriptor(sa.Text())
 
     def process_bind_param(self, value: Any, dialect: Dialect) -> Any:
@@ -60,7 +61,7 @@ class Timestamp(sa.types.TypeDecorator[str]):
     def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
         """``TIMESTAMPTZ`` in PostgreSQL, ``TEXT`` elsewhere."""
         if dialect.name == "postgresql":
-            return dialect.type_descriptor(postgresql.TIMESTAMP(timezone=True))
+            return dialect.type_descriptor(sa.TIMESTAMP(timezone=True))
         return dialect.type_descriptor(sa.Text())
 
     def process_result_value(self, value: Any, dialect: Dialect) -> str | None:
@@ -70,7 +71,7 @@ class Timestamp(sa.types.TypeDecorator[str]):
         return None if value is None else str(value)
 
 
-Real: TypeEngine[float] = sa.REAL().with_variant(postgresql.DOUBLE_PRECISION(), "postgresql")
+Real: TypeEngine[float] = sa.REAL().with_variant(sa.Double(), "postgresql")
 """A floating-point number: ``DOUBLE PRECISION`` in PostgreSQL, ``REAL`` in SQLite."""
 
 BigInt: TypeEngine[int] = sa.BigInteger().with_variant(sa.Integer(), "sqlite")

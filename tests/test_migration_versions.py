@@ -173,13 +173,16 @@ def test_the_tables_module_declares_the_migrated_schema(database_url: str) -> No
 def test_a_database_migrated_by_a_newer_release_is_refused(database_url: str) -> None:
     open_database(database_url).close()
     db = Database(database_url, migrate=False)
-    query(db, f"UPDATE {tables.REVISION_TABLE} SET version_num = :v", v=revision_id(LATEST + 1))
-    db.close()
-
-    with pytest.raises(SchemaTooNew, match=f"schema version {revision_id(LATEST + 1)}, newer"):
-        open_database(database_url)
-    with pytest.raises(SchemaTooNew, match="newer than this superbiz"):
-        open_database(database_url, read_only=True)
+    update = f"UPDATE {tables.REVISION_TABLE} SET version_num = :v"
+    query(db, update, v=revision_id(LATEST + 1))
+    try:
+        with pytest.raises(SchemaTooNew, match=f"schema version {revision_id(LATEST + 1)}, newer"):
+            open_database(database_url)
+        with pytest.raises(SchemaTooNew, match="newer than this superbiz"):
+            open_database(database_url, read_only=True)
+    finally:  # the PostgreSQL database serves the session's other tests
+        query(db, update, v=revision_id(LATEST))
+        db.close()
 
 
 def test_a_database_of_the_last_release_before_alembic_is_read_without_a_change(
