@@ -20,10 +20,12 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
+from functools import cache
 from typing import Literal
 
 import sqlalchemy as sa
 from pydantic import TypeAdapter
+from sqlalchemy.sql import Executable
 
 from persistence import dialects, tables
 from persistence.audit import utcnow
@@ -91,6 +93,26 @@ def _lease(row: sa.RowMapping) -> Lease:
     return _LEASE.validate_python(dict(row))
 
 
+_TAKEN = ("diagnosis_id", "thread_id", "holder", "origin", "expires_at", "acquired_at")
+_RELEASE_THREAD = (
+    sa.delete(_L)
+    .where(_L.c.holder == sa.bindparam("p_holder"), _L.c.thread_id == sa.bindparam("p_thread_id"))
+    .returning(_L.c.diagnosis_id)
+)
+
+
+@cache
+def _taking(dialect: str) -> Executable:
+    """The upsert that takes a lease (built once per dialect, run with ``p_<column>`` values)."""
+    insert = dialects.insert(dialect, _L).values(
+        {name: sa.bindparam(f"p_{name}", type_=_L.c[name].type) for name in _TAKEN}
+    )
+    return insert.values(attempts=0).on_conflict_do_update(
+        index_elements=["diagnosis_id"],
+        set_={name: insert.excluded[name] for name in _TAKEN if name != "diagnosis_id"},
+    )
+
+
 class Leases:
     """The ``diagnosis_lease`` table, as seen by one process.
 
@@ -118,26 +140,16 @@ class Leases:
 
     def take(self, diagnosis_id: str, thread_id: str) -> None:
         """Hold the lease of a diagnosis (new, or taken over from its previous holder)."""
-        expires = time.time() + self.ttl
+        values = {
+            "diagnosis_id": diagnosis_id,
+            "thread_id": thread_id,
+            "holder": process_holder(),
+            "origin": self.origin,
+            "expires_at": time.time() + self.ttl,
+            "acquired_at": utcnow(),
+        }
         with self._db.transaction(single=True) as conn:
-            insert = dialects.insert(conn, _L).values(
-                diagnosis_id=diagnosis_id,
-                thread_id=thread_id,
-                holder=process_holder(),
-                origin=self.origin,
-                expires_at=expires,
-                attempts=0,
-                acquired_at=utcnow(),
-            )
-            conn.execute(
-                insert.on_conflict_do_update(
-                    index_elements=["diagnosis_id"],
-                    set_={
-                        name: insert.excluded[name]
-                        for name in ("thread_id", "holder", "origin", "expires_at", "acquired_at")
-                    },
-                )
-            )
+            conn.execute(_taking(conn.dialect.name), {f"p_{k}": v for k, v in values.items()})
         with self._lock:
             self._held.add(diagnosis_id)
         self._start_heartbeat()
@@ -146,9 +158,7 @@ class Leases:
         """Give back every lease this process holds on a thread's diagnoses; their ids."""
         with self._db.transaction(single=True) as conn:
             rows = conn.execute(
-                sa.delete(_L)
-                .where(_L.c.holder == process_holder(), _L.c.thread_id == thread_id)
-                .returning(_L.c.diagnosis_id)
+                _RELEASE_THREAD, {"p_holder": process_holder(), "p_thread_id": thread_id}
             ).all()
         ids = sorted(str(r.diagnosis_id) for r in rows)
         with self._lock:
