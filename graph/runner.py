@@ -1,9 +1,10 @@
 """Running one diagnosis on a compiled graph: a new question or a resume.
 
-The graph holds the thread's writer lock for the run and does the audit bookkeeping of how it
-ends (``graph/guard.py``): a run that fails is recorded ``failed`` with a degraded answer
-(``graph/failures.py``); an interrupted one (Ctrl-C) stays resumable; the intake node marks a
-diagnosis of the thread that was left ``running`` by a run that died as ``abandoned``.
+A graph compiled by ``graph/compile.py`` holds the thread's writer lock for the run and does the
+audit bookkeeping of how it ends (``graph/guard.py``): a run that fails is recorded ``failed``
+with a degraded answer (``graph/failures.py``); an interrupted one (Ctrl-C) stays resumable; the
+intake node marks a diagnosis of the thread that was left ``running`` by a run that died as
+``abandoned``.
 """
 
 from __future__ import annotations
