@@ -9,11 +9,14 @@ checkpoint with ``BaseCheckpointSaver.get_tuple`` and nothing else.
 What is still to run follows from LangGraph's checkpoint format: a node is due when its trigger
 channel holds a value newer than the version the node last saw (``channel_versions`` against
 ``versions_seen``). Each node of the diagnosis graph has one trigger: ``__start__`` for the input,
-``branch:to:<node>`` for every node. A node whose writes were saved (``pending_writes``) but whose
-step's checkpoint was not is finished, as ``get_state`` reports it; the graph runs one node per
-step, so the writes saved after a checkpoint are that one node's. ``tests/test_saved_run.py``
-holds this reading against ``get_state`` at every checkpoint of real runs, so a LangGraph release
-that changes the format fails there, not in a resume.
+``branch:to:<node>`` for every node. ``tests/test_saved_run.py`` holds this reading against the
+tasks ``get_state`` prepares at every checkpoint of real runs, so a LangGraph release that changes
+the format fails there, not in a resume.
+
+A due node counts even when its writes were saved (``pending_writes``) and the checkpoint after
+its step was not (a process killed in between, which the asynchronous checkpoint writes make
+likely under load): ``get_state`` leaves such a node out of ``next``, but a resume applies its
+writes and carries on from there, so the run is not over.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
+from langgraph.checkpoint.base import BaseCheckpointSaver, Checkpoint
 from langgraph.constants import START
 
 from graph.builder import NODES
@@ -34,12 +37,6 @@ from state.graph_state import DiagnosisState
 TRIGGERS: Mapping[str, str] = {START: START, **{node: f"branch:to:{node}" for node in NODES}}
 """The channel whose update makes each node (and the input step) due."""
 
-CONTROL_CHANNELS = frozenset(("__error__", "__error_source_node__", "__interrupt__", "__resume__"))
-"""Pending writes that say what happened to a task rather than what it produced."""
-
-NULL_TASK_ID = "00000000-0000-0000-0000-000000000000"
-"""The task id of writes that are input to a step (``update_state``), not a task's output."""
-
 STATE_KEYS = DiagnosisState.__required_keys__ | DiagnosisState.__optional_keys__
 
 
@@ -49,8 +46,9 @@ class SavedRun:
 
     thread_id: str
     next: tuple[str, ...] = ()
-    """The nodes still to run (``__start__``: only the question was saved); empty when the
-    thread's last run finished, or nothing was saved."""
+    """The nodes still to run, or whose saved writes a resume still applies (``__start__``:
+    only the question was saved); empty when the thread's last run finished, or nothing was
+    saved."""
     values: DiagnosisState = field(default_factory=lambda: cast(DiagnosisState, {}))
     """The state as the checkpoint holds it (empty when nothing was saved)."""
 
@@ -87,12 +85,11 @@ def read_saved_run(
     ``checkpoint_id`` reads an earlier checkpoint instead (a run replayed from it).
     """
     found = checkpointer.get_tuple(thread_config(thread_id, checkpoint_id))
-    return SavedRun(thread_id) if found is None else saved_run_of(found, thread_id)
+    return SavedRun(thread_id) if found is None else saved_run_of(found.checkpoint, thread_id)
 
 
-def saved_run_of(found: CheckpointTuple, thread_id: str) -> SavedRun:
-    """The run a checkpoint of the diagnosis graph (with the writes saved after it) describes."""
-    checkpoint = found.checkpoint
+def saved_run_of(checkpoint: Checkpoint, thread_id: str) -> SavedRun:
+    """The run a checkpoint of the diagnosis graph describes."""
     channels = checkpoint["channel_values"]
     versions: Mapping[str, Any] = checkpoint["channel_versions"]
     seen: Mapping[str, Mapping[str, Any]] = checkpoint["versions_seen"]
@@ -101,13 +98,6 @@ def saved_run_of(found: CheckpointTuple, thread_id: str) -> SavedRun:
         for node, trigger in TRIGGERS.items()
         if trigger in channels and _newer(versions.get(trigger), seen.get(node, {}).get(trigger))
     )
-    produced = {
-        task_id
-        for task_id, channel, _ in found.pending_writes or ()
-        if task_id != NULL_TASK_ID and channel not in CONTROL_CHANNELS
-    }
-    if len(due) == 1 and produced:  # its writes are saved: it finished
-        due = ()
     values = {key: value for key, value in channels.items() if key in STATE_KEYS}
     return SavedRun(thread_id, due, cast(DiagnosisState, values))
 

@@ -399,9 +399,10 @@ def _resume_command(args: argparse.Namespace, thread: str) -> str:
 
 def _interrupted(app: Graph, thread: str, args: argparse.Namespace, err: TextIO) -> None:
     """Say whether an interrupted run can be resumed, and how."""
+    from graph.runner import saved_run
+
     try:
-        snapshot = app.get_state({"configurable": {"thread_id": thread}})
-        resumable = bool(snapshot.next)
+        resumable = bool(saved_run(app, thread).next)
     except Exception:  # the database went away with the interrupt: say it plainly
         resumable = False
     if resumable:
