@@ -66,11 +66,11 @@ from persistence.database import DatabaseError
 from persistence.locks import ThreadBusy
 from persistence.ownership import ThreadOwners
 from persistence.store import Persistence, open_persistence
-from state.context import Context, Language
+from state.context import REQUEST_SETTINGS, Context, Language, check_settings
 from state.display import has_unstorable
 from state.json_shape import json_type
 from state.records import DiagnosisRecord, DiagnosisSummary
-from state.settings import SettingsError, check_settings
+from state.settings import SettingsError
 from tools.backend import EvidenceBackend
 
 logger = logging.getLogger("superbiz.api")
@@ -180,8 +180,6 @@ def parse_chat(body: bytes, limits: Limits) -> ChatRequest:
 BODY_FIELDS = ("question", "thread_id", "language", "settings")
 IGNORED_FIELDS = ("user", "owner", "identity")
 """Identity fields a client may send; the identity is always the API key's."""
-REQUEST_SETTINGS = ("language", "composer_mode", "offline", "max_tool_calls_per_round")
-"""Run settings a request may choose (``settings``); the others are the server's."""
 
 
 def request_settings(data: dict[str, Any], problems: list[str]) -> dict[str, object]:
