@@ -26,16 +26,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal
 
-from persistence.database import env_number
+from persistence.database import setting_value
 from persistence.leases import Lease
 from persistence.locks import ThreadBusy
 from persistence.retention import retention_days
 from persistence.store import Persistence
+from state import catalog
 
 logger = logging.getLogger("superbiz.sweeper")
 
-INTERVAL_VAR = "SUPERBIZ_SWEEP_INTERVAL_S"
-DEFAULT_INTERVAL_S = 30.0
 AUTO_RESUMES = 1
 """Automatic resumes a diagnosis gets; after that an orphan is marked failed."""
 PRUNE_EVERY_S = 3600.0
@@ -136,8 +135,8 @@ def sweep_interval() -> float:
     Raises:
         DatabaseError: when ``SUPERBIZ_SWEEP_INTERVAL_S`` is not a number.
     """
-    seconds = env_number(INTERVAL_VAR, "seconds")
-    return DEFAULT_INTERVAL_S if seconds is None else max(0.0, seconds)
+    seconds: float = setting_value(catalog.SWEEP_INTERVAL_S)
+    return seconds
 
 
 class PeriodicSweeper:
