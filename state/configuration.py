@@ -37,8 +37,17 @@ class Sources:
         self, environ: Mapping[str, str] | None = None, cwd: str | Path | None = None
     ) -> None:
         self._environ = environ
-        self.cwd = Path(cwd) if cwd is not None else Path.cwd()
+        self._cwd = Path(cwd) if cwd is not None else None
         self._file: tuple[Path | None, dict[str, Any]] | None = None
+
+    @property
+    def cwd(self) -> Path:
+        """The folder the file is looked for in and relative paths are read from.
+
+        The working directory is asked for only when needed: the LangGraph server refuses
+        ``os.getcwd`` on its event loop, where the database setting is read.
+        """
+        return self._cwd if self._cwd is not None else Path.cwd()
 
     @property
     def environ(self) -> Mapping[str, str]:
@@ -104,14 +113,14 @@ class Sources:
         """
         raw = self.text(setting.variable)
         if raw is not None:
-            return Given(raw, setting.variable, "environment", True, self.cwd)
+            return Given(raw, setting.variable, "environment", True, self._cwd)
         if setting.toml_key is None:
             return None
         path, document = self.document()
         found, value = _lookup(document, setting.toml_key)
         if not found or path is None:
             return None
-        return Given(value, f"{setting.toml_key} in {path}", str(path), False, self.cwd)
+        return Given(value, f"{setting.toml_key} in {path}", str(path), False, self._cwd)
 
     def default(self, setting: Setting) -> object:
         """The value of ``setting`` when nothing sets it."""

@@ -354,3 +354,29 @@ def test_settings_catalog_a_broken_file_does_not_stop_what_reads_no_file_key(
     assert Context(language="en").language == "en"
     with pytest.raises(SettingsError, match="is not valid TOML"):
         configuration.Sources().value(evidence_config.QUERY_TIMEOUT_S)
+
+
+def test_settings_catalog_reading_a_variable_does_not_ask_for_the_working_directory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The LangGraph server refuses ``os.getcwd`` on its event loop, where settings are read."""
+    import os
+
+    from persistence.database import resolve_target
+
+    calls: list[str] = []
+    real = os.getcwd
+
+    def recorded() -> str:
+        calls.append("getcwd")
+        return real()
+
+    monkeypatch.setenv("SUPERBIZ_DATABASE_URL", "postgresql://u@127.0.0.1:5432/db")
+    monkeypatch.setattr(os, "getcwd", recorded)
+    context = Context(language="en")
+    target = resolve_target()
+    body = configuration.value(catalog.API_MAX_BODY_BYTES)
+    monkeypatch.setattr(os, "getcwd", real)
+
+    assert (context.language, target.dialect, body) == ("en", "postgres", 64 * 1024)
+    assert calls == []
