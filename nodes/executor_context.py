@@ -1,7 +1,8 @@
 """What the executor model reads each turn: the conversation, bounded in characters.
 
-The checkpointed conversation holds each tool result as a small reference (its invocation id).
-Before a model turn, ``bounded_history`` turns the references into what the model reads:
+The checkpointed conversation holds each tool result as a small reference (its invocation id,
+tool and status: ``tool_reference``, written by the ``tools`` node). Before a model turn,
+``bounded_history`` turns the references into what the model reads:
 
 - a tool result the executor has already seen (a model reply follows it) is shown **compacted**:
   its invocation id, tool, status, the raw paths of its refs and its one-line summary. The full
@@ -74,6 +75,18 @@ def raw_path_ranges(paths: Sequence[str]) -> str:
         run = (array, index, index)
     close()
     return ", ".join(parts)
+
+
+def tool_reference(invocation: Invocation) -> str:
+    """What the checkpointed tool message holds: the invocation's id, tool and status."""
+    return json.dumps(
+        {
+            "invocation_id": invocation["invocation_id"],
+            "tool_name": invocation["tool_name"],
+            "status": invocation["status"],
+        },
+        ensure_ascii=False,
+    )
 
 
 def _summary_line(invocation: Invocation) -> str:
