@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from langchain_core.messages import AIMessage, AnyMessage, ToolMessage
 
 from models.messages import content_chars, json_content
+from state.display import one_line
 from state.json_shape import at, objects
 from state.records import Invocation, JSONObject
 from tools.runner import tool_message_content
@@ -94,8 +95,7 @@ def _summary_line(invocation: Invocation) -> str:
     text = next((ref["text"] for ref in refs if ref["raw_path"] == "summary"), "")
     if not text:
         text = invocation["error"] or f"{len(refs)} refs"
-    line = " ".join(text.split())
-    return line if len(line) <= SUMMARY_CHARS else line[: SUMMARY_CHARS - 1] + "…"
+    return one_line(text, SUMMARY_CHARS)
 
 
 def compacted_content(invocation: Invocation) -> str:
