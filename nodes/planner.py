@@ -55,7 +55,8 @@ def make_planner(get_model: GetModel, services: Callable[[], list[str]]) -> Node
             **({"budget_note": stopped} if stopped else {}),
             "plan": plan,
             "tool_calls_used": 0,
-            "calls_not_run": Overwrite([]),
+            # Emptied only when it holds something: an empty channel is not written at all.
+            **({"calls_not_run": Overwrite([])} if state.get("calls_not_run") else {}),
             "executor_messages": [
                 RemoveMessage(id=REMOVE_ALL_MESSAGES),
                 HumanMessage(dumps({**task, "plan": plan})),

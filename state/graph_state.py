@@ -98,7 +98,8 @@ class DiagnosisState(TypedDict, total=False):
     calls_not_run: Annotated[list[CallNotRun], operator.add]
     """The current round's tool calls the tool budget kept from running, in the order they were
     asked for: appended by ``tools`` (calls it skipped) and ``executor`` (calls asked for in the
-    turn it was told to answer, dropped); ``planner`` overwrites it with [] each round."""
+    turn it was told to answer, dropped); ``planner`` empties it (``Overwrite``) at the start of
+    each round when it holds anything."""
 
     parse_status: ParseStatus
     """Written by ``evidence``: how the executor's final message parsed as JSON."""
