@@ -29,6 +29,8 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from state.display import one_line
+
 Dialect = Literal["postgres", "sqlite"]
 
 ENV_VAR = "SUPERBIZ_DATABASE_URL"
@@ -328,7 +330,7 @@ class Database:
             setup(opened.target)
 
     def _recover(self, opened: _Opened, exc: BaseException) -> DatabaseError:
-        reason = " ".join(str(exc).split())
+        reason = one_line(str(exc))
         try:
             self._setup_again(opened)
         except Exception as again:  # the original reason stays the message
