@@ -32,6 +32,7 @@ from persistence.locks import ThreadBusy
 from persistence.retention import retention_days
 from persistence.store import Persistence
 from state import catalog
+from state.display import one_line
 
 logger = logging.getLogger("superbiz.sweeper")
 
@@ -111,7 +112,7 @@ def _resume(persistence: Persistence, lease: Lease, reason: str, resume: Resume)
         return Swept(lease.diagnosis_id, lease.thread_id, "busy", reason)
     except Exception as exc:
         record = audit.get(lease.diagnosis_id)
-        text = " ".join(str(getattr(exc, "message", exc)).split()) or type(exc).__name__
+        text = one_line(str(getattr(exc, "message", exc))) or type(exc).__name__
         if record is not None and record["status"] == "running":
             note = f"failed: {reason}; it could not be resumed: {text}"
             audit.mark(lease.diagnosis_id, status="failed", note=note)

@@ -30,6 +30,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from state import catalog, configuration
+from state.display import one_line
 from state.settings import Setting, SettingsError
 
 Dialect = Literal["postgres", "sqlite"]
@@ -331,7 +332,7 @@ class Database:
             setup(opened.target)
 
     def _recover(self, opened: _Opened, exc: BaseException) -> DatabaseError:
-        reason = " ".join(str(exc).split())
+        reason = one_line(str(exc))
         try:
             self._setup_again(opened)
         except Exception as again:  # the original reason stays the message

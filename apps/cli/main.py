@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO, TypeVar
 from apps.cli.maintenance import PruneUsageError, add_prune_parser, prune_command
 from state import catalog, configuration
 from state.context import Context, check_environment, parse_option
+from state.display import error_line, one_line, terminal_safe
 from state.settings import SettingsError
-from verification.text import error_line, terminal_safe
 
 if TYPE_CHECKING:
     from graph.failures import DiagnosisFailed
@@ -652,7 +652,8 @@ def sessions(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             ]
             for r in records:
                 score = "" if r["score"] is None else f"{float(r['score']):.2f}"
-                question = " ".join(str(r["question"]).split())
+                # Controls shown as escapes (terminal_safe), not removed: a reader sees them.
+                question = one_line(terminal_safe(str(r["question"])), 60)
                 rows.append(
                     [
                         r["id"],
@@ -662,7 +663,7 @@ def sessions(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                         score,
                         str(r["rounds"]),
                         str(r["created_at"])[:19],
-                        question[:60],
+                        question,
                     ]
                 )
             out.write(_table([[terminal_safe(cell) for cell in row] for row in rows]) + "\n")
