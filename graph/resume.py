@@ -11,7 +11,6 @@ on the offline rules instead of the models it started with).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
@@ -19,6 +18,7 @@ from typing import Any, cast
 from graph.compile import Stores
 from graph.runner import NothingToResume
 from graph.saved_run import SavedRun, read_saved_run
+from state.catalog import models_configured as models_configured
 from state.context import ROLES, Context
 from state.records import DiagnosisRecord
 from state.run_settings import RunSettings, context_from_settings
@@ -26,11 +26,6 @@ from state.run_settings import RunSettings, context_from_settings
 
 class ResumeRefused(ValueError):
     """The resume cannot continue the diagnosis with the settings it started with."""
-
-
-def models_configured() -> bool:
-    """True when a model endpoint can be used (``OPENAI_API_KEY`` is set)."""
-    return bool(os.environ.get("OPENAI_API_KEY"))
 
 
 @dataclass(frozen=True)
