@@ -17,7 +17,6 @@ while holding its writer lock; a thread busy with a run is skipped.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
@@ -25,13 +24,12 @@ from typing import TYPE_CHECKING
 import sqlalchemy as sa
 
 from persistence import tables
-from persistence.database import Database, DatabaseError, env_number
+from persistence.database import Database, setting_value
 from persistence.locks import ThreadBusy, thread_lock
+from state import catalog
 
 if TYPE_CHECKING:
     from langgraph.checkpoint.base import BaseCheckpointSaver
-
-RETENTION_VAR = "SUPERBIZ_RETENTION_DAYS"
 
 
 def retention_days() -> float | None:
@@ -40,10 +38,7 @@ def retention_days() -> float | None:
     Raises:
         DatabaseError: when ``SUPERBIZ_RETENTION_DAYS`` is not a number of at least 0.
     """
-    days = env_number(RETENTION_VAR, "days")
-    if days is not None and days < 0:
-        raw = os.environ[RETENTION_VAR].strip()
-        raise DatabaseError(f"{RETENTION_VAR} must be at least 0, got {raw!r}")
+    days: float | None = setting_value(catalog.RETENTION_DAYS)
     return days
 
 

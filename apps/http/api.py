@@ -57,7 +57,7 @@ from apps.http.web import web_routes
 from apps.resuming import backend_for, environment_ref
 from apps.sweeper import PeriodicSweeper, sweep_interval
 from evidence.composed import backend_health, configured_backend
-from graph.builder import build_graph
+from graph.compile import compile_graph
 from graph.failures import DiagnosisFailed
 from graph.resume import ResumeRefused, models_configured, plan_resume
 from graph.runner import NothingToResume, run_diagnosis, summary_of
@@ -67,11 +67,11 @@ from persistence.database import DatabaseError
 from persistence.locks import ThreadBusy
 from persistence.ownership import ThreadOwners
 from persistence.store import Persistence, open_persistence
-from state.context import Context, Language
-from state.display import has_unstorable
+from state.context import REQUEST_SETTINGS, Context, Language, check_settings
+from state.display import error_line, has_unstorable, one_line
 from state.json_shape import json_type
 from state.records import DiagnosisRecord, DiagnosisSummary
-from state.settings import SettingsError, check_settings
+from state.settings import SettingsError
 from tools.backend import EvidenceBackend
 
 logger = logging.getLogger("superbiz.api")
@@ -85,11 +85,10 @@ SCHEMA_CHECK_S = 5.0
 _DB_ERRORS = (DatabaseError, SQLAlchemyError, psycopg.Error, PoolTimeout, sqlite3.Error)
 
 
-def _one_line(exc: BaseException) -> str:
-    message = " ".join(str(exc).split())
-    if isinstance(exc, DatabaseError) and message:
-        return message
-    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+def _reason(exc: BaseException) -> str:
+    """A database error's own message (it names the database and the fix), else the type too."""
+    message = one_line(str(exc))
+    return message if isinstance(exc, DatabaseError) and message else error_line(exc)
 
 
 def _failure(exc: BaseException, action: str) -> ApiError:
@@ -109,10 +108,10 @@ def _failure(exc: BaseException, action: str) -> ApiError:
         logger.error("API configuration error: %s", exc)
         return ApiError(500, f"the API is misconfigured: {exc}")
     if isinstance(exc, _DB_ERRORS):
-        logger.warning("database unavailable: %s", _one_line(exc))
-        return ApiError(503, f"database unavailable: {_one_line(exc)}")
+        logger.warning("database unavailable: %s", _reason(exc))
+        return ApiError(503, f"database unavailable: {_reason(exc)}")
     logger.error("%s failed", action, exc_info=exc)
-    return ApiError(500, f"{action} failed: {_one_line(exc)}")
+    return ApiError(500, f"{action} failed: {_reason(exc)}")
 
 
 class ChatRequest(NamedTuple):
@@ -181,8 +180,6 @@ def parse_chat(body: bytes, limits: Limits) -> ChatRequest:
 BODY_FIELDS = ("question", "thread_id", "language", "settings")
 IGNORED_FIELDS = ("user", "owner", "identity")
 """Identity fields a client may send; the identity is always the API key's."""
-REQUEST_SETTINGS = ("language", "composer_mode", "offline", "max_tool_calls_per_round")
-"""Run settings a request may choose (``settings``); the others are the server's."""
 
 
 def request_settings(data: dict[str, Any], problems: list[str]) -> dict[str, object]:
@@ -275,14 +272,12 @@ class Service:
             if self._persistence is None or self._graph is None:
                 persistence = open_persistence(self._database_url, origin="api")
                 try:
-                    graph = build_graph(
+                    graph = compile_graph(
+                        persistence,
+                        self.backend(),
                         get_model=self._get_model,
-                        backend=self.backend(),
-                        ledger=persistence.ledger,
-                        audit=persistence.audit,
-                        locks=persistence.locks,
                         environment=self.environment(),
-                    ).compile(checkpointer=persistence.checkpointer)
+                    )
                 except BaseException:
                     persistence.close()
                     raise
@@ -414,14 +409,12 @@ class Service:
                 f"{plan.diagnosis_id}",
             )
         if plan.environment not in ({}, self.environment()) and not self._custom_backend:
-            graph = build_graph(
+            graph = compile_graph(
+                persistence,
+                backend_for(plan.environment, database=self._database_url),
                 get_model=self._get_model,
-                backend=backend_for(plan.environment, database=self._database_url),
-                ledger=persistence.ledger,
-                audit=persistence.audit,
-                locks=persistence.locks,
                 environment=plan.environment,
-            ).compile(checkpointer=persistence.checkpointer)
+            )
         try:
             values = run_diagnosis(
                 graph,
@@ -751,7 +744,7 @@ class Api:
         except TimeoutError:
             reason = f"the database did not answer within {self.health_timeout_s:g} s"
         except _DB_ERRORS as exc:
-            reason = _one_line(exc)
+            reason = _reason(exc)
         backends = await backend_health(self.service.backend, self.health_timeout_s)
         if reason is not None:
             return JSONResponse(
@@ -864,7 +857,7 @@ def create_app(
         try:
             await anyio.to_thread.run_sync(service.open)
         except Exception as exc:  # start anyway: /healthz and each request report the database
-            logger.warning("database not available at startup: %s", _one_line(exc))
+            logger.warning("database not available at startup: %s", _reason(exc))
         sweeper = PeriodicSweeper(
             lambda: service.open()[0], partial(service.resume, None), sweep_interval()
         )
