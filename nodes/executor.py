@@ -32,8 +32,8 @@ from state.context import Context
 from state.graph_state import DiagnosisState
 from state.json_shape import obj, objects
 from state.records import Invocation
-from tools.refs import format_value
-from tools.schemas import tool_specs
+from tools.registry import tool_specs
+from tools.render import format_value
 
 DROPPED_CALLS = "dropped_tool_calls"
 """Where a reply keeps the tool calls the executor asked for after the budget was spent."""
@@ -99,7 +99,6 @@ def _skipped(message: ToolMessage) -> bool:
 def make_executor(get_model: GetModel, ledger: InvocationLedger) -> Node:
     """Build the executor node: one model turn per visit; tools run in the ``tools`` node."""
     prompt = load_prompt("executor")
-    specs = tool_specs()
 
     def executor(state: DiagnosisState, *, runtime: Runtime[Context]) -> DiagnosisState:
         ctx = context_of(runtime)
@@ -145,7 +144,8 @@ def make_executor(get_model: GetModel, ledger: InvocationLedger) -> Node:
                 "model_calls": spend.calls,
                 "route": ["executor"],
             }
-        reply = readable_tool_calls(spend.invoke(model.bind_tools(specs), history))
+        # The registered tools, read per turn: a tool registered at run time is offered too.
+        reply = readable_tool_calls(spend.invoke(model.bind_tools(tool_specs()), history))
         return {
             "executor_messages": [reply],
             "usage": spend.added,

@@ -2,8 +2,9 @@
 
 Only evidence-bearing tools appear. Each item names its calls by ``trace_ref`` (``t1``, ``t2``, ...
 in first-call order over the whole diagnosis) and keeps ``source_invocation_ids``. Output summaries
-are built from the recorded output alone, concrete facts first, rendered by ``tools.refs`` (the
-same texts the refs carry, with fields left out), and bounded per item and in total.
+are built from the recorded output alone, concrete facts first, as each tool's spec describes its
+calls (``tools.spec.Trace``: the same texts the refs carry, with fields left out), and bounded per
+item and in total.
 """
 
 from __future__ import annotations
@@ -11,17 +12,10 @@ from __future__ import annotations
 import json
 from collections.abc import Hashable, Iterable, Sequence
 
-from state.json_shape import texts
-from state.records import (
-    EVIDENCE_TOOLS,
-    KNOWLEDGE_TOOL,
-    DocumentEntry,
-    Invocation,
-    LogEntry,
-    ToolOutput,
-    TraceItem,
-)
-from tools.refs import alert_text, format_value, log_text, series_text
+from state.records import Invocation, TraceItem
+from tools.registry import is_evidence, spec_of
+from tools.render import format_value
+from tools.spec import ToolSpec
 
 TRACEABILITY_VERSION = "trace-summary.v1"
 """Version of the trace summary format, persisted beside the snapshot."""
@@ -33,8 +27,6 @@ ELLIPSIS = "…"
 _SEPARATOR = "; "
 _MIN_CLIPPED_CHARS = 24
 _SCALARS = (str, int, float, bool)
-_EMPTY: ToolOutput = {}
-_ALERT_SUMMARY_FIELDS = ("service", "severity", "state", "value", "threshold")
 
 
 def _clip(text: str, limit: int) -> str:
@@ -91,81 +83,21 @@ def _merge_key(invocation: Invocation) -> Hashable:
     return (*head, json.dumps(kept, sort_keys=True, ensure_ascii=False, default=str))
 
 
-def _output(invocation: Invocation) -> ToolOutput:
-    output = invocation["output"]
-    return output if output is not None else _EMPTY
-
-
-def _deduped_ids(invocation: Invocation) -> set[str]:
-    return set(invocation["retrieval_details"].get("deduped", []))
-
-
-def _is_deduped(document: DocumentEntry, deduped_ids: set[str]) -> bool:
-    return document.get("deduped") is True or document.get("doc_id") in deduped_ids
+def _spec(invocation: Invocation) -> ToolSpec:
+    spec = spec_of(invocation["tool_name"])
+    assert spec is not None  # only calls of registered evidence tools are summarised
+    return spec
 
 
 def _is_effective(invocation: Invocation) -> bool:
-    """Whether a call is an effective hit: ok, with entries, and not only deduped knowledge."""
-    if invocation["status"] != "ok":
-        return False
-    output = _output(invocation)
-    if invocation["tool_name"] == KNOWLEDGE_TOOL:
-        deduped_ids = _deduped_ids(invocation)
-        return any(not _is_deduped(doc, deduped_ids) for doc in output.get("documents", []))
-    return bool(output.get("logs") or output.get("alerts") or output.get("series"))
+    """Whether a call is an effective hit: ok, and a hit by its tool's rule.
 
-
-def _distinct(values: Iterable[str | None], into: list[str]) -> None:
-    for value in values:
-        if value and value not in into:
-            into.append(value)
+    By default a call that returned entries; ``lookup_knowledge``: not only documents seen before.
+    """
+    return invocation["status"] == "ok" and _spec(invocation).trace_effective(invocation)
 
 
 # --------------------------------------------------------------------------- output summaries
-
-
-def _logs_parts(output: ToolOutput) -> Iterable[str]:
-    logs = output.get("logs", [])
-    header = f"matched {len(logs)} of {output.get('total', len(logs))}"
-    yield header + (" (truncated)" if output.get("truncated") is True else "")
-    groups: dict[tuple[str | None, str | None, str | None], tuple[LogEntry, int]] = {}
-    for entry in logs:
-        key = (entry.get("level"), entry.get("service"), entry.get("message"))
-        first, count = groups.get(key, (entry, 0))
-        groups[key] = (first, count + 1)
-    # Most frequent first; the stable sort keeps first appearance among equals.
-    for first, count in sorted(groups.values(), key=lambda group: -group[1]):
-        line = log_text(first, fields=("level", "service"))
-        yield f"{line} (x{count})" if count > 1 else line
-
-
-def _metrics_parts(output: ToolOutput) -> Iterable[str]:
-    alerts, series = output.get("alerts", []), output.get("series", [])
-    if not alerts and not series:
-        yield "no alerts or series"
-        return
-    for alert in alerts:
-        line = alert_text(alert, fields=_ALERT_SUMMARY_FIELDS, summary=False)
-        yield line if alert.get("alert_name") is not None else f"alert {line}".rstrip()
-    for entry in series:
-        yield series_text(entry, fields=("min", "max", "last"))
-
-
-def _knowledge_parts(invocation: Invocation) -> Iterable[str]:
-    documents = _output(invocation).get("documents", [])
-    if not documents:
-        yield "no documents"
-        return
-    deduped_ids = _deduped_ids(invocation)
-    for document in documents:
-        words = [document.get("title") or document.get("doc_id") or ""]
-        if document.get("source"):
-            words.append(f"({document.get('source')})")
-        if document.get("relevance"):
-            words.append(f"relevance={document.get('relevance')}")
-        if _is_deduped(document, deduped_ids):
-            words.append("[deduped: already returned earlier]")
-        yield " ".join(words)
 
 
 def _output_summary(invocation: Invocation, item_chars: int) -> str:
@@ -174,13 +106,7 @@ def _output_summary(invocation: Invocation, item_chars: int) -> str:
         return _clip(f"error: {invocation['error'] or 'unknown error'}", item_chars)
     if status == "no_hit":
         return "no match"
-    tool_name = invocation["tool_name"]
-    output = _output(invocation)
-    if tool_name == "query_logs":
-        return _join(_logs_parts(output), item_chars)
-    if tool_name == "query_metrics":
-        return _join(_metrics_parts(output), item_chars)
-    return _join(_knowledge_parts(invocation), item_chars)
+    return _join(_spec(invocation).trace_parts(invocation), item_chars)
 
 
 def _status_floor(invocation: Invocation) -> str:
@@ -188,18 +114,7 @@ def _status_floor(invocation: Invocation) -> str:
     status = invocation["status"]
     if status != "ok":
         return "error" if status == "error" else "no match"
-    output = _output(invocation)
-    tool_name = invocation["tool_name"]
-    if tool_name == "query_logs":
-        logs = len(output.get("logs", []))
-        return f"matched {logs} of {output.get('total', logs)}"
-    if tool_name == "query_metrics":
-        return f"{len(output.get('alerts', []))} alerts, {len(output.get('series', []))} series"
-    documents = output.get("documents", [])
-    deduped_ids = _deduped_ids(invocation)
-    deduped = sum(1 for doc in documents if _is_deduped(doc, deduped_ids))
-    size = f"{len(documents)} documents"
-    return f"{size} ({deduped} deduped)" if deduped else size
+    return _spec(invocation).trace_floor(invocation)
 
 
 # --------------------------------------------------------------------------- building
@@ -238,21 +153,17 @@ class _Item:
             output_summary=output_summary,
             source_invocation_ids=[call["invocation_id"] for call in self.calls],
         )
-        if first["tool_name"] == KNOWLEDGE_TOOL:
-            queries: list[str] = []
-            layers: list[str] = []
-            relevance: list[str] = []
-            source_docs: list[str] = []
-            for call in self.calls:
-                _distinct(texts([call["arguments"].get("query")]), queries)
-                details = call["retrieval_details"]
-                _distinct(details.get("layers", []), layers)
-                _distinct(details.get("relevance", []), relevance)
-                _distinct(details.get("source_docs", []), source_docs)
-            item["query_samples"] = [_clip(query, item_chars) for query in queries]
-            item["retrieval_layers"] = layers
-            item["relevance_levels"] = relevance
-            item["source_docs"] = source_docs
+        extras = _spec(first).trace.extras
+        if extras is not None:
+            added = extras(self.calls, lambda text: _clip(text, item_chars))
+            if "query_samples" in added:
+                item["query_samples"] = added["query_samples"]
+            if "retrieval_layers" in added:
+                item["retrieval_layers"] = added["retrieval_layers"]
+            if "relevance_levels" in added:
+                item["relevance_levels"] = added["relevance_levels"]
+            if "source_docs" in added:
+                item["source_docs"] = added["source_docs"]
         if len(self.calls) > 1:
             item["repeat_count"] = len(self.calls)
             item["failed_count"] = sum(1 for call in self.calls if call["status"] == "error")
@@ -316,7 +227,7 @@ def build_trace_summary(
     groups: dict[Hashable, _Item] = {}
     order: list[_Item] = []
     for invocation in invocations:
-        if invocation["tool_name"] not in EVIDENCE_TOOLS:
+        if not is_evidence(invocation["tool_name"]):
             continue
         key = _merge_key(invocation)
         group = groups.get(key)
