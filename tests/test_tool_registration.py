@@ -218,6 +218,16 @@ def test_tool_registration_runner_caps_fields_and_reports_no_hit(deploys_registe
     assert invalid["error"].startswith("invalid arguments for query_deploys: limit: ")
 
 
+def test_tool_registration_a_backend_without_the_tool_gives_an_error_row(
+    deploys_registered: None,
+) -> None:
+    row = _run(ToolRunner(SampleBackend(environment()), InMemoryLedger()), {})
+
+    assert (row["status"], row["output"]) == ("error", None)
+    assert row["error"] == "NotServed: the evidence backend does not serve query_deploys"
+    assert row["retrieval_details"] == {"evidence_refs": []}
+
+
 def test_tool_registration_ends_with_its_block() -> None:
     with registered(DEPLOYS):
         assert spec_of("query_deploys") is DEPLOYS

@@ -9,13 +9,12 @@ named by the query are handed to a backend that follows them (``follows_runbook_
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import cast
 
 from pydantic import Field
 from typing_extensions import TypedDict
 
 from state.json_shape import texts
-from state.records import DocumentEntry, Invocation, JSONObject, RetrievalDetails
+from state.records import DocumentEntry, Invocation, JSONObject, RetrievalDetails, TraceItem
 from tools import query_metrics
 from tools.render import format_value, with_message
 from tools.schemas import ToolArgs
@@ -27,7 +26,6 @@ from tools.spec import (
     ModelArguments,
     ToolSpec,
     Trace,
-    TraceExtras,
 )
 
 NAME = "lookup_knowledge"
@@ -53,7 +51,8 @@ class KnowledgeResult(TypedDict, total=False):
 
 def result(output: Mapping[str, object] | None) -> KnowledgeResult:
     """The recorded output of a ``lookup_knowledge`` invocation (its shape was validated)."""
-    return cast(KnowledgeResult, output if output is not None else {})
+    # A view, not a copy: no call on the hot paths of the trace summary and Gatekeeper.
+    return output if output is not None else {}  # type: ignore[return-value]
 
 
 def document_text(entry: DocumentEntry) -> str:
@@ -157,7 +156,8 @@ def _distinct(values: Iterable[str | None], into: list[str]) -> None:
             into.append(value)
 
 
-def _extras(calls: Sequence[Invocation], clip: Callable[[str], str]) -> TraceExtras:
+def _extras(item: TraceItem, calls: Sequence[Invocation], clip: Callable[[str], str]) -> None:
+    """The queries, retrieval layers, relevance levels and source documents of all calls."""
     queries: list[str] = []
     layers: list[str] = []
     relevance: list[str] = []
@@ -168,12 +168,10 @@ def _extras(calls: Sequence[Invocation], clip: Callable[[str], str]) -> TraceExt
         _distinct(details.get("layers", []), layers)
         _distinct(details.get("relevance", []), relevance)
         _distinct(details.get("source_docs", []), source_docs)
-    return TraceExtras(
-        query_samples=[clip(query) for query in queries],
-        retrieval_layers=layers,
-        relevance_levels=relevance,
-        source_docs=source_docs,
-    )
+    item["query_samples"] = [clip(query) for query in queries]
+    item["retrieval_layers"] = layers
+    item["relevance_levels"] = relevance
+    item["source_docs"] = source_docs
 
 
 SPEC = ToolSpec(

@@ -135,7 +135,7 @@ def grounding_text(invocation: Invocation, raw_path: str) -> str:
     """
     text = ref_text(invocation["retrieval_details"].get("evidence_refs", []), raw_path)
     spec = spec_of(invocation["tool_name"])
-    if spec is None:
+    if spec is None or not spec.grounds_apart:
         return text
     found = spec.locate(invocation["output"], raw_path)
     if found is None or found[0].grounding is None:

@@ -36,10 +36,9 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 import jsonschema
 from pydantic import BaseModel, TypeAdapter, ValidationError
-from typing_extensions import TypedDict
 
 from state.json_shape import objects
-from state.records import Invocation, InvocationStatus, JSONObject, RetrievalDetails
+from state.records import Invocation, InvocationStatus, JSONObject, RetrievalDetails, TraceItem
 
 Role = Literal["incident", "guidance", "helper"]
 """``incident``: evidence about the incident; ``guidance``: citable, never incident evidence
@@ -265,15 +264,6 @@ class Counts:
     window: bool = False
 
 
-class TraceExtras(TypedDict, total=False):
-    """Fields a tool adds to the trace items of its calls (``state.records.TraceItem``)."""
-
-    query_samples: list[str]
-    retrieval_layers: list[str]
-    relevance_levels: list[str]
-    source_docs: list[str]
-
-
 @dataclass(frozen=True, kw_only=True)
 class Trace:
     """How the Verifier's trace summary describes a tool's calls; None: the default rule.
@@ -283,13 +273,14 @@ class Trace:
             the trace summary). Default: each entry's ref text, array by array.
         floor: The shortest summary of an ok call, its size. Default: ``<n> <array>, ...``.
         effective: Whether an ok call is an effective hit. Default: it returned entries.
-        extras: Fields added to an item from all its calls, given the clip of one value.
+        extras: Adds fields to an item being built (``TraceItem``'s optional ones) from all its
+            calls, given the clip of one value.
     """
 
     parts: Callable[[Invocation], Iterable[str]] | None = None
     floor: Callable[[Invocation], str] | None = None
     effective: Callable[[Invocation], bool] | None = None
-    extras: Callable[[Sequence[Invocation], Callable[[str], str]], TraceExtras] | None = None
+    extras: Callable[[TraceItem, Sequence[Invocation], Callable[[str], str]], None] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -330,6 +321,12 @@ class NotServed(Exception):
 def entries_of(output: Mapping[str, object] | None, array: str) -> list[dict[str, Any]]:
     """The entries (JSON objects) of one output array; other items and absent arrays: none."""
     return objects(output.get(array)) if output is not None else []
+
+
+def count_entries(output: Mapping[str, object] | None, array: str) -> int:
+    """How many items one output array holds (0 when it is absent or no array); no copy."""
+    listed = output.get(array) if output is not None else None
+    return len(listed) if isinstance(listed, list) else 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -383,12 +380,21 @@ class ToolSpec:
         if len(set(names)) != len(names) or "summary" in names:
             raise ValueError(f"tool {self.name}: entry arrays must be unique and not 'summary'")
 
-    @property
+    @cached_property
     def evidence(self) -> bool:
         """Whether its results are citable (incident evidence or guidance)."""
         return self.role != "helper"
 
-    @property
+    @cached_property
+    def grounds_apart(self) -> bool:
+        """Whether an entry array has a grounding text of its own (not its ref text)."""
+
+        def any_grounding(arrays: tuple[EntryArray, ...]) -> bool:
+            return any(a.grounding is not None or any_grounding(a.within) for a in arrays)
+
+        return any_grounding(self.arrays)
+
+    @cached_property
     def guidance(self) -> bool:
         """Whether its refs are guidance only, never evidence about the incident."""
         return self.role == "guidance"
@@ -443,7 +449,10 @@ class ToolSpec:
             return self.status(output)
         if not self.evidence:
             return "ok"
-        return "ok" if any(entries_of(output, a.name) for a in self.arrays) else "no_hit"
+        for array in self.arrays:
+            if count_entries(output, array.name):
+                return "ok"
+        return "no_hit"
 
     def locate(
         self, output: Mapping[str, object] | None, raw_path: str
@@ -457,13 +466,15 @@ class ToolSpec:
         current: Mapping[str, object] | None = output
         found: tuple[EntryArray, dict[str, Any]] | None = None
         for step in raw_path.split("."):
-            match = _PATH_STEP.fullmatch(step)
-            array = next((a for a in arrays if match and a.name == match["array"]), None)
-            if match is None or array is None or current is None:
+            name, bracket, rest = step.partition("[")
+            digits = rest[:-1]
+            well_formed = bracket and rest.endswith("]") and digits.isascii() and digits.isdigit()
+            if not well_formed or current is None:
                 return None
-            listed = current.get(array.name)
-            index = int(match["index"])
-            if not isinstance(listed, list) or index >= len(listed):
+            array = next((a for a in arrays if a.name == name), None)
+            listed = current.get(name) if array is not None else None
+            index = int(digits)
+            if array is None or not isinstance(listed, list) or index >= len(listed):
                 return None
             entry = listed[index]
             if not isinstance(entry, dict):
@@ -486,13 +497,13 @@ class ToolSpec:
             arrays = found.within
         return found.source_type if found is not None else None
 
-    def trace_parts(self, invocation: Invocation) -> Iterable[str]:
-        """The output summary parts of an ok call (see ``Trace.parts``)."""
-        if self.trace.parts is not None:
-            return self.trace.parts(invocation)
-        return self._default_parts(invocation["output"])
+    @cached_property
+    def trace_parts(self) -> Callable[[Invocation], Iterable[str]]:
+        """The output summary parts of an ok call (``Trace.parts``, else each entry's text)."""
+        return self.trace.parts or self._default_parts
 
-    def _default_parts(self, output: JSONObject | None) -> Iterable[str]:
+    def _default_parts(self, invocation: Invocation) -> Iterable[str]:
+        output = invocation["output"]
         shown = False
         for array in self.arrays:
             for entry in entries_of(output, array.name):
@@ -501,15 +512,31 @@ class ToolSpec:
         if not shown:
             yield "no " + " or ".join(array.name for array in self.arrays)
 
-    def trace_floor(self, invocation: Invocation) -> str:
-        """The shortest summary of an ok call (see ``Trace.floor``)."""
-        if self.trace.floor is not None:
-            return self.trace.floor(invocation)
-        output = invocation["output"]
-        return ", ".join(f"{len(entries_of(output, a.name))} {a.name}" for a in self.arrays)
+    @cached_property
+    def trace_floor(self) -> Callable[[Invocation], str]:
+        """The shortest summary of an ok call (``Trace.floor``, else ``<n> <array>, ...``)."""
+        return self.trace.floor or self._default_floor
 
-    def trace_effective(self, invocation: Invocation) -> bool:
-        """Whether an ok call is an effective hit (see ``Trace.effective``)."""
-        if self.trace.effective is not None:
-            return self.trace.effective(invocation)
-        return any(entries_of(invocation["output"], a.name) for a in self.arrays)
+    def _default_floor(self, invocation: Invocation) -> str:
+        output = invocation["output"] or {}
+        counts = [(output.get(name), name) for name in self._array_names]
+        return ", ".join([f"{len(n) if isinstance(n, list) else 0} {name}" for n, name in counts])
+
+    @cached_property
+    def trace_effective(self) -> Callable[[Invocation], bool]:
+        """Whether an ok call is an effective hit (``Trace.effective``, else it has entries)."""
+        return self.trace.effective or self._has_entries
+
+    @cached_property
+    def _array_names(self) -> tuple[str, ...]:
+        return tuple(array.name for array in self.arrays)
+
+    def _has_entries(self, invocation: Invocation) -> bool:
+        output = invocation["output"]
+        if output is None:
+            return False
+        for name in self._array_names:
+            listed = output.get(name)
+            if isinstance(listed, list) and listed:
+                return True
+        return False

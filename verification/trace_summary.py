@@ -13,7 +13,7 @@ import json
 from collections.abc import Hashable, Iterable, Sequence
 
 from state.records import Invocation, TraceItem
-from tools.registry import is_evidence, spec_of
+from tools.registry import spec_of
 from tools.render import format_value
 from tools.spec import ToolSpec
 
@@ -83,56 +83,52 @@ def _merge_key(invocation: Invocation) -> Hashable:
     return (*head, json.dumps(kept, sort_keys=True, ensure_ascii=False, default=str))
 
 
-def _spec(invocation: Invocation) -> ToolSpec:
-    spec = spec_of(invocation["tool_name"])
-    assert spec is not None  # only calls of registered evidence tools are summarised
-    return spec
-
-
-def _is_effective(invocation: Invocation) -> bool:
+def _is_effective(spec: ToolSpec, invocation: Invocation) -> bool:
     """Whether a call is an effective hit: ok, and a hit by its tool's rule.
 
-    By default a call that returned entries; ``lookup_knowledge``: not only documents seen before.
+    By default a call that returned entries; a tool may say otherwise (``lookup_knowledge``: not
+    only documents returned before).
     """
-    return invocation["status"] == "ok" and _spec(invocation).trace_effective(invocation)
+    return invocation["status"] == "ok" and spec.trace_effective(invocation)
 
 
 # --------------------------------------------------------------------------- output summaries
 
 
-def _output_summary(invocation: Invocation, item_chars: int) -> str:
+def _output_summary(spec: ToolSpec, invocation: Invocation, item_chars: int) -> str:
     status = invocation["status"]
     if status == "error":
         return _clip(f"error: {invocation['error'] or 'unknown error'}", item_chars)
     if status == "no_hit":
         return "no match"
-    return _join(_spec(invocation).trace_parts(invocation), item_chars)
+    return _join(spec.trace_parts(invocation), item_chars)
 
 
-def _status_floor(invocation: Invocation) -> str:
+def _status_floor(spec: ToolSpec, invocation: Invocation) -> str:
     """The shortest summary an item is cut down to: its status and, when ok, its size."""
     status = invocation["status"]
     if status != "ok":
         return "error" if status == "error" else "no match"
-    return _spec(invocation).trace_floor(invocation)
+    return spec.trace_floor(invocation)
 
 
 # --------------------------------------------------------------------------- building
 
 
 class _Item:
-    """One trace item while it is being built."""
+    """One trace item while it is being built (its calls are of one tool, ``spec``)."""
 
-    __slots__ = ("calls", "first_hit", "index")
+    __slots__ = ("calls", "first_hit", "index", "spec")
 
-    def __init__(self, index: int, first: Invocation) -> None:
+    def __init__(self, index: int, spec: ToolSpec, first: Invocation) -> None:
         self.index = index
+        self.spec = spec
         self.calls: list[Invocation] = [first]
-        self.first_hit: Invocation | None = first if _is_effective(first) else None
+        self.first_hit: Invocation | None = first if _is_effective(spec, first) else None
 
     def add(self, invocation: Invocation) -> None:
         self.calls.append(invocation)
-        if self.first_hit is None and _is_effective(invocation):
+        if self.first_hit is None and _is_effective(self.spec, invocation):
             self.first_hit = invocation
 
     def representative(self) -> Invocation:
@@ -153,17 +149,9 @@ class _Item:
             output_summary=output_summary,
             source_invocation_ids=[call["invocation_id"] for call in self.calls],
         )
-        extras = _spec(first).trace.extras
+        extras = self.spec.trace.extras
         if extras is not None:
-            added = extras(self.calls, lambda text: _clip(text, item_chars))
-            if "query_samples" in added:
-                item["query_samples"] = added["query_samples"]
-            if "retrieval_layers" in added:
-                item["retrieval_layers"] = added["retrieval_layers"]
-            if "relevance_levels" in added:
-                item["relevance_levels"] = added["relevance_levels"]
-            if "source_docs" in added:
-                item["source_docs"] = added["source_docs"]
+            extras(item, self.calls, lambda text: _clip(text, item_chars))
         if len(self.calls) > 1:
             item["repeat_count"] = len(self.calls)
             item["failed_count"] = sum(1 for call in self.calls if call["status"] == "error")
@@ -171,26 +159,28 @@ class _Item:
         return item
 
 
-def _bounded_summaries(shown: list[Invocation], item_chars: int, total_chars: int) -> list[str]:
+def _bounded_summaries(
+    shown: list[tuple[ToolSpec, Invocation]], item_chars: int, total_chars: int
+) -> list[str]:
     """Output summaries within ``total_chars`` overall, later items shortened first.
 
     Item ``i`` may use what the earlier items left after reserving the status floor of every
     later item; once one item had to be shortened, every later item gets its floor, so full
     summaries are only built while they can still be shown.
     """
-    floors = [_status_floor(invocation) for invocation in shown]
+    floors = [_status_floor(spec, invocation) for spec, invocation in shown]
     reserved = [0] * (len(shown) + 1)
     for index in range(len(shown) - 1, -1, -1):
         reserved[index] = reserved[index + 1] + len(floors[index])
     summaries: list[str] = []
     used = 0
     exhausted = False
-    for index, invocation in enumerate(shown):
+    for index, (spec, invocation) in enumerate(shown):
         floor = floors[index]
         if exhausted:
             summary = floor
         else:
-            full = _output_summary(invocation, item_chars)
+            full = _output_summary(spec, invocation, item_chars)
             allowed = total_chars - used - reserved[index + 1]
             if len(full) <= allowed:
                 summary = full
@@ -226,18 +216,21 @@ def build_trace_summary(
     item_chars = max(item_chars, 1)
     groups: dict[Hashable, _Item] = {}
     order: list[_Item] = []
+    specs: dict[str, ToolSpec | None] = {}
     for invocation in invocations:
-        if not is_evidence(invocation["tool_name"]):
+        name = invocation["tool_name"]
+        spec = specs[name] if name in specs else specs.setdefault(name, spec_of(name))
+        if spec is None or not spec.evidence:
             continue
         key = _merge_key(invocation)
         group = groups.get(key)
         if group is None:
-            group = groups[key] = _Item(len(order) + 1, invocation)
+            group = groups[key] = _Item(len(order) + 1, spec, invocation)
             order.append(group)
         else:
             group.add(invocation)
     summaries = _bounded_summaries(
-        [group.representative() for group in order], item_chars, max(total_chars, 0)
+        [(group.spec, group.representative()) for group in order], item_chars, max(total_chars, 0)
     )
     return [
         group.render(item_chars, summary) for group, summary in zip(order, summaries, strict=True)
