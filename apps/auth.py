@@ -13,17 +13,20 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import math
-import os
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any
+
+from state import catalog
+from state.configuration import Sources
+from state.settings import Setting, SettingsError, typed_default
 
 ANONYMOUS = "anonymous"
-KEYS_ENV = "SUPERBIZ_API_KEYS"
-KEYS_FILE_ENV = "SUPERBIZ_API_KEYS_FILE"
+KEYS_ENV = catalog.API_KEYS.variable
+KEYS_FILE_ENV = catalog.API_KEYS_FILE.variable
 
 
 class ConfigError(ValueError):
@@ -87,12 +90,12 @@ class ApiKeys:
             ConfigError: for a malformed entry, an unreadable file or a file without keys (a
                 configured but empty file never silently opens access).
         """
-        env = os.environ if environ is None else environ
+        sources = Sources(environ)
         keys = cls()
-        for entry in env.get(KEYS_ENV, "").split(","):
+        for entry in (sources.text(KEYS_ENV) or "").split(","):
             if entry.strip():
                 keys._add_pair(entry, KEYS_ENV)
-        path = env.get(KEYS_FILE_ENV, "").strip()
+        path = read(catalog.API_KEYS_FILE, sources)
         if path:
             try:
                 text = Path(path).expanduser().read_text(encoding="utf-8")
@@ -142,45 +145,16 @@ def authenticate(keys: ApiKeys, headers: Mapping[str, str], client: str) -> Call
     return Caller(identity, f"key:{_digest(key)[:24]}")
 
 
-Number = TypeVar("Number", int, float)
-
-
-def env_number(
-    environ: Mapping[str, str],
-    name: str,
-    default: Number,
-    minimum: Number,
-    *,
-    parse: Callable[[str], Number],
-    kind: str,
-) -> Number:
-    """A number of at least ``minimum`` from the variable ``name`` (``default`` when unset).
-
-    Args:
-        environ: The environment.
-        name: The variable.
-        default: The value when the variable is unset or blank.
-        minimum: The least value allowed.
-        parse: Reads the text; raises ``ValueError`` for one that is not of the ``kind``.
-        kind: What the value must be, for the message (``"a whole number"``).
+def read(setting: Setting, sources: Sources | None = None) -> Any:
+    """The checked value of one of the API's settings (``state/catalog.py``).
 
     Raises:
-        ConfigError: naming the variable, for a value that does not parse or is too small.
+        ConfigError: naming the variable, for a value its rule does not allow.
     """
-    raw = environ.get(name, "").strip()
-    if not raw:
-        return default
     try:
-        value = parse(raw)
-    except ValueError as exc:
-        raise ConfigError(f"{name} must be {kind}, got {raw!r}") from exc
-    if value < minimum:
-        raise ConfigError(f"{name} must be at least {minimum:g}, got {raw}")
-    return value
-
-
-def _env_int(environ: Mapping[str, str], name: str, default: int, minimum: int) -> int:
-    return env_number(environ, name, default, minimum, parse=int, kind="a whole number")
+        return (sources or Sources()).value(setting)
+    except SettingsError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 @dataclass(frozen=True)
@@ -197,10 +171,10 @@ class Limits:
             None derives it from the database pool size.
     """
 
-    max_question_chars: int = 4000
-    max_body_bytes: int = 64 * 1024
-    rate_per_minute: int = 60
-    rate_burst: int = 60
+    max_question_chars: int = typed_default(catalog.API_MAX_QUESTION_CHARS, int)
+    max_body_bytes: int = typed_default(catalog.API_MAX_BODY_BYTES, int)
+    rate_per_minute: int = typed_default(catalog.API_RATE_PER_MIN, int)
+    rate_burst: int = typed_default(catalog.API_RATE_PER_MIN, int)
     max_runs: int | None = None
 
     @classmethod
@@ -210,17 +184,17 @@ class Limits:
         Raises:
             ConfigError: for a value that is not a whole number or is out of range.
         """
-        env = os.environ if environ is None else environ
-        rate = _env_int(env, "SUPERBIZ_API_RATE_PER_MIN", cls.rate_per_minute, 0)
-        runs_raw = env.get("SUPERBIZ_API_MAX_RUNS", "").strip()
+        sources = Sources(environ)
+        rate: int = read(catalog.API_RATE_PER_MIN, sources)
+        question: int = read(catalog.API_MAX_QUESTION_CHARS, sources)
+        body: int = read(catalog.API_MAX_BODY_BYTES, sources)
+        burst: int | None = read(catalog.API_RATE_BURST, sources)
         return cls(
-            max_question_chars=_env_int(
-                env, "SUPERBIZ_API_MAX_QUESTION_CHARS", cls.max_question_chars, 1
-            ),
-            max_body_bytes=_env_int(env, "SUPERBIZ_API_MAX_BODY_BYTES", cls.max_body_bytes, 1024),
+            max_question_chars=question,
+            max_body_bytes=body,
             rate_per_minute=rate,
-            rate_burst=_env_int(env, "SUPERBIZ_API_RATE_BURST", max(rate, 1), 1),
-            max_runs=_env_int(env, "SUPERBIZ_API_MAX_RUNS", 1, 1) if runs_raw else None,
+            rate_burst=burst if burst is not None else max(rate, 1),
+            max_runs=read(catalog.API_MAX_RUNS, sources),
         )
 
 

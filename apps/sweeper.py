@@ -26,16 +26,16 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal
 
-from persistence.database import env_number
+from persistence.database import setting_value
 from persistence.leases import Lease
 from persistence.locks import ThreadBusy
 from persistence.retention import retention_days
 from persistence.store import Persistence
+from state import catalog
+from state.display import one_line
 
 logger = logging.getLogger("superbiz.sweeper")
 
-INTERVAL_VAR = "SUPERBIZ_SWEEP_INTERVAL_S"
-DEFAULT_INTERVAL_S = 30.0
 AUTO_RESUMES = 1
 """Automatic resumes a diagnosis gets; after that an orphan is marked failed."""
 PRUNE_EVERY_S = 3600.0
@@ -112,7 +112,7 @@ def _resume(persistence: Persistence, lease: Lease, reason: str, resume: Resume)
         return Swept(lease.diagnosis_id, lease.thread_id, "busy", reason)
     except Exception as exc:
         record = audit.get(lease.diagnosis_id)
-        text = " ".join(str(getattr(exc, "message", exc)).split()) or type(exc).__name__
+        text = one_line(str(getattr(exc, "message", exc))) or type(exc).__name__
         if record is not None and record["status"] == "running":
             note = f"failed: {reason}; it could not be resumed: {text}"
             audit.mark(lease.diagnosis_id, status="failed", note=note)
@@ -136,8 +136,8 @@ def sweep_interval() -> float:
     Raises:
         DatabaseError: when ``SUPERBIZ_SWEEP_INTERVAL_S`` is not a number.
     """
-    seconds = env_number(INTERVAL_VAR, "seconds")
-    return DEFAULT_INTERVAL_S if seconds is None else max(0.0, seconds)
+    seconds: float = setting_value(catalog.SWEEP_INTERVAL_S)
+    return seconds
 
 
 class PeriodicSweeper:

@@ -15,7 +15,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from evidence.config import BackendSettings
-from evidence.http import BackendClient, BackendRequestError, failed_report, one_line
+from evidence.http import SERVER_TEXT_CHARS, BackendClient, BackendRequestError, failed_report
+from state.display import one_line
 from state.json_shape import at, obj, objects, text
 from state.records import AlertEntry
 from tools.backend import BackendError, BackendReport, api_time
@@ -26,12 +27,12 @@ def alertmanager_error(status: int, body: bytes) -> str | None:
     try:
         data = json.loads(body)
     except ValueError:
-        return one_line(body.decode("utf-8", errors="replace")) or None
+        return one_line(body.decode("utf-8", errors="replace"), SERVER_TEXT_CHARS) or None
     if isinstance(data, str):
-        return one_line(data) or None
+        return one_line(data, SERVER_TEXT_CHARS) or None
     if at(data, "message"):
-        return one_line(str(at(data, "message")))
-    return one_line(json.dumps(data)) or None
+        return one_line(str(at(data, "message")), SERVER_TEXT_CHARS)
+    return one_line(json.dumps(data), SERVER_TEXT_CHARS) or None
 
 
 class AlertmanagerAlerts:

@@ -1,16 +1,18 @@
-"""Backend configuration: environment variables and an optional TOML file, checked once.
+"""The evidence sources' settings: one declaration each, read through ``state.configuration``.
 
 Every setting has a variable (``SUPERBIZ_PROMETHEUS_URL``) and the same key in the TOML file
 (``url`` in the ``[prometheus]`` table; top-level settings such as ``query_timeout_s`` at the top).
 The file is ``SUPERBIZ_CONFIG`` when set, else ``superbiz.toml`` in the working directory when it
-exists; a variable wins over the file. Values are validated here by pydantic into plain frozen
-records (``Settings``, ``BackendSettings``); nothing behind this module reads the environment.
+exists; a variable wins over the file. Values are checked here into plain frozen records
+(``Settings``, ``BackendSettings``); nothing behind this module reads the configuration.
 
-Each backend has the same connection keys: ``url``, ``token`` (bearer), ``user`` / ``password``
-(basic), ``headers`` (a JSON object, or a TOML table), ``ca_file`` / ``insecure`` (TLS), plus keys
-of its own (``BACKEND_SPECS``). A backend is configured when its ``url`` is set. Secrets (token,
-password, header values) never appear in a message, a ``repr`` or ``describe``: errors name the
-variable or key, never a secret's value.
+A backend is declared by one ``Backend`` line: its name, what it serves and the keys of its own
+(``Key``: a check, a default, a description). Each backend also takes the same connection keys
+(``CONNECTION``): ``url``, ``token`` (bearer), ``user`` / ``password`` (basic), ``headers`` (a
+JSON object, or a TOML table), ``ca_file`` / ``insecure`` (TLS). Its ``Setting`` declarations
+(variable, file key, secret or not) follow from those. A backend is configured when its ``url``
+is set. Secrets (token, password, header values) never appear in a message, a ``repr`` or
+``describe``: errors name the variable or key, never a secret's value.
 
 Two sources are no HTTP backends: local log files (``SUPERBIZ_LOG_FILES``, ``service=glob`` pairs
 separated by ``;``) and runbook folders (``SUPERBIZ_RUNBOOKS``, folders separated by ``;``). At most
@@ -21,26 +23,30 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
-import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-
 from state import json_shape
-from state.settings import FALSE_WORDS, TRUE_WORDS
+from state.configuration import CONFIG_VARIABLE, DEFAULT_FILE, Sources
+from state.settings import (
+    FALSE_WORDS,
+    MASK,
+    TRUE_WORDS,
+    Check,
+    Given,
+    Setting,
+    SettingsError,
+    Text,
+)
 
 PREFIX = "SUPERBIZ_"
-CONFIG_VARIABLE = "SUPERBIZ_CONFIG"
-DEFAULT_FILE = "superbiz.toml"
 DEFAULT_SERVICE_LABELS: tuple[str, ...] = ("service", "job", "app")
 DEFAULT_QUERY_TIMEOUT_S = 20.0
-MASK = "****"
 DEFAULT_OPENSEARCH_INDEX = "logs-*"
 DEFAULT_OPENSEARCH_FIELDS: dict[str, str] = {
     "timestamp": "@timestamp",
@@ -51,8 +57,6 @@ DEFAULT_OPENSEARCH_FIELDS: dict[str, str] = {
 }
 """The document field of each role, unless ``SUPERBIZ_OPENSEARCH_FIELDS`` names another."""
 
-CONNECTION_KEYS = ("url", "token", "user", "password", "headers", "ca_file", "insecure")
-SECRET_KEYS = frozenset({"token", "password"})
 _LABEL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -76,7 +80,7 @@ class BackendSettings:
     ca_file: str | None = None
     insecure: bool = False
     options: Mapping[str, Any] = field(default_factory=dict)
-    """The backend's own keys (``BACKEND_SPECS``), validated, defaults filled."""
+    """The backend's own keys (``Backend.keys``), validated, defaults filled."""
 
     def variable(self, key: str) -> str:
         """The environment variable of one of this backend's keys."""
@@ -86,6 +90,10 @@ class BackendSettings:
         """Every secret value of this backend (for redaction), longest first."""
         values = [self.token, self.password, *self.headers.values()]
         return sorted({v for v in values if v}, key=len, reverse=True)
+
+    def value(self, key: str) -> object:
+        """The checked value of one of its keys (a connection key or one of its own)."""
+        return getattr(self, key) if key in CONNECTION_KEYS else self.options.get(key)
 
 
 @dataclass(frozen=True)
@@ -119,7 +127,7 @@ class Settings:
         """The configured log source (``loki``, ``opensearch``, ``log_files``), or None."""
         if self.log_files:
             return "log_files"
-        return next((name for name in LOG_SOURCES if name in self.backends), None)
+        return next((name for name in log_sources() if name in self.backends), None)
 
     def secrets(self) -> list[str]:
         """Every secret value of every backend, longest first."""
@@ -127,7 +135,69 @@ class Settings:
         return sorted(found, key=len, reverse=True)
 
 
-# --------------------------------------------------------------------------- specs
+# --------------------------------------------------------------------------- value checks
+
+
+def _integer(value: object) -> int | None:
+    """A whole number given as a TOML integer or as text (a bool or a float is none)."""
+    given = json_shape.scalar_text(value)
+    return int(given) if given is not None and given.lstrip("-").isdigit() else None
+
+
+def _json_object(value: object) -> dict[str, Any]:
+    if isinstance(value, str):
+        value = json_shape.loads(
+            value,
+            lambda exc: ValueError(f"must be a JSON object (invalid JSON at character {exc.pos})"),
+        )
+    if not isinstance(value, dict):
+        raise ValueError('must be a JSON object, e.g. {"X-Scope-OrgID": "team-a"}')
+    return value
+
+
+def _boolean(value: object) -> bool:
+    """A flag given as a TOML boolean (its text is true or false) or as text."""
+    text = str(value).strip().lower()
+    if text in TRUE_WORDS:
+        return True
+    if text in ("", *FALSE_WORDS):
+        return False
+    raise ValueError("must be " + "/".join(TRUE_WORDS) + " or " + "/".join(FALSE_WORDS))
+
+
+def _url(value: object) -> str:
+    text = json_shape.text(value)
+    if text is None:
+        raise ValueError("must be a URL, e.g. http://127.0.0.1:9090")
+    try:
+        parts = urlsplit(text)
+        parts.port  # noqa: B018 - raises on a bad port
+    except ValueError:
+        raise ValueError("is not a valid URL; expected e.g. http://127.0.0.1:9090") from None
+    if parts.password is not None:
+        raise ValueError("must not carry a password; put the credentials in _USER and _PASSWORD")
+    if parts.scheme not in {"http", "https"} or not parts.hostname:
+        raise ValueError("must be an http:// or https:// URL with a host")
+    return text.rstrip("/")
+
+
+def _string(value: object) -> str | None:
+    """A text, stripped (None when blank)."""
+    if not isinstance(value, str):
+        raise ValueError("must be a string")
+    return value.strip() or None
+
+
+def _headers(value: object) -> dict[str, str]:
+    data = _json_object(value)
+    headers: dict[str, str] = {}
+    for name, item in data.items():
+        if not re.fullmatch(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+", str(name)):
+            raise ValueError(f"has an invalid header name {name!r}")
+        if not isinstance(item, str):
+            raise ValueError(f"header {name!r} must have a string value")
+        headers[str(name)] = item
+    return headers
 
 
 def _positive_int(low: int, high: int) -> Callable[[object], int]:
@@ -181,319 +251,94 @@ def _as_json(value: object) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
+def masked_headers(headers: Mapping[str, str]) -> str:
+    """Header names with their values masked, as JSON."""
+    return json.dumps({name: MASK for name in headers}, ensure_ascii=False)
+
+
+Reveal = Literal["value", "url", "nothing"]
+
+
 @dataclass(frozen=True)
-class OptionSpec:
-    """One backend-specific key: its check, its default and what it means."""
+class KeyCheck(Check):
+    """A backend key's rule and its message, never with a secret's value.
 
-    check: Callable[[object], Any]
-    default: Any
-    help: str
-    secret: bool = False
-    show: Callable[[Any], str] = str
-    """How ``describe`` shows the checked value."""
-
-
-BACKEND_SPECS: dict[str, dict[str, OptionSpec]] = {
-    "prometheus": {
-        "max_series": OptionSpec(
-            _positive_int(1, 100), 20, "series returned per query at most (1-100)"
-        ),
-        "standard_queries": OptionSpec(
-            _string_map,
-            None,
-            "JSON object name -> PromQL template ($label, $service) queried for a service",
-            show=_as_json,
-        ),
-    },
-    "alertmanager": {},
-    "loki": {
-        "tenant": OptionSpec(
-            _tenant, None, "tenant sent as X-Scope-OrgID (a multi-tenant Loki, Grafana Cloud)"
-        ),
-    },
-    "opensearch": {
-        "index": OptionSpec(
-            _index_pattern, DEFAULT_OPENSEARCH_INDEX, "index pattern searched (default logs-*)"
-        ),
-        "fields": OptionSpec(
-            _log_fields,
-            dict(DEFAULT_OPENSEARCH_FIELDS),
-            "JSON object naming the document fields: timestamp, level, service, instance, "
-            "message (defaults @timestamp, level, service, host, message)",
-            show=_as_json,
-        ),
-    },
-}
-"""The backends this version knows, with their own keys besides ``CONNECTION_KEYS``."""
-
-LOG_SOURCES = ("loki", "opensearch", "log_files")
-"""The log sources; at most one may be configured."""
-
-TOP_LEVEL_HELP = {
-    "config": "TOML file with these settings (default ./superbiz.toml when it exists)",
-    "query_timeout_s": "seconds one backend request may take (default 20)",
-    "service_label": "labels naming a service, tried in order (default service,job,app)",
-    "log_files": "local log files: service=glob pairs separated by ; "
-    "(e.g. postgres=/var/log/postgresql/*.log;api=/srv/api/*.jsonl)",
-    "runbooks": "folders of Markdown runbooks and postmortems, separated by ;",
-}
-CONNECTION_HELP = {
-    "url": "base URL of the API",
-    "token": "bearer token",
-    "user": "basic-auth user",
-    "password": "basic-auth password",
-    "headers": 'extra request headers, a JSON object, e.g. {"X-Scope-OrgID": "team-a"}',
-    "ca_file": "CA bundle (PEM) to verify the server's certificate",
-    "insecure": "1 to skip TLS certificate verification",
-}
-
-
-def variable_name(backend: str | None, key: str) -> str:
-    """``SUPERBIZ_<BACKEND>_<KEY>`` (or ``SUPERBIZ_<KEY>`` for a top-level setting)."""
-    middle = f"{backend.upper()}_" if backend else ""
-    return f"{PREFIX}{middle}{key.upper()}"
-
-
-def known_variables() -> list[str]:
-    """Every variable this module reads, in documentation order."""
-    names = [variable_name(None, key) for key in TOP_LEVEL_HELP]
-    for backend, options in BACKEND_SPECS.items():
-        names += [variable_name(backend, key) for key in (*CONNECTION_KEYS, *options)]
-    return names
-
-
-# --------------------------------------------------------------------------- value checks
-
-
-def _integer(value: object) -> int | None:
-    """A whole number given as a TOML integer or as text (a bool or a float is none)."""
-    given = json_shape.scalar_text(value)
-    return int(given) if given is not None and given.lstrip("-").isdigit() else None
-
-
-def _json_object(value: object) -> dict[str, Any]:
-    if isinstance(value, str):
-        value = json_shape.loads(
-            value,
-            lambda exc: ValueError(f"must be a JSON object (invalid JSON at character {exc.pos})"),
-        )
-    if not isinstance(value, dict):
-        raise ValueError('must be a JSON object, e.g. {"X-Scope-OrgID": "team-a"}')
-    return value
-
-
-def _boolean(value: object) -> bool:
-    """A flag given as a TOML boolean (its text is true or false) or as text."""
-    text = str(value).strip().lower()
-    if text in TRUE_WORDS:
-        return True
-    if text in ("", *FALSE_WORDS):
-        return False
-    raise ValueError("must be " + "/".join(TRUE_WORDS) + " or " + "/".join(FALSE_WORDS))
-
-
-_TYPE_ERRORS = {"string_type": "must be a string"}
-"""How a type error pydantic found in a connection key reads (the key's own checks say more)."""
-
-
-class _Connection(BaseModel):
-    """The connection keys of any backend, checked where they enter."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    url: str
-    token: str | None = None
-    user: str | None = None
-    password: str | None = None
-    headers: dict[str, str] = Field(default_factory=dict)
-    ca_file: str | None = None
-    insecure: bool = False
-
-    @field_validator("url", mode="before")
-    @classmethod
-    def _url(cls, value: object) -> str:
-        text = json_shape.text(value)
-        if text is None:
-            raise ValueError("must be a URL, e.g. http://127.0.0.1:9090")
-        try:
-            parts = urlsplit(text)
-            parts.port  # noqa: B018 - raises on a bad port
-        except ValueError:
-            raise ValueError("is not a valid URL; expected e.g. http://127.0.0.1:9090") from None
-        if parts.password is not None:
-            raise ValueError(
-                "must not carry a password; put the credentials in _USER and _PASSWORD"
-            )
-        if parts.scheme not in {"http", "https"} or not parts.hostname:
-            raise ValueError("must be an http:// or https:// URL with a host")
-        return text.rstrip("/")
-
-    @field_validator("token", "user", "password", "ca_file")
-    @classmethod
-    def _text(cls, value: str | None) -> str | None:
-        return value.strip() or None if value is not None else None
-
-    @field_validator("headers", mode="before")
-    @classmethod
-    def _headers(cls, value: object) -> dict[str, str]:
-        data = _json_object(value)
-        headers: dict[str, str] = {}
-        for name, item in data.items():
-            if not re.fullmatch(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+", str(name)):
-                raise ValueError(f"has an invalid header name {name!r}")
-            if not isinstance(item, str):
-                raise ValueError(f"header {name!r} must have a string value")
-            headers[str(name)] = item
-        return headers
-
-    @field_validator("insecure", mode="before")
-    @classmethod
-    def _insecure(cls, value: object) -> bool:
-        return _boolean(value)
-
-
-# --------------------------------------------------------------------------- loading
-
-
-def _read_file(path: Path) -> dict[str, Any]:
-    try:
-        with path.open("rb") as handle:
-            return tomllib.load(handle)
-    except OSError as exc:
-        raise ConfigError(f"cannot read the configuration file {path}: {exc.strerror}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path} is not valid TOML: {exc}") from None
-
-
-def _config_path(environ: Mapping[str, str], cwd: Path) -> Path | None:
-    named = environ.get(CONFIG_VARIABLE, "").strip()
-    if named:
-        path = Path(named).expanduser()
-        path = path if path.is_absolute() else cwd / path
-        if not path.is_file():
-            raise ConfigError(
-                f"{CONFIG_VARIABLE}={named}: no such file; create it or unset {CONFIG_VARIABLE}"
-            )
-        return path
-    default = cwd / DEFAULT_FILE
-    return default if default.is_file() else None
-
-
-class _Origin:
-    """Where one setting came from, for messages: the variable, or the key in the file."""
-
-    def __init__(self, path: Path | None) -> None:
-        self.path = path
-
-    def name(self, backend: str | None, key: str, from_env: bool) -> str:
-        if from_env or self.path is None:
-            return variable_name(backend, key)
-        dotted = f"{backend}.{key}" if backend else key
-        return f"{dotted} in {self.path}"
-
-
-def load_settings(
-    environ: Mapping[str, str] | None = None, cwd: str | Path | None = None
-) -> Settings:
-    """Read and check the configuration.
-
-    Args:
-        environ: The variables (default ``os.environ``).
-        cwd: Where ``superbiz.toml`` is looked for (default the working directory).
-
-    Returns:
-        The effective settings; with nothing set, no backend is configured.
-
-    Raises:
-        ConfigError: For a setting that cannot work, naming it, the value (never a secret's)
-            and the fix.
+    ``rule`` returns the value or raises ``ValueError("must be ...")``; the message is
+    ``<variable or key>=<value> <problem>``.
     """
-    env = dict(os.environ if environ is None else environ)
-    base = Path(cwd) if cwd is not None else Path.cwd()
-    path = _config_path(env, base)
-    document = _read_file(path) if path is not None else {}
-    origin = _Origin(path)
-    origins: dict[str, str] = {}
-    if path is not None:
-        origins[CONFIG_VARIABLE] = (
-            "environment" if env.get(CONFIG_VARIABLE, "").strip() else "working directory"
-        )
-    _refuse_unknown(env, document, path)
 
-    def pick(backend: str | None, key: str, table: Mapping[str, Any]) -> tuple[Any, bool]:
-        variable = variable_name(backend, key)
-        value = env.get(variable)
-        if value is not None and value.strip() != "":
-            origins[variable] = "environment"
-            return value, True
-        if key in table:
-            origins[variable] = str(path)
-            return table[key], False
-        return None, False
+    rule: Callable[[object], Any]
+    reveal: Reveal = "value"
+    """``value``: shown as written; ``url``: shown unless it has credentials; ``nothing``."""
 
-    timeout_raw, timeout_env = pick(None, "query_timeout_s", document)
-    timeout = DEFAULT_QUERY_TIMEOUT_S
-    if timeout_raw is not None:
-        timeout = _timeout(timeout_raw, origin.name(None, "query_timeout_s", timeout_env))
-    labels_raw, labels_env = pick(None, "service_label", document)
-    labels = DEFAULT_SERVICE_LABELS
-    if labels_raw is not None:
-        labels = _labels(labels_raw, origin.name(None, "service_label", labels_env))
-    files_raw, files_env = pick(None, "log_files", document)
-    log_files: tuple[tuple[str, str], ...] = ()
-    if files_raw is not None:
-        log_files = _log_files(files_raw, origin.name(None, "log_files", files_env), base)
-    runbooks_raw, runbooks_env = pick(None, "runbooks", document)
-    runbooks: tuple[str, ...] = ()
-    if runbooks_raw is not None:
-        runbooks = _runbooks(runbooks_raw, origin.name(None, "runbooks", runbooks_env), base)
+    def read(self, given: Given) -> object:
+        """The checked value.
 
-    backends: dict[str, BackendSettings] = {}
-    for name, options in BACKEND_SPECS.items():
-        table = document.get(name, {})
-        values: dict[str, tuple[Any, bool]] = {}
-        for key in (*CONNECTION_KEYS, *options):
-            value, from_env = pick(name, key, table)
-            if value is not None:
-                values[key] = (value, from_env)
-        if not values:
-            continue
-        if "url" not in values:
-            given = origin.name(name, next(iter(values)), values[next(iter(values))][1])
-            raise ConfigError(
-                f"{given} is set but {variable_name(name, 'url')} is not: set the "
-                f"{name} URL, or remove the other {name} settings"
-            )
-        backends[name] = _backend(name, values, options, origin)
-    sources = [
-        name for name in LOG_SOURCES if name in backends or (name == "log_files" and log_files)
-    ]
-    if len(sources) > 1:
-        named = [_setting_name(name, origins, path) for name in sources]
+        Raises:
+            ConfigError: ``<where>[=<value>] <problem>``.
+        """
+        try:
+            return self.rule(given.raw)
+        except ValueError as exc:
+            raise ConfigError(_message(given, self.reveal, str(exc))) from None
+
+
+def _message(given: Given, reveal: Reveal, problem: str) -> str:
+    """``<where>=<value> <problem>``; a secret's value (and any header) is never shown."""
+    if reveal == "value":
+        return f"{given.label}={given.raw!r} {problem}"
+    shown = f"={given.raw}" if reveal == "url" and "@" not in str(given.raw) else ""
+    return f"{given.label}{shown} {problem}"
+
+
+@dataclass(frozen=True)
+class SourceCheck(Check):
+    """A top-level setting's rule: ``rule(value, where, base)`` raises ``ConfigError``."""
+
+    rule: Callable[[object, str, Path], Any]
+
+    def read(self, given: Given) -> object:
+        """The checked value (relative paths read from ``given.folder``)."""
+        return self.rule(given.raw, given.label, given.folder)
+
+
+# --------------------------------------------------------------------------- top-level settings
+
+
+def _timeout(value: object, where: str, base: Path) -> float:
+    try:
+        given = json_shape.scalar_text(value)
+        number = float(given) if given is not None else math.nan
+    except (TypeError, ValueError):
+        number = math.nan
+    if not math.isfinite(number) or not 0 < number <= 600:
+        raise ConfigError(f"{where}={value!r} must be a number of seconds above 0, at most 600")
+    return number
+
+
+def _parts(value: object, separator: str | None = None) -> list[object] | None:
+    """The items of a list setting, None when it is neither a text nor a TOML array.
+
+    A text is split at ``separator`` (it is one item when there is none).
+    """
+    if isinstance(value, str):
+        return list(value.split(separator)) if separator is not None else [value]
+    return list(value) if isinstance(value, list) else None
+
+
+def _labels(value: object, where: str, base: Path) -> tuple[str, ...]:
+    parts = _parts(value, ",")
+    if parts is None:
+        raise ConfigError(f"{where} must be comma-separated label names, e.g. service,job,app")
+    items = [str(part).strip() for part in parts]
+    labels = tuple(item for item in items if item)
+    bad = [item for item in labels if not _LABEL.fullmatch(item)]
+    if not labels or bad:
         raise ConfigError(
-            f"{' and '.join(named)} are both set: at most one log source (Loki, OpenSearch or "
-            "local log files) can serve query_logs; unset all but one"
+            f"{where}={value!r} must be comma-separated label names (letters, digits, _), "
+            "e.g. service,job,app"
         )
-    return Settings(
-        backends=backends,
-        service_labels=labels,
-        query_timeout_s=timeout,
-        config_file=str(path) if path is not None else None,
-        origins=origins,
-        log_files=log_files,
-        runbooks=runbooks,
-    )
-
-
-def _setting_name(source: str, origins: Mapping[str, str], path: Path | None) -> str:
-    """How a log source is named in a message: its variable, or its key in the file."""
-    variable = (
-        variable_name(None, "log_files") if source == "log_files" else variable_name(source, "url")
-    )
-    if origins.get(variable, "environment") == "environment" or path is None:
-        return variable
-    key = "log_files" if source == "log_files" else f"{source}.url"
-    return f"{key} in {path}"
+    return labels
 
 
 def _log_files(value: object, where: str, base: Path) -> tuple[tuple[str, str], ...]:
@@ -532,16 +377,6 @@ def _log_files(value: object, where: str, base: Path) -> tuple[tuple[str, str], 
     return tuple(checked)
 
 
-def _parts(value: object, separator: str | None = None) -> list[object] | None:
-    """The items of a list setting, None when it is neither a text nor a TOML array.
-
-    A text is split at ``separator`` (it is one item when there is none).
-    """
-    if isinstance(value, str):
-        return list(value.split(separator)) if separator is not None else [value]
-    return list(value) if isinstance(value, list) else None
-
-
 def _runbooks(value: object, where: str, base: Path) -> tuple[str, ...]:
     """Folders separated by ``;`` (or a TOML array), each an existing directory."""
     listed = json_shape.strings(_parts(value, ";"))
@@ -564,136 +399,393 @@ def _runbooks(value: object, where: str, base: Path) -> tuple[str, ...]:
     return tuple(dict.fromkeys(folders))
 
 
-def _refuse_unknown(env: Mapping[str, str], document: Mapping[str, Any], path: Path | None) -> None:
+def variable_name(backend: str | None, key: str) -> str:
+    """``SUPERBIZ_<BACKEND>_<KEY>`` (or ``SUPERBIZ_<KEY>`` for a top-level setting)."""
+    middle = f"{backend.upper()}_" if backend else ""
+    return f"{PREFIX}{middle}{key.upper()}"
+
+
+def _top(
+    key: str,
+    rule: Callable[[object, str, Path], Any],
+    description: str,
+    default: object,
+    show: Callable[[Any], str] | None = None,
+    shown_default: str | None = None,
+) -> Setting:
+    return Setting(
+        key,
+        variable_name(None, key),
+        SourceCheck(rule),
+        description,
+        default=default,
+        toml_key=key,
+        show=show,
+        shown_default=shown_default,
+    )
+
+
+CONFIG_FILE = Setting(
+    "config",
+    CONFIG_VARIABLE,
+    Text(),
+    "TOML file with these settings (default ./superbiz.toml when it exists)",
+    shown_default="./superbiz.toml when it exists",
+)
+QUERY_TIMEOUT_S = _top(
+    "query_timeout_s",
+    _timeout,
+    "seconds one backend request may take (default 20)",
+    DEFAULT_QUERY_TIMEOUT_S,
+)
+SERVICE_LABEL = _top(
+    "service_label",
+    _labels,
+    "labels naming a service, tried in order (default service,job,app)",
+    DEFAULT_SERVICE_LABELS,
+)
+LOG_FILES = _top(
+    "log_files",
+    _log_files,
+    "local log files: service=glob pairs separated by ; "
+    "(e.g. postgres=/var/log/postgresql/*.log;api=/srv/api/*.jsonl)",
+    (),
+    show=lambda pairs: ";".join(f"{service}={glob}" for service, glob in pairs),
+)
+RUNBOOKS = _top(
+    "runbooks",
+    _runbooks,
+    "folders of Markdown runbooks and postmortems, separated by ;",
+    (),
+    show=";".join,
+)
+TOP_LEVEL: tuple[Setting, ...] = (QUERY_TIMEOUT_S, SERVICE_LABEL, LOG_FILES, RUNBOOKS)
+"""The settings at the top of the file, in the order they are read."""
+
+
+# --------------------------------------------------------------------------- backends
+
+
+@dataclass(frozen=True)
+class Key:
+    """One key of every backend (``CONNECTION``) or of one backend (``Backend.keys``)."""
+
+    name: str
+    rule: Callable[[object], Any]
+    """Returns the checked value or raises ``ValueError("must be ...")``."""
+    description: str
+    default: Any = None
+    secret: bool = False
+    reveal: Reveal = "value"
+    show: Callable[[Any], str] | None = None
+    """How ``config show`` writes the checked value (default: as text, ``****`` if secret)."""
+    shown_default: str | None = None
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One HTTP backend: its name, what it serves, and its own keys."""
+
+    name: str
+    serves: str
+    """What it serves: ``metrics``, ``logs`` (at most one log source is configured), ..."""
+    keys: tuple[Key, ...] = ()
+
+    @cached_property
+    def settings(self) -> dict[str, Setting]:
+        """The declaration of each key by key, the connection keys first.
+
+        Each declaration gives the variable, the file key, the rule and whether it is secret.
+        """
+        return {
+            key.name: Setting(
+                f"{self.name}.{key.name}",
+                variable_name(self.name, key.name),
+                KeyCheck(key.rule, "nothing" if key.secret else key.reveal),
+                key.description,
+                default=key.default,
+                toml_key=f"{self.name}.{key.name}",
+                secret=key.secret,
+                show=key.show,
+                shown_default=key.shown_default,
+            )
+            for key in (*CONNECTION, *self.keys)
+        }
+
+
+CONNECTION: tuple[Key, ...] = (
+    Key("url", _url, "base URL of the API", reveal="url"),
+    Key("token", _string, "bearer token", secret=True),
+    Key("user", _string, "basic-auth user"),
+    Key("password", _string, "basic-auth password", secret=True),
+    Key(
+        "headers",
+        _headers,
+        'extra request headers, a JSON object, e.g. {"X-Scope-OrgID": "team-a"}',
+        secret=True,
+        show=masked_headers,
+    ),
+    Key("ca_file", _string, "CA bundle (PEM) to verify the server's certificate"),
+    Key(
+        "insecure",
+        _boolean,
+        "1 to skip TLS certificate verification",
+        default=False,
+        show=lambda on: "true" if on else "false",
+    ),
+)
+"""The keys every backend takes, in the order they are checked."""
+CONNECTION_KEYS = tuple(key.name for key in CONNECTION)
+
+BACKENDS: tuple[Backend, ...] = (
+    Backend(
+        "prometheus",
+        "metrics",
+        (
+            Key(
+                "max_series",
+                _positive_int(1, 100),
+                "series returned per query at most (1-100)",
+                default=20,
+            ),
+            Key(
+                "standard_queries",
+                _string_map,
+                "JSON object name -> PromQL template ($label, $service) queried for a service",
+                show=_as_json,
+                shown_default="error ratio, p99 latency, CPU, memory",
+            ),
+        ),
+    ),
+    Backend("alertmanager", "metrics"),
+    Backend(
+        "loki",
+        "logs",
+        (
+            Key(
+                "tenant",
+                _tenant,
+                "tenant sent as X-Scope-OrgID (a multi-tenant Loki, Grafana Cloud)",
+            ),
+        ),
+    ),
+    Backend(
+        "opensearch",
+        "logs",
+        (
+            Key(
+                "index",
+                _index_pattern,
+                "index pattern searched (default logs-*)",
+                default=DEFAULT_OPENSEARCH_INDEX,
+            ),
+            Key(
+                "fields",
+                _log_fields,
+                "JSON object naming the document fields: timestamp, level, service, instance, "
+                "message (defaults @timestamp, level, service, host, message)",
+                default=dict(DEFAULT_OPENSEARCH_FIELDS),
+                show=_as_json,
+                shown_default=", ".join(DEFAULT_OPENSEARCH_FIELDS.values()),
+            ),
+        ),
+    ),
+)
+"""The backends this version knows. A new one is one entry here (its own keys with their rules)
+and its client in ``evidence/composed.py``; its variables, file keys, messages and
+``config show`` rows follow."""
+
+
+
+def backend(name: str) -> Backend:
+    """The declared backend of that name."""
+    return next(b for b in BACKENDS if b.name == name)
+
+
+def log_sources() -> tuple[str, ...]:
+    """The log sources, in the order messages name them; at most one may be configured."""
+    return (*(b.name for b in BACKENDS if b.serves == "logs"), "log_files")
+
+
+SETTINGS: tuple[Setting, ...] = (
+    CONFIG_FILE,
+    *TOP_LEVEL,
+    *(setting for declared in BACKENDS for setting in declared.settings.values()),
+)
+"""Every evidence setting, in the order ``config show`` prints them."""
+
+
+def known_variables() -> list[str]:
+    """Every variable this module reads, in documentation order."""
+    return [s.variable for s in SETTINGS]
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def load_settings(
+    environ: Mapping[str, str] | None = None, cwd: str | Path | None = None
+) -> Settings:
+    """Read and check the configuration.
+
+    Args:
+        environ: The variables (default: the process's, through ``state.configuration``).
+        cwd: Where ``superbiz.toml`` is looked for (default the working directory).
+
+    Returns:
+        The effective settings; with nothing set, no backend is configured.
+
+    Raises:
+        ConfigError: For a setting that cannot work, naming it, the value (never a secret's)
+            and the fix.
+    """
+    sources = Sources(environ, cwd)
+    try:
+        path, document = sources.document()
+    except SettingsError as exc:
+        raise ConfigError(str(exc)) from None
+    origins: dict[str, str] = {}
+    if path is not None:
+        origins[CONFIG_VARIABLE] = sources.config_origin
+    _refuse_unknown(sources, document, path)
+
+    def given(setting: Setting) -> Given | None:
+        found = sources.given(setting)
+        if found is not None:
+            origins[setting.variable] = found.origin
+        return found
+
+    top: dict[str, Any] = {}
+    for setting in TOP_LEVEL:
+        found = given(setting)
+        top[setting.name] = setting.default if found is None else setting.read(found)
+
+    backends: dict[str, BackendSettings] = {}
+    for declared in BACKENDS:
+        values: dict[str, Given] = {}
+        for key, setting in declared.settings.items():
+            found = given(setting)
+            if found is not None:
+                values[key] = found
+        if not values:
+            continue
+        if "url" not in values:
+            first = next(iter(values.values()))
+            url = variable_name(declared.name, "url")
+            raise ConfigError(
+                f"{first.label} is set but {url} is not: set the {declared.name} URL, or remove "
+                f"the other {declared.name} settings"
+            )
+        backends[declared.name] = _backend(declared, values)
+    log_files: tuple[tuple[str, str], ...] = top[LOG_FILES.name]
+    sources_of_logs = [
+        name for name in log_sources() if name in backends or (name == "log_files" and log_files)
+    ]
+    if len(sources_of_logs) > 1:
+        named = [_setting_name(name, origins, path) for name in sources_of_logs]
+        raise ConfigError(
+            f"{' and '.join(named)} are both set: at most one log source (Loki, OpenSearch or "
+            "local log files) can serve query_logs; unset all but one"
+        )
+    return Settings(
+        backends=backends,
+        service_labels=top[SERVICE_LABEL.name],
+        query_timeout_s=top[QUERY_TIMEOUT_S.name],
+        config_file=str(path) if path is not None else None,
+        origins=origins,
+        log_files=log_files,
+        runbooks=top[RUNBOOKS.name],
+    )
+
+
+def _setting_name(source: str, origins: Mapping[str, str], path: Path | None) -> str:
+    """How a log source is named in a message: its variable, or its key in the file."""
+    setting = LOG_FILES if source == "log_files" else backend(source).settings["url"]
+    variable = setting.variable
+    if origins.get(variable, "environment") == "environment" or path is None:
+        return variable
+    return f"{setting.toml_key} in {path}"
+
+
+def _refuse_unknown(sources: Sources, document: Mapping[str, Any], path: Path | None) -> None:
     """A misspelt backend variable or file key is an error, never silently ignored."""
-    for name, options in BACKEND_SPECS.items():
-        known = {variable_name(name, key) for key in (*CONNECTION_KEYS, *options)}
-        prefix = variable_name(name, "")
-        for variable in sorted(env):
-            if variable.startswith(prefix) and variable not in known:
+    tables = {declared.name: declared.settings for declared in BACKENDS}
+    for name, keys in tables.items():
+        known = {setting.variable for setting in keys.values()}
+        for variable in sources.variables(variable_name(name, "")):
+            if variable not in known:
                 raise ConfigError(
                     f"unknown setting {variable}; {name} settings are " + ", ".join(sorted(known))
                 )
+    top_keys = [s.toml_key for s in TOP_LEVEL if s.toml_key]
     for key, value in document.items():
-        if key in BACKEND_SPECS:
+        if key in tables:
             if not isinstance(value, dict):
                 raise ConfigError(f"{key} in {path} must be a table ([{key}])")
-            allowed = (*CONNECTION_KEYS, *BACKEND_SPECS[key])
+            allowed = tuple(tables[key])
             for inner in value:
                 if inner not in allowed:
                     raise ConfigError(
                         f"unknown key {key}.{inner} in {path}; [{key}] takes " + ", ".join(allowed)
                     )
-        elif key not in TOP_LEVEL_HELP or key == "config":
+        elif key not in top_keys:
             raise ConfigError(
-                f"unknown key {key} in {path}; top-level keys are query_timeout_s, "
-                "service_label, log_files, runbooks, and the tables "
-                + ", ".join(f"[{n}]" for n in BACKEND_SPECS)
+                f"unknown key {key} in {path}; top-level keys are "
+                + ", ".join(top_keys)
+                + ", and the tables "
+                + ", ".join(f"[{n}]" for n in tables)
             )
 
 
-def _timeout(value: object, where: str) -> float:
-    try:
-        given = json_shape.scalar_text(value)
-        number = float(given) if given is not None else math.nan
-    except (TypeError, ValueError):
-        number = math.nan
-    if not math.isfinite(number) or not 0 < number <= 600:
-        raise ConfigError(f"{where}={value!r} must be a number of seconds above 0, at most 600")
-    return number
-
-
-def _labels(value: object, where: str) -> tuple[str, ...]:
-    parts = _parts(value, ",")
-    if parts is None:
-        raise ConfigError(f"{where} must be comma-separated label names, e.g. service,job,app")
-    items = [str(part).strip() for part in parts]
-    labels = tuple(item for item in items if item)
-    bad = [item for item in labels if not _LABEL.fullmatch(item)]
-    if not labels or bad:
-        raise ConfigError(
-            f"{where}={value!r} must be comma-separated label names (letters, digits, _), "
-            "e.g. service,job,app"
-        )
-    return labels
-
-
-def _backend(
-    name: str,
-    values: Mapping[str, tuple[Any, bool]],
-    options: Mapping[str, OptionSpec],
-    origin: _Origin,
-) -> BackendSettings:
-    connection = {k: v for k, (v, _) in values.items() if k in CONNECTION_KEYS}
-    try:
-        checked = _Connection.model_validate(connection)
-    except ValidationError as exc:
-        error = exc.errors(include_url=False)[0]
-        key = str(error["loc"][0]) if error["loc"] else "url"
-        problem = _TYPE_ERRORS.get(error["type"], error["msg"])
-        raise ConfigError(_message(name, key, values, origin, problem)) from None
-    extras: dict[str, Any] = {}
-    for key, spec in options.items():
-        if key not in values:
-            extras[key] = spec.default
-            continue
-        try:
-            extras[key] = spec.check(values[key][0])
-        except ValueError as exc:
-            raise ConfigError(_message(name, key, values, origin, str(exc))) from None
-    if (checked.user is None) != (checked.password is None):
-        missing = "password" if checked.password is None else "user"
+def _backend(declared: Backend, values: Mapping[str, Given]) -> BackendSettings:
+    """One backend's checked settings: each key by its rule, then the rules between keys."""
+    name = declared.name
+    checked: dict[str, Any] = {}
+    for key, setting in declared.settings.items():
+        found = values.get(key)
+        checked[key] = setting.default if found is None else setting.read(found)
+    user, password, token = checked["user"], checked["password"], checked["token"]
+    if (user is None) != (password is None):
+        missing = "password" if password is None else "user"
         raise ConfigError(
             f"basic auth for {name} needs both {variable_name(name, 'user')} and "
             f"{variable_name(name, 'password')}: set {variable_name(name, missing)} too"
         )
-    if checked.token is not None and checked.user is not None:
+    if token is not None and user is not None:
         raise ConfigError(
             f"{variable_name(name, 'token')} and {variable_name(name, 'user')} are both set for "
             f"{name}: use a bearer token or basic auth, not both"
         )
-    if checked.ca_file is not None and not Path(checked.ca_file).expanduser().is_file():
-        where = origin.name(name, "ca_file", values["ca_file"][1])
-        raise ConfigError(f"{where}={checked.ca_file}: no such file; give a PEM CA bundle")
+    ca_file = checked["ca_file"]
+    if ca_file is not None and not Path(ca_file).expanduser().is_file():
+        where = values["ca_file"].label
+        raise ConfigError(f"{where}={ca_file}: no such file; give a PEM CA bundle")
     return BackendSettings(
         name=name,
-        url=checked.url,
-        token=checked.token,
-        user=checked.user,
-        password=checked.password,
-        headers=dict(checked.headers),
-        ca_file=str(Path(checked.ca_file).expanduser()) if checked.ca_file else None,
-        insecure=checked.insecure,
-        options=extras,
+        url=checked["url"],
+        token=token,
+        user=user,
+        password=password,
+        headers=dict(checked["headers"] or {}),
+        ca_file=str(Path(ca_file).expanduser()) if ca_file else None,
+        insecure=bool(checked["insecure"]),
+        options={key.name: checked[key.name] for key in declared.keys},
     )
-
-
-def _message(
-    name: str, key: str, values: Mapping[str, tuple[Any, bool]], origin: _Origin, problem: str
-) -> str:
-    """``<where>=<value> <problem>``; a secret's value (and any header) is never shown."""
-    problem = problem.removeprefix("Value error, ")
-    raw, from_env = values.get(key, (None, True))
-    where = origin.name(name, key, from_env)
-    if key in SECRET_KEYS or key == "headers" or key == "url":
-        shown = "" if key != "url" or "@" in str(raw) else f"={raw}"
-        return f"{where}{shown} {problem}"
-    return f"{where}={raw!r} {problem}"
 
 
 # --------------------------------------------------------------------------- presentation
 
 
-def masked_headers(headers: Mapping[str, str]) -> str:
-    """Header names with their values masked, as JSON."""
-    return json.dumps({name: MASK for name in headers}, ensure_ascii=False)
+def _shown(value: object) -> bool:
+    """Whether ``describe`` lists a value (unset, empty and off are left out)."""
+    return value is not None and value is not False and value != {} and value != ()
 
 
 def describe(settings: Settings) -> list[tuple[str, str, str]]:
     """The effective settings as ``(variable, shown value, origin)``, secrets masked.
 
-    Unset backend keys are left out; the top-level settings are always shown (with their
-    defaults).
+    Unset backend keys are left out; the top-level settings are shown with their defaults
+    (log files and runbooks only when set).
     """
     rows: list[tuple[str, str, str]] = []
     config = settings.config_file or f"(none: no {CONFIG_VARIABLE}, no ./{DEFAULT_FILE})"
@@ -702,43 +794,25 @@ def describe(settings: Settings) -> list[tuple[str, str, str]]:
         return settings.origins.get(variable, "default")
 
     rows.append((CONFIG_VARIABLE, config, origin(CONFIG_VARIABLE)))
-
-    timeout = variable_name(None, "query_timeout_s")
-    rows.append((timeout, f"{settings.query_timeout_s:g}", origin(timeout)))
-    label = variable_name(None, "service_label")
-    rows.append((label, ",".join(settings.service_labels), origin(label)))
-    files = variable_name(None, "log_files")
-    if settings.log_files:
-        shown_files = ";".join(f"{service}={glob}" for service, glob in settings.log_files)
-        rows.append((files, shown_files, origin(files)))
-    runbooks = variable_name(None, "runbooks")
-    if settings.runbooks:
-        rows.append((runbooks, ";".join(settings.runbooks), origin(runbooks)))
-    for name in BACKEND_SPECS:
-        backend = settings.backend(name)
-        if backend is None:
-            rows.append(
-                (variable_name(name, "url"), "(not set)", "default"),
-            )
+    values = {
+        QUERY_TIMEOUT_S.name: settings.query_timeout_s,
+        SERVICE_LABEL.name: settings.service_labels,
+        LOG_FILES.name: settings.log_files,
+        RUNBOOKS.name: settings.runbooks,
+    }
+    for setting in TOP_LEVEL:
+        value = values[setting.name]
+        if _shown(value):
+            rows.append((setting.variable, setting.shown(value), origin(setting.variable)))
+    for declared in BACKENDS:
+        configured = settings.backend(declared.name)
+        if configured is None:
+            rows.append((variable_name(declared.name, "url"), "(not set)", "default"))
             continue
-        shown: dict[str, str | None] = {
-            "url": backend.url,
-            "token": MASK if backend.token else None,
-            "user": backend.user,
-            "password": MASK if backend.password else None,
-            "headers": masked_headers(backend.headers) if backend.headers else None,
-            "ca_file": backend.ca_file,
-            "insecure": "true" if backend.insecure else None,
-        }
-        for key, spec in BACKEND_SPECS[name].items():
-            value = backend.options.get(key)
-            if value is None:
-                continue
-            shown[key] = MASK if spec.secret else spec.show(value)
-        for key, text in shown.items():
-            if text is not None:
-                variable = variable_name(name, key)
-                rows.append((variable, text, origin(variable)))
+        for key, setting in declared.settings.items():
+            value = configured.value(key)
+            if _shown(value):
+                rows.append((setting.variable, setting.shown(value), origin(setting.variable)))
     return rows
 
 

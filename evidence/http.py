@@ -19,12 +19,14 @@ from typing import Any, NoReturn
 import httpx
 
 from evidence.config import BackendSettings, redact
+from state.display import one_line
 from tools.backend import BackendError, BackendReport
 
 MAX_RESPONSE_BYTES = 32 * 1024 * 1024
 """A larger answer is refused (the query should be narrowed), never read into memory whole."""
 
-_SERVER_TEXT_CHARS = 300
+SERVER_TEXT_CHARS = 300
+"""How much of a server's own message an error keeps (one line)."""
 
 ErrorReader = Callable[[int, bytes], str | None]
 """Reads a backend's error body (status, raw bytes) into its message, or None when it has none."""
@@ -52,15 +54,9 @@ def failed_report(backend: str, url: str | None, exc: BackendError) -> BackendRe
     return report
 
 
-def one_line(text: str, limit: int = _SERVER_TEXT_CHARS) -> str:
-    """Whitespace collapsed, cut at ``limit`` characters (marked with ``…``)."""
-    line = " ".join(text.split())
-    return line if len(line) <= limit else line[: limit - 1] + "…"
-
-
 def plain_error_text(status: int, body: bytes) -> str | None:
     """The default error reader: the body as one line of text (None when empty)."""
-    text = one_line(body.decode("utf-8", errors="replace"))
+    text = one_line(body.decode("utf-8", errors="replace"), SERVER_TEXT_CHARS)
     return text or None
 
 
@@ -118,7 +114,7 @@ class BackendClient:
         try:
             return ssl.create_default_context(cafile=ca_file)
         except (ssl.SSLError, OSError) as exc:
-            reason = one_line(str(exc)) or "unreadable"
+            reason = one_line(str(exc), SERVER_TEXT_CHARS) or "unreadable"
             self._fail("tls", f"cannot load the CA bundle {ca_file} ({reason})", "ca_file")
 
     def close(self) -> None:
@@ -192,7 +188,7 @@ class BackendClient:
                 "url",
             )
         except httpx.ConnectError as exc:
-            reason = one_line(str(exc)) or "connection failed"
+            reason = one_line(str(exc), SERVER_TEXT_CHARS) or "connection failed"
             if "CERTIFICATE" in reason.upper() or "SSL" in reason.upper():
                 self._fail(
                     "tls",
@@ -202,7 +198,9 @@ class BackendClient:
                 )
             self._fail("unreachable", f"cannot connect ({reason})", "url")
         except httpx.HTTPError as exc:
-            self._fail("unreachable", f"request failed ({one_line(str(exc))})", "url")
+            self._fail(
+                "unreachable", f"request failed ({one_line(str(exc), SERVER_TEXT_CHARS)})", "url"
+            )
         body = body_bytes
         if status in (401, 403):
             said = self.error_reader(status, body)

@@ -22,13 +22,13 @@ import itertools
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from state.display import clip
 from state.records import LogEntry
 from tools.backend import LogsOutput, window_bounds
 
 MAX_MESSAGE_CHARS = 4000
 """A message is cut here where it is read; a 10 MB line never travels further."""
 MAX_LIMIT = 100
-CUT_MARK = "…"
 
 _LEVEL_GROUPS: dict[str, tuple[str, ...]] = {
     "ERROR": ("error", "err", "eror"),
@@ -76,7 +76,7 @@ def text_matches(query: str | None, message: str) -> bool:
 
 def cap_message(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
     """The message cut at ``limit`` characters (marked ``…``)."""
-    return text if len(text) <= limit else text[: limit - 1] + CUT_MARK
+    return clip(text, limit)
 
 
 def iso(moment: datetime) -> str:

@@ -37,7 +37,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from evidence.config import BackendSettings
-from evidence.http import BackendClient, BackendRequestError, failed_report, one_line
+from evidence.http import SERVER_TEXT_CHARS, BackendClient, BackendRequestError, failed_report
 from evidence.logformats import describe_line
 from evidence.logquery import (
     MAX_LIMIT,
@@ -47,6 +47,7 @@ from evidence.logquery import (
     log_entry,
     logs_output,
 )
+from state.display import one_line
 from state.json_shape import at, is_number, items, obj, objects, texts
 from state.records import LogEntry
 from tools.backend import BackendError, BackendReport, LogSource, LogsOutput, LogsRequest
@@ -65,11 +66,11 @@ def loki_error(status: int, body: bytes) -> str | None:
     try:
         data = json.loads(text)
     except ValueError:
-        return one_line(text) or None
+        return one_line(text, SERVER_TEXT_CHARS) or None
     said = at(data, "error") or at(data, "message")
     if said:
-        return one_line(str(said))
-    return one_line(text) or None
+        return one_line(str(said), SERVER_TEXT_CHARS)
+    return one_line(text, SERVER_TEXT_CHARS) or None
 
 
 def _string(value: str) -> str:

@@ -30,9 +30,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from evidence.config import DEFAULT_OPENSEARCH_FIELDS, DEFAULT_OPENSEARCH_INDEX, BackendSettings
-from evidence.http import BackendClient, BackendRequestError, failed_report, one_line
+from evidence.http import SERVER_TEXT_CHARS, BackendClient, BackendRequestError, failed_report
 from evidence.logformats import field_text, time_value
 from evidence.logquery import MAX_LIMIT, LogWindow, iso, level_spellings, log_entry, logs_output
+from state.display import one_line
 from state.json_shape import at, is_number, obj, objects, text
 from state.records import LogEntry
 from tools.backend import BackendError, BackendReport, LogSource, LogsOutput, LogsRequest
@@ -47,18 +48,18 @@ def search_error(status: int, body: bytes) -> str | None:
     try:
         data = json.loads(body)
     except ValueError:
-        return one_line(body.decode("utf-8", errors="replace")) or None
+        return one_line(body.decode("utf-8", errors="replace"), SERVER_TEXT_CHARS) or None
     error = at(data, "error")
     if isinstance(error, str):
-        return one_line(error)
+        return one_line(error, SERVER_TEXT_CHARS)
     if not isinstance(error, dict):
-        return one_line(json.dumps(data)) or None
+        return one_line(json.dumps(data), SERVER_TEXT_CHARS) or None
     first = next(iter(objects(error.get("root_cause"))), {})
     kind = first.get("type") or error.get("type")
     reason = first.get("reason") or error.get("reason")
     if error.get("type") and kind != error.get("type"):
         kind = f"{error['type']}: {kind}"
-    return one_line(f"{kind}: {reason}" if reason else str(kind)) or None
+    return one_line(f"{kind}: {reason}" if reason else str(kind), SERVER_TEXT_CHARS) or None
 
 
 def _field(source: Mapping[str, Any], name: str) -> object:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final
 
+from state.display import clip
 from state.json_shape import items, obj, objects
 from state.records import JSONScalar, SpanEntry, SpanKind, SpanStatus
 
@@ -110,7 +111,7 @@ def iso_from_nanos(nanos: int) -> str:
 
 
 def _clip(text: str) -> str:
-    return text if len(text) <= MAX_VALUE_CHARS else text[:MAX_VALUE_CHARS] + "…"
+    return clip(text, MAX_VALUE_CHARS)
 
 
 def any_value(value: object) -> JSONScalar:

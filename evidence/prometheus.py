@@ -36,8 +36,9 @@ from string import Template
 from typing import Any, Protocol
 
 from evidence.config import BackendSettings
-from evidence.http import BackendClient, BackendRequestError, failed_report, one_line
+from evidence.http import SERVER_TEXT_CHARS, BackendClient, BackendRequestError, failed_report
 from evidence.promql import bare_selector, comparison, unit_of
+from state.display import one_line
 from state.json_shape import at, is_number, items, obj, objects, scalar_text, text, texts
 from state.records import AlertEntry, SeriesEntry
 from tools.backend import (
@@ -89,11 +90,11 @@ def prometheus_error(status: int, body: bytes) -> str | None:
     try:
         data = json.loads(body)
     except ValueError:
-        text = one_line(body.decode("utf-8", errors="replace"))
+        text = one_line(body.decode("utf-8", errors="replace"), SERVER_TEXT_CHARS)
         return text or None
     if not obj(data):
-        return one_line(str(data)) or None
-    error = one_line(str(data.get("error") or ""))
+        return one_line(str(data), SERVER_TEXT_CHARS) or None
+    error = one_line(str(data.get("error") or ""), SERVER_TEXT_CHARS)
     kind = str(data.get("errorType") or "")
     if kind and not kind.isdigit():
         return f"{kind}: {error}" if error else kind

@@ -120,7 +120,7 @@ def build_graph(
     builder.add_node("verifier", make_verifier(get_model, backend.services))
     builder.add_node("retry", make_retry())
     builder.add_node("composer", make_composer(get_model))
-    builder.add_node("audit", make_audit(audit))
+    builder.add_node("audit", make_audit(audit, rules.catalog))
 
     builder.add_edge(START, "intake")
     builder.add_edge("intake", "planner")

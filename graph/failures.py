@@ -12,10 +12,10 @@ from models.failures import ModelCallFailed
 from nodes.audit import finish, usage_record
 from persistence.audit import AuditStore
 from state.context import Context
+from state.display import error_line
 from state.graph_state import DiagnosisState
 from state.records import FailureRecord
 from verification.answer import failed_answer
-from verification.text import error_line
 
 
 class DiagnosisFailed(RuntimeError):

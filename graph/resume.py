@@ -9,7 +9,6 @@ differently (say, on the offline rules instead of the models it started with).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
@@ -20,6 +19,7 @@ from graph.builder import build_graph
 from graph.guard import resumed_diagnosis_id
 from graph.runner import NothingToResume
 from persistence.store import Persistence
+from state.catalog import models_configured as models_configured
 from state.context import ROLES, Context
 from state.records import DiagnosisRecord
 from state.run_settings import RunSettings, context_from_settings
@@ -27,11 +27,6 @@ from state.run_settings import RunSettings, context_from_settings
 
 class ResumeRefused(ValueError):
     """The resume cannot continue the diagnosis with the settings it started with."""
-
-
-def models_configured() -> bool:
-    """True when a model endpoint can be used (``OPENAI_API_KEY`` is set)."""
-    return bool(os.environ.get("OPENAI_API_KEY"))
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,10 @@
 """``superbiz reverify``: re-run the Gatekeeper and the Verifier on a diagnosis's stored evidence.
 
-No tool is called again: the invocations come from the ledger, the executor's output from the
-audit record. The result says what changed against the recorded verdict.
+No tool is called again: the invocations come from the ledger, the executor's output and the
+Gatekeeper's rule catalog from the audit record (a record made before the catalog was kept is
+re-checked on the bundled one). The Verifier's input is built as the graph node builds it
+(``nodes.verifier.verifier_input``) and the verdict is decided by ``verification.verdict.decide``
+alone. The result says what changed against the recorded verdict.
 """
 
 from __future__ import annotations
@@ -9,7 +12,7 @@ from __future__ import annotations
 from typing_extensions import TypedDict
 
 from models.budget import GetModel
-from nodes.verifier import verify
+from nodes.verifier import verifier_input, verify
 from persistence.audit import AuditStore, StoredRecordError, verifier_evaluation_of
 from persistence.ledger import InvocationLedger
 from state.context import Context
@@ -17,15 +20,14 @@ from state.records import (
     ClaimCheck,
     GatekeeperResult,
     RuleId,
-    VerifierInput,
     VerifierMode,
     VerifierResult,
 )
-from verification.catalog import bundled_settings
+from verification.catalog import CatalogError, settings_for
 from verification.executor_output import read_answer
 from verification.gatekeeper import gatekeep
 from verification.trace_summary import build_trace_summary
-from verification.verdict import strictest
+from verification.verdict import is_looser
 
 
 class NotReverifiable(LookupError):
@@ -55,13 +57,6 @@ class Report(TypedDict):
     loosened: bool
     verifier_result: VerifierResult
     gatekeeper_result: GatekeeperResult
-
-
-_RANK = {"REJECT": 0, "LOW_CONFID": 1, "PASS": 2}
-
-
-def _looser(after: str | None, before: str | None) -> bool:
-    return _RANK.get(after or "", -1) > _RANK.get(before or "", 3)
 
 
 def _outcome(
@@ -105,35 +100,36 @@ def reverify(
             f"diagnosis {diagnosis_id!r} has no recorded verifier evaluation "
             f"(status {record['status']}); finish it first with superbiz diagnose --resume"
         )
+    try:
+        settings = settings_for(evaluation.get("gatekeeper_catalog"))
+    except CatalogError as exc:
+        raise NotReverifiable(f"diagnosis {diagnosis_id!r}: its recorded {exc}") from None
     invocations = ledger.list(diagnosis_id)
     parse_status = evaluation["executor_output_parse_status"]
     structured = evaluation["executor_structured_output"]
-    settings = bundled_settings()
     answer = read_answer(parse_status, structured, settings.schema)
     gatekeeper_result = gatekeep(answer, invocations, settings)
-    trace_summary = build_trace_summary(invocations)
     services = sorted(
         {str(i["arguments"]["service"]) for i in invocations if i["arguments"].get("service")}
     )
-    inputs = VerifierInput(
+    inputs = verifier_input(
         question=record["question"],
+        round=record["rounds"] or 1,
         final_answer=evaluation["executor_final_answer"],
         parse_status=parse_status,
         structured_output=structured,
         answer=answer,
-        trace_summary=trace_summary,
         gatekeeper_result=gatekeeper_result,
+        trace_summary=build_trace_summary(invocations),
         retry_context=evaluation["retry_context"],
-        round=record["rounds"] or 1,
-        not_run=list(evaluation.get("question_coverage", {}).get("not_run", [])),
+        not_run=evaluation.get("question_coverage", {}).get("not_run", []),
     )
-    result = verify(get_model("verifier", context), inputs, services)
-    if result["verifier_mode"] == "offline" and evaluation["verifier_mode"] != "offline":
-        # The deterministic checker re-checks without the model that judged the diagnosis: its
-        # result is capped as the fallback's is, so it can never clear a recorded verdict alone.
-        # A diagnosis the checker judged in the first place is re-judged by the same rules.
-        result["verdict"] = strictest(result["verdict"], "LOW_CONFID")
-        result["notes"].append("re-checked by the deterministic claim checker: at most LOW_CONFID")
+    result = verify(
+        get_model("verifier", context),
+        inputs,
+        services,
+        recheck_of=evaluation["verifier_mode"],
+    )
     before = _outcome(
         record["verdict"],
         record["score"],
@@ -154,7 +150,7 @@ def reverify(
         )
         if before[key] != after[key]
     ]
-    loosened = _looser(after["verdict"], before["verdict"])
+    loosened = is_looser(after["verdict"], before["verdict"])
     if loosened:
         changes.insert(
             0,

@@ -22,7 +22,9 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Final, NamedTuple
 
+from knowledge.markdown import read_markdown
 from knowledge.vocabulary import concept_tokens, fold
+from state.display import clip
 
 K1: Final = 1.2
 """BM25 term-frequency saturation."""
@@ -99,46 +101,26 @@ def rank(
 
 # --------------------------------------------------------------------------- Markdown
 
-_HEADING = re.compile(r"^\s{0,3}(#{1,6})\s+(?P<text>.+?)\s*#*\s*$")
-_FENCE = re.compile(r"^\s*(```|~~~)")
-_FRONT_TITLE = re.compile(r"^title:\s*(?P<title>.+?)\s*$")
-
 
 def markdown_headings(text: str) -> list[str]:
-    """The ATX headings (``# ...`` to ``###### ...``) of a Markdown text, outside code fences."""
-    headings: list[str] = []
-    fenced = False
-    for line in text.splitlines():
-        if _FENCE.match(line):
-            fenced = not fenced
-            continue
-        found = None if fenced else _HEADING.match(line)
-        if found:
-            headings.append(found.group("text"))
-    return headings
+    """The headings of a Markdown text, in order, outside code fences (``knowledge.markdown``)."""
+    return [line.text for line in read_markdown(text).headings if line.text]
 
 
-def markdown_fields(text: str) -> tuple[str, list[str]]:
-    """The title and headings of a Markdown runbook file.
+def markdown_fields(text: str, name: str = "") -> tuple[str, list[str]]:
+    """The title and the other headings of a Markdown runbook file.
 
-    The title is the front matter's ``title:`` when there is one, else the first heading;
-    headings are the other headings outside code fences, in order.
+    The title is the one rule of ``knowledge.markdown`` (first level-1 heading, else the front
+    matter's ``title:``, else ``name``); the headings are the others, in order.
     """
-    lines = text.splitlines()
-    title = ""
-    body = text
-    if lines and lines[0].strip() == "---":
-        for i, line in enumerate(lines[1:], start=1):
-            if line.strip() == "---":
-                body = "\n".join(lines[i + 1 :])
-                break
-            found = _FRONT_TITLE.match(line)
-            if found:
-                title = found.group("title").strip("'\"")
-    headings = markdown_headings(body)
-    if not title and headings:
-        title = headings.pop(0)
-    return title, headings
+    document = read_markdown(text)
+    title = document.title(name)
+    first = next((line for line in document.headings if line.level == 1), None)
+    return title, [
+        line.text
+        for line in document.headings
+        if line.text and not (line is first and line.text == title)
+    ]
 
 
 # --------------------------------------------------------------------------- procedure
@@ -197,27 +179,22 @@ def _sections(text: str) -> list[tuple[int, str]]:
     rank_now = _UNLABELLED
     parts: list[tuple[int, str]] = []
     paragraph: list[str] = []
-    fenced = False
 
     def flush() -> None:
         if paragraph:
             parts.append((rank_now, " ".join(paragraph)))
             paragraph.clear()
 
-    for line in text.splitlines():
-        if _FENCE.match(line):
+    for line in read_markdown(text).lines:
+        if line.kind == "code":
             flush()
-            fenced = not fenced
             continue
-        if fenced:
-            continue
-        heading = _HEADING.match(line)
-        if heading:
+        if line.kind == "heading":
             flush()
-            found = _section_rank(heading.group("text"))
+            found = _section_rank(line.text)
             rank_now = _UNLABELLED if found is None else found
             continue
-        stripped = line.strip()
+        stripped = line.text.strip()
         if not stripped or stripped.startswith(("<", "|", "- [", "[")):
             flush()
             continue
@@ -235,13 +212,6 @@ def _imperative(sentence: str) -> bool:
     if sentence.lower().startswith(_NEGATIVE_INSTRUCTIONS):
         return True
     return sentence.startswith(_ZH_ACTIONS)
-
-
-def _clip(sentence: str) -> str:
-    if len(sentence) <= ACTION_CHARS:
-        return sentence
-    cut = sentence[:ACTION_CHARS].rsplit(" ", 1)[0].rstrip(",;:")
-    return cut + " …"
 
 
 def procedure_sentence(text: str) -> str | None:
@@ -268,5 +238,5 @@ def procedure_sentence(text: str) -> str | None:
                     sentence = sentence[:1].upper() + sentence[1:]
             if section >= 9 or not _imperative(sentence) or _CAUSE.search(sentence):
                 continue
-            candidates.append((section, len(candidates), _clip(sentence)))
+            candidates.append((section, len(candidates), clip(sentence, ACTION_CHARS, at=(" ",))))
     return min(candidates)[2] if candidates else None

@@ -2,10 +2,10 @@
 
 **Chunks.** A runbook is cut at its headings (ATX ``#`` and setext underlines; not inside code
 fences). Its title is its first level-1 heading, else the ``title:`` of its YAML front matter,
-else the file name. Each section below a heading is one chunk (several when longer than
-``CHUNK_CHARS``, cut at paragraph, then sentence, then word boundaries), titled with the runbook's
-title and the heading path (``KubePodCrashLooping > Diagnosis``). The chunk text is one line:
-HTML tags dropped, whitespace collapsed, code kept.
+else the file name (``knowledge.markdown`` reads all three). Each section below a heading is one
+chunk (several when longer than ``CHUNK_CHARS``, cut at paragraph, then sentence, then word
+boundaries), titled with the runbook's title and the heading path (``KubePodCrashLooping >
+Diagnosis``). The chunk text is one line: HTML tags dropped, whitespace collapsed, code kept.
 
 **Tokens.** Lower-case words of letters and digits; an identifier written in camel case is kept
 whole and also split into its words (``KubePodCrashLooping`` gives ``kubepodcrashlooping kube pod
@@ -20,13 +20,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from knowledge.markdown import read_markdown
+from state.display import one_line
+
 CHUNK_CHARS = 900
 """A chunk is at most this long (under the tool runner's 1,000-character field cap)."""
 TITLE_SEPARATOR = " > "
 
-_FENCE = re.compile(r"^\s{0,3}(`{3,}|~{3,})")
-_ATX = re.compile(r"^\s{0,3}(#{1,6})\s+(.*?)\s*#*\s*$")
-_SETEXT = re.compile(r"^\s{0,3}(=+|-+)\s*$")
 _INLINE_MARKUP = (
     (re.compile(r"\[([^\]\n]*)\]\([^)\n]*\)"), r"\1"),
     (re.compile(r"<[^>\n]{1,200}>"), " "),
@@ -94,57 +94,26 @@ def terms(text: str) -> str:
 def _plain(text: str) -> str:
     for pattern, replacement in _INLINE_MARKUP:
         text = pattern.sub(replacement, text)
-    return " ".join(text.replace("**", "").split())
-
-
-def _front_matter(lines: list[str]) -> tuple[str | None, list[str]]:
-    if not lines or lines[0].strip() != "---":
-        return None, lines
-    for end in range(1, min(len(lines), 200)):
-        if lines[end].strip() in ("---", "..."):
-            title = None
-            for line in lines[1:end]:
-                key, sep, value = line.partition(":")
-                if sep and key.strip().casefold() == "title":
-                    title = value.strip().strip("'\"") or None
-            return title, lines[end + 1 :]
-    return None, lines
+    return one_line(text.replace("**", ""))
 
 
 def read_runbook(text: str, *, name: str) -> Runbook:
-    """Read one Markdown runbook into its title and sections.
+    """Read one Markdown runbook into its title and sections (``knowledge.markdown``).
 
     Args:
         text: The Markdown.
         name: The file name without its extension (the title when nothing else gives one).
     """
-    matter_title, lines = _front_matter(text.splitlines())
+    document = read_markdown(text)
     headings: list[tuple[int, str]] = []
     bodies: list[list[str]] = [[]]
-    fence: str | None = None
-    for index, line in enumerate(lines):
-        opening = _FENCE.match(line)
-        if fence is not None:
-            if opening and opening.group(1)[0] == fence[0] and len(opening.group(1)) >= len(fence):
-                fence = None
-            bodies[-1].append(line)
-            continue
-        if opening:
-            fence = opening.group(1)
-            bodies[-1].append(line)
-            continue
-        atx = _ATX.match(line)
-        setext = _SETEXT.match(line) if index > 0 else None
-        if atx:
-            headings.append((len(atx.group(1)), _plain(atx.group(2))))
-            bodies.append([])
-        elif setext and bodies[-1] and bodies[-1][-1].strip() and not _list_item(bodies[-1][-1]):
-            heading = bodies[-1].pop()
-            headings.append((1 if setext.group(1)[0] == "=" else 2, _plain(heading)))
+    for line in document.lines:
+        if line.kind == "heading":
+            headings.append((line.level, _plain(line.text)))
             bodies.append([])
         else:
-            bodies[-1].append(line)
-    title = next((text for level, text in headings if level == 1), None) or matter_title or name
+            bodies[-1].append(line.text)
+    title = document.title(name, plain=_plain)
     sections: list[Section] = []
     stack: list[tuple[int, str]] = []
     intro = _plain("\n".join(bodies[0]))
@@ -163,10 +132,6 @@ def read_runbook(text: str, *, name: str) -> Runbook:
         if content:
             sections.append(Section(tuple(h for _, h in stack), content))
     return Runbook(title=title, sections=tuple(sections))
-
-
-def _list_item(line: str) -> bool:
-    return bool(re.match(r"^\s*([-*+]|\d+[.)])\s", line))
 
 
 def pieces(text: str, limit: int = CHUNK_CHARS) -> list[str]:

@@ -38,13 +38,6 @@ RESUMED_AT_KEY = "superbiz_resumed_at"
 """``configurable`` key a resuming caller sets (epoch seconds): the deadline counts from it."""
 
 
-BUDGET_SPENT = (
-    "The tool budget for this round is spent; no more tool calls will run. Give your final "
-    "answer now: exactly one executor_evidence_v2 JSON object citing only the evidence above."
-)
-"""The nudge the executor sends when the round's tool budget is spent."""
-
-
 class Spend:
     """The model budget of one node visit: what the diagnosis spent before, what this node adds.
 

@@ -31,6 +31,7 @@ from pydantic import PrivateAttr
 from models.budget import DEADLINE_KEY
 from models.chat_model import CallableChatModel, GenerateCall
 from models.failures import ModelCallFailed, RetryPolicy
+from state.display import one_line
 from state.json_shape import is_number, obj
 
 __all__ = ["ModelCallFailed", "ResilientChatOpenAI", "RetryPolicy", "call_with_retries"]
@@ -71,8 +72,8 @@ def _server_message(exc: openai.APIStatusError) -> str:
     inner = body.get("error", body)
     message = inner.get("message") if isinstance(inner, dict) else inner
     if message:
-        return " ".join(str(message).split())[:200]
-    return " ".join(str(exc.message).split())[:200]
+        return one_line(str(message), 200)
+    return one_line(str(exc.message), 200)
 
 
 def _is_context_length(exc: openai.APIStatusError) -> bool:

@@ -7,7 +7,6 @@ per-role overrides ``SUPERBIZ_<ROLE>_MODEL`` (read into ``Context``).
 
 from __future__ import annotations
 
-import os
 import threading
 from dataclasses import replace
 
@@ -16,6 +15,7 @@ from langchain_core.language_models import BaseChatModel
 from models.budget import GetModel
 from models.failures import ModelCallFailed, RetryPolicy
 from models.offline import OfflineExecutor, OfflineModel, OfflinePlanner, OfflineVerifier
+from state import catalog, configuration
 from state.context import Context
 
 _OFFLINE: dict[str, type[OfflineModel]] = {
@@ -63,7 +63,7 @@ def _build(role: str, ctx: Context, policy: RetryPolicy) -> BaseChatModel:
         if role not in _OFFLINE:
             raise OfflineComposerUnavailable(f"no offline model for role {role!r}")
         return _OFFLINE[role]()
-    if not os.environ.get("OPENAI_API_KEY"):
+    if not catalog.models_configured():
         raise ModelConfigError(
             f"the {role} model {ctx.model_for(role)!r} needs OPENAI_API_KEY (any value for a "
             "local endpoint); set it, or run offline"
@@ -74,7 +74,7 @@ def _build(role: str, ctx: Context, policy: RetryPolicy) -> BaseChatModel:
 
     return ResilientChatOpenAI(
         model=ctx.model_for(role),
-        base_url=os.environ.get("OPENAI_BASE_URL") or None,
+        base_url=configuration.value(catalog.MODEL_BASE_URL),
         timeout=ctx.model_timeout_s,
         temperature=0,
         max_retries=0,

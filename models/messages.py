@@ -3,8 +3,9 @@
 A conversation is a list of messages of several kinds, and a message's ``content`` is a string or
 a list of blocks. The nodes read them through these functions instead of checking kinds and
 content shapes where they use them: the model replies, the human question and task facts, the
-tool results as the JSON they hold, and the tool calls of a reply in the form the executor acts
-on (a call whose arguments were not JSON made readable, ``readable_calls``).
+executor's final reply, the tool results as the JSON they hold, and the tool calls of a reply in
+the form the executor acts on (a call whose arguments were not JSON made readable,
+``readable_calls``) or as one line of text (``render_call``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from collections.abc import Sequence
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolCall
 
 from state.display import clean_text
+from state.json_shape import obj
+from tools.refs import format_value
 
 INVALID_ARGUMENTS = "__invalid_arguments__"
 """Argument key of a tool call whose arguments were not a JSON object (the raw text is its
@@ -75,6 +78,17 @@ def last_reply(messages: Sequence[BaseMessage]) -> AIMessage | None:
     return found[0] if found else None
 
 
+def final_reply(messages: Sequence[BaseMessage]) -> AIMessage | None:
+    """The executor's final reply: the last message when it is a reply without tool calls."""
+    last = last_reply(messages)
+    return last if last is not None and not last.tool_calls else None
+
+
+def final_text(messages: Sequence[BaseMessage]) -> str:
+    """The text of the executor's final reply (raw), or '' when it gave none."""
+    return message_text(final_reply(messages))
+
+
 def humans(messages: Sequence[BaseMessage]) -> list[HumanMessage]:
     """The human messages among ``messages``, in order."""
     return [message for message in messages if isinstance(message, HumanMessage)]
@@ -104,3 +118,9 @@ def readable_calls(reply: AIMessage) -> list[ToolCall]:
             )
         )
     return calls
+
+
+def render_call(name: str, args: object) -> str:
+    """A tool call on one line, its arguments sorted: ``query_logs level=ERROR service=x``."""
+    items = sorted(obj(args).items())
+    return " ".join([name, *(f"{key}={format_value(value)}" for key, value in items)])

@@ -11,14 +11,15 @@ backend tokens, passwords and header values) are replaced before anything is rec
 from __future__ import annotations
 
 import json
-import os
-import re
 from collections.abc import Mapping, Sequence
 
 from langchain_core.messages import AIMessage
 
+from evidence import config as evidence_settings
 from models.messages import INVALID_ARGUMENTS as INVALID_ARGUMENTS
 from models.messages import message_text, readable_calls
+from state import catalog
+from state.configuration import Sources
 from state.context import Context
 from state.graph_state import DiagnosisState
 from state.records import (
@@ -28,6 +29,7 @@ from state.records import (
     RecordedToolCall,
     ReplayRecord,
 )
+from state.settings import SettingsError
 from verification.answer import select_material
 
 REPLAY_VERSION = "replay.v1"
@@ -41,29 +43,37 @@ MAX_RECORDED_CALLS = 200
 
 REDACTED = "****"
 
-_SECRET_VARIABLE = re.compile(r"^SUPERBIZ_[A-Z0-9_]+_(TOKEN|PASSWORD|HEADERS)$")
 _MIN_SECRET_CHARS = 4
 
 
 def known_secrets(environ: Mapping[str, str] | None = None) -> list[str]:
     """The secret values this process was given, longest first.
 
-    The model API key, backend tokens, passwords and header values; longest first, so a secret
-    containing another is replaced whole.
+    The value of every setting declared secret (the model API key, backend tokens, passwords
+    and header values, API keys), from the environment or the configuration file; a JSON object
+    (headers) gives its values. Longest first, so a secret containing another is replaced whole.
     """
-    env = os.environ if environ is None else environ
+    sources = Sources(environ)
     values: list[str] = []
-    for name, value in env.items():
-        if name == "OPENAI_API_KEY" or _SECRET_VARIABLE.match(name):
-            if name.endswith("_HEADERS"):
-                try:
-                    headers = json.loads(value)
-                except json.JSONDecodeError:
-                    headers = None
-                if isinstance(headers, dict):
-                    values.extend(str(item) for item in headers.values())
-                    continue
-            values.append(value)
+    for setting in (*catalog.SETTINGS, *evidence_settings.SETTINGS):
+        if not setting.secret:
+            continue
+        try:
+            given = sources.given(setting)
+        except SettingsError:  # an unreadable file holds nothing to hide
+            given = None
+        if given is None:
+            continue
+        raw = given.raw
+        if isinstance(raw, str) and raw.lstrip().startswith("{"):
+            try:
+                raw = json.loads(raw)
+            except json.JSONDecodeError:
+                pass
+        if isinstance(raw, dict):
+            values.extend(str(item) for item in raw.values())
+        else:
+            values.append(str(raw))
     kept = {value.strip() for value in values if len(value.strip()) >= _MIN_SECRET_CHARS}
     return sorted(kept, key=len, reverse=True)
 

@@ -12,10 +12,12 @@ from collections.abc import Iterator, Sequence
 from functools import partial
 from typing import Any
 
-from langchain_core.language_models import BaseChatModel
+from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage
 from langchain_core.outputs import ChatResult
+from langchain_core.runnables import Runnable
+from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from models.budget import GetModel
 from models.chat_model import CallableChatModel, GenerateCall
@@ -31,9 +33,15 @@ class ScriptedChatModel(CallableChatModel, GenericFakeChatModel):
 
     role: str = "model"
 
-    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> ScriptedChatModel:
-        """Tools are ignored: the script already says which calls to make."""
-        return self
+    def bind_tools(
+        self, tools: Sequence[Any], **kwargs: Any
+    ) -> Runnable[LanguageModelInput, AIMessage]:
+        """The model with ``tools`` offered to every call, by name.
+
+        The script already says which calls to make; the offered tools reach ``_generate`` as
+        its ``tools`` argument, where a test can see which calls offered tools.
+        """
+        return self.bind(tools=[convert_to_openai_tool(tool)["function"]["name"] for tool in tools])
 
     def generate_for(self, call: GenerateCall) -> ChatResult:
         """The next scripted reply.

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from langgraph.runtime import Runtime
 
+from models.messages import final_text
 from models.recording import replay_record
 from nodes.common import Node, context_of, emit
-from nodes.evidence import executor_final_text
 from nodes.prompts import prompt_audit
 from persistence.audit import AuditStore
 from state.context import Context
 from state.graph_state import DiagnosisState
 from state.records import (
+    Catalog,
     DiagnosisOutcome,
     DiagnosisStatus,
     ModelUsage,
@@ -25,9 +26,13 @@ FINAL_ANSWER_CHARS = 8000
 """How much of the executor's raw final message the audit keeps."""
 
 
-def verifier_evaluation(state: DiagnosisState) -> VerifierEvaluation:
-    """The ``verifier_evaluation`` channel of ``self_evaluation``."""
+def verifier_evaluation(state: DiagnosisState, catalog: Catalog) -> VerifierEvaluation:
+    """The ``verifier_evaluation`` channel of ``self_evaluation``.
+
+    ``catalog`` is the Gatekeeper's rule catalog, kept so that a re-check uses the same rules.
+    """
     result = state["verifier_result"]
+    final = final_text(state.get("executor_messages", []))
     run_info = state["run_info"]
     return {
         "verdict": result["verdict"],
@@ -41,7 +46,7 @@ def verifier_evaluation(state: DiagnosisState) -> VerifierEvaluation:
         "verifier_mode": result["verifier_mode"],
         "executor_output_parse_status": state["parse_status"],
         "executor_structured_output": state.get("structured_output"),
-        "executor_final_answer": executor_final_text(state)[:FINAL_ANSWER_CHARS],
+        "executor_final_answer": final[:FINAL_ANSWER_CHARS],
         "retry_context": state.get("retry_context"),
         "tool_trace_summary": state["trace_summary"],
         "traceability_version": TRACEABILITY_VERSION,
@@ -52,6 +57,7 @@ def verifier_evaluation(state: DiagnosisState) -> VerifierEvaluation:
         "models": run_info["models"],
         "rounds": state.get("rounds", []),
         "question_coverage": result["question_coverage"],
+        "gatekeeper_catalog": catalog,
     }
 
 
@@ -92,13 +98,15 @@ def finish(
     audit.finish_diagnosis(diagnosis_id, outcome)
 
 
-def make_audit(audit: AuditStore) -> Node:
-    """Build the audit node."""
+def make_audit(audit: AuditStore, catalog: Catalog) -> Node:
+    """Build the audit node (``catalog``: the Gatekeeper's rule catalog, kept for re-checks)."""
 
     def record(state: DiagnosisState, *, runtime: Runtime[Context]) -> DiagnosisState:
         diagnosis_id = state["diagnosis_id"]
         verdict: Verdict = state["verifier_result"]["verdict"]
-        audit.update_channel(diagnosis_id, "verifier_evaluation", verifier_evaluation(state))
+        audit.update_channel(
+            diagnosis_id, "verifier_evaluation", verifier_evaluation(state, catalog)
+        )
         ctx = context_of(runtime)
         audit.update_channel(diagnosis_id, "usage", usage_record(state, ctx))
         audit.update_channel(diagnosis_id, "replay", replay_record(state, ctx))

@@ -17,12 +17,12 @@ from models.messages import message_text
 from nodes.common import Node, context_of, emit
 from nodes.prompts import load_prompt
 from state.context import Context
+from state.display import one_line
 from state.graph_state import DiagnosisState
 from state.records import ComposerOutput, ComposerSection, JSONObject
 from verification.answer import render_template, select_material
 from verification.composer_check import check_composer_reply, model_material, usable_confirmed
 from verification.executor_output import parse_executor_output
-from verification.text import one_line
 
 _SUMMARY_HEADING = {"zh": "【摘要】", "en": "## Summary"}
 

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from langchain_core.messages import AIMessage
 from langgraph.runtime import Runtime
 
-from models.messages import last_reply, message_text
+from models.messages import final_reply, message_text
 from nodes.common import Node, emit
 from persistence.ledger import InvocationLedger
 from state.context import Context
@@ -16,26 +15,12 @@ from verification.executor_output import parse_executor_output, read_answer
 from verification.trace_summary import build_trace_summary
 
 
-def final_executor_message(state: DiagnosisState) -> AIMessage | None:
-    """The executor's final message: its last reply without tool calls, if it gave one."""
-    last = last_reply(state.get("executor_messages", []))
-    if last is not None and not last.tool_calls:
-        return last
-    return None
-
-
-def executor_final_text(state: DiagnosisState) -> str:
-    """The executor's final message text (raw, kept for the Verifier and the audit)."""
-    final = final_executor_message(state)
-    return message_text(final) if final is not None else ""
-
-
 def make_evidence(ledger: InvocationLedger, schema: SchemaSettings) -> Node:
     """Build the evidence node: the executor's output becomes records here, once."""
 
     def evidence(state: DiagnosisState, *, runtime: Runtime[Context]) -> DiagnosisState:
         emit("evidence", round=state.get("round", 1))
-        final = final_executor_message(state)
+        final = final_reply(state.get("executor_messages", []))
         parse_status, structured = parse_executor_output(
             message_text(final) if final is not None else None
         )

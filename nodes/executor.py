@@ -10,47 +10,19 @@ summary line. A rule-based stand-in (offline) has no context window and reads ev
 
 from __future__ import annotations
 
-import json
-from collections.abc import Sequence
-
-from langchain_core.messages import (
-    AIMessage,
-    AnyMessage,
-    HumanMessage,
-    SystemMessage,
-    ToolMessage,
-)
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 from langgraph.runtime import Runtime
 
-from models.budget import BUDGET_SPENT, GetModel, Spend
-from models.messages import content_chars, json_content, readable_calls
+from models.budget import GetModel, Spend
+from models.messages import content_chars, readable_calls
 from nodes.common import Node, context_of, emit
 from nodes.executor_context import bounded_history, expand_tool_messages
 from nodes.prompts import load_prompt
 from persistence.ledger import InvocationLedger
 from state.context import Context
 from state.graph_state import DiagnosisState
-from state.json_shape import obj, objects
-from state.records import Invocation
+from state.records import CallNotRun
 from tools.registry import tool_specs
-from tools.render import format_value
-
-DROPPED_CALLS = "dropped_tool_calls"
-"""Where a reply keeps the tool calls the executor asked for after the budget was spent."""
-
-SKIPPED_PREFIX = "not executed: the tool budget"
-"""How the tool message of a call the ``tools`` node skipped for the budget begins."""
-
-def tool_reference(invocation: Invocation) -> str:
-    """What the checkpointed tool message holds: the invocation's id, tool and status."""
-    return json.dumps(
-        {
-            "invocation_id": invocation["invocation_id"],
-            "tool_name": invocation["tool_name"],
-            "status": invocation["status"],
-        },
-        ensure_ascii=False,
-    )
 
 
 def readable_tool_calls(reply: AIMessage) -> AIMessage:
@@ -65,40 +37,15 @@ def readable_tool_calls(reply: AIMessage) -> AIMessage:
     return AIMessage(content=reply.content, tool_calls=readable_calls(reply), id=reply.id)
 
 
-def render_call(name: str, args: object) -> str:
-    """A tool call on one line: ``query_logs level=ERROR service=order-service``."""
-    items = sorted(obj(args).items())
-    return " ".join([name, *(f"{key}={format_value(value)}" for key, value in items)])
-
-
-def calls_not_run(messages: Sequence[AnyMessage]) -> list[str]:
-    """The tool calls the executor asked for that the tool budget cut, rendered, in order.
-
-    Calls the ``tools`` node skipped (their tool message says so) and calls asked for after the
-    budget was spent (kept on the reply under ``dropped_tool_calls``).
-    """
-    asked: dict[str, str] = {}
-    not_run: list[str] = []
-    for message in messages:
-        if isinstance(message, AIMessage):
-            for call in message.tool_calls:
-                asked[str(call.get("id"))] = render_call(call["name"], call.get("args"))
-            for dropped in objects(message.additional_kwargs.get(DROPPED_CALLS)):
-                not_run.append(render_call(str(dropped.get("name")), dropped.get("args")))
-        elif isinstance(message, ToolMessage) and _skipped(message):
-            text = asked.get(str(message.tool_call_id))
-            if text is not None:
-                not_run.append(text)
-    return list(dict.fromkeys(not_run))
-
-
-def _skipped(message: ToolMessage) -> bool:
-    return str(obj(json_content(message)).get("error", "")).startswith(SKIPPED_PREFIX)
-
-
 def make_executor(get_model: GetModel, ledger: InvocationLedger) -> Node:
-    """Build the executor node: one model turn per visit; tools run in the ``tools`` node."""
+    """Build the executor node: one model turn per visit; tools run in the ``tools`` node.
+
+    While the round's tool budget lasts the model is offered the tools. Once it is spent the
+    model is called without tools, after the ``executor_budget`` prompt: that call must answer.
+    Tool calls it still asks for are dropped from the reply and listed in ``calls_not_run``.
+    """
     prompt = load_prompt("executor")
+    budget_spent = load_prompt("executor_budget")
 
     def executor(state: DiagnosisState, *, runtime: Runtime[Context]) -> DiagnosisState:
         ctx = context_of(runtime)
@@ -116,7 +63,7 @@ def make_executor(get_model: GetModel, ledger: InvocationLedger) -> Node:
         model = get_model("executor", ctx)
         messages = state.get("executor_messages", [])
         spent = used >= ctx.max_tool_calls_per_round
-        nudge = HumanMessage(BUDGET_SPENT)
+        nudge = HumanMessage(budget_spent.text)
         if any(isinstance(m, ToolMessage) for m in messages):
             rows = ledger.list(state["diagnosis_id"])
             if getattr(model, "offline", False):
@@ -128,18 +75,22 @@ def make_executor(get_model: GetModel, ledger: InvocationLedger) -> Node:
                 )
         history = [SystemMessage(prompt.text), *messages]
         if spent:
+            # No tools offered: the model must answer. The budget is a hard bound: calls asked
+            # for all the same are dropped, not run, and listed so the answer can say so.
             reply = readable_tool_calls(spend.invoke(model, [*history, nudge]))
-            if reply.tool_calls:
-                # The budget is a hard bound: calls asked for after it are dropped, not run,
-                # and kept on the reply so the answer can say which queries were not run.
-                dropped = [
-                    {"name": c["name"], "args": c.get("args") or {}} for c in reply.tool_calls
-                ]
-                reply = AIMessage(
-                    content=reply.content, id=reply.id, additional_kwargs={DROPPED_CALLS: dropped}
+            dropped = [
+                CallNotRun(
+                    tool_name=call["name"],
+                    arguments=dict(call.get("args") or {}),
+                    reason="dropped_after_budget",
                 )
+                for call in reply.tool_calls
+            ]
+            if dropped:
+                reply = AIMessage(content=reply.content, id=reply.id)
             return {
                 "executor_messages": [nudge, reply],
+                **({"calls_not_run": dropped} if dropped else {}),
                 "usage": spend.added,
                 "model_calls": spend.calls,
                 "route": ["executor"],

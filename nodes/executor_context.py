@@ -1,7 +1,8 @@
 """What the executor model reads each turn: the conversation, bounded in characters.
 
-The checkpointed conversation holds each tool result as a small reference (its invocation id).
-Before a model turn, ``bounded_history`` turns the references into what the model reads:
+The checkpointed conversation holds each tool result as a small reference (its invocation id,
+tool and status: ``tool_reference``, written by the ``tools`` node). Before a model turn,
+``bounded_history`` turns the references into what the model reads:
 
 - a tool result the executor has already seen (a model reply follows it) is shown **compacted**:
   its invocation id, tool, status, the raw paths of its refs and its one-line summary. The full
@@ -26,6 +27,7 @@ from collections.abc import Sequence
 from langchain_core.messages import AIMessage, AnyMessage, ToolMessage
 
 from models.messages import content_chars, json_content
+from state.display import one_line
 from state.json_shape import at, objects
 from state.records import Invocation, JSONObject
 from tools.runner import tool_message_content
@@ -76,13 +78,24 @@ def raw_path_ranges(paths: Sequence[str]) -> str:
     return ", ".join(parts)
 
 
+def tool_reference(invocation: Invocation) -> str:
+    """What the checkpointed tool message holds: the invocation's id, tool and status."""
+    return json.dumps(
+        {
+            "invocation_id": invocation["invocation_id"],
+            "tool_name": invocation["tool_name"],
+            "status": invocation["status"],
+        },
+        ensure_ascii=False,
+    )
+
+
 def _summary_line(invocation: Invocation) -> str:
     refs = invocation["retrieval_details"].get("evidence_refs", [])
     text = next((ref["text"] for ref in refs if ref["raw_path"] == "summary"), "")
     if not text:
         text = invocation["error"] or f"{len(refs)} refs"
-    line = " ".join(text.split())
-    return line if len(line) <= SUMMARY_CHARS else line[: SUMMARY_CHARS - 1] + "…"
+    return one_line(text, SUMMARY_CHARS)
 
 
 def compacted_content(invocation: Invocation) -> str:

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from langchain_core.messages import HumanMessage, RemoveMessage, SystemMessage
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from langgraph.runtime import Runtime
+from langgraph.types import Overwrite
 
 from models.budget import GetModel, Spend
 from models.messages import message_text
@@ -54,6 +55,8 @@ def make_planner(get_model: GetModel, services: Callable[[], list[str]]) -> Node
             **({"budget_note": stopped} if stopped else {}),
             "plan": plan,
             "tool_calls_used": 0,
+            # Emptied only when it holds something: an empty channel is not written at all.
+            **({"calls_not_run": Overwrite([])} if state.get("calls_not_run") else {}),
             "executor_messages": [
                 RemoveMessage(id=REMOVE_ALL_MESSAGES),
                 HumanMessage(dumps({**task, "plan": plan})),

@@ -7,18 +7,25 @@ from langgraph.runtime import Runtime
 
 from models.messages import INVALID_ARGUMENTS, last_reply
 from nodes.common import Node, context_of, dumps, emit, thread_id
-from nodes.executor import SKIPPED_PREFIX, tool_reference
+from nodes.executor_context import tool_reference
 from state.context import Context
 from state.graph_state import DiagnosisState
+from state.records import CallNotRun
 from tools.runner import ToolRunner
 
-SKIPPED = f"{SKIPPED_PREFIX} for this round is spent; give your final answer"
+SKIPPED = "not executed: the tool budget for this round is spent; give your final answer"
+"""The error the executor reads for a call skipped for the budget (the call is listed in
+``calls_not_run``; this text is for the model only)."""
 
 
 def make_tools(
     runner: ToolRunner,
 ) -> Node:
-    """Build the tools node. Every call is recorded as an invocation before the model sees it."""
+    """Build the tools node. Every call is recorded as an invocation before the model sees it.
+
+    Calls past the round's tool budget are not run: the model reads an error for each, and
+    each is listed in ``calls_not_run`` (``budget_skipped``).
+    """
 
     def tools(state: DiagnosisState, *, runtime: Runtime[Context]) -> DiagnosisState:
         ctx = context_of(runtime)
@@ -28,10 +35,18 @@ def make_tools(
         used = state.get("tool_calls_used", 0)
         round_no = state.get("round", 1)
         out: list[AnyMessage] = []
+        skipped: list[CallNotRun] = []
         for index, call in enumerate(calls):
             call_id = call.get("id") or f"call-r{round_no}-m{len(messages)}-{index}"
             if used >= ctx.max_tool_calls_per_round:
                 out.append(ToolMessage(content=dumps({"error": SKIPPED}), tool_call_id=call_id))
+                skipped.append(
+                    CallNotRun(
+                        tool_name=call["name"],
+                        arguments=dict(call.get("args") or {}),
+                        reason="budget_skipped",
+                    )
+                )
                 continue
             used += 1
             args = call.get("args") or {}
@@ -59,6 +74,11 @@ def make_tools(
                     status="error" if invocation["status"] == "error" else "success",
                 )
             )
-        return {"executor_messages": out, "tool_calls_used": used, "route": ["tools"]}
+        return {
+            "executor_messages": out,
+            "tool_calls_used": used,
+            **({"calls_not_run": skipped} if skipped else {}),
+            "route": ["tools"],
+        }
 
     return tools

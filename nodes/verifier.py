@@ -8,24 +8,28 @@ the reply is ``verification.verdict.decide``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langgraph.runtime import Runtime
 
 from models.budget import INTERNAL_CALL, GetModel, Spend, model_label
-from models.messages import message_text
+from models.messages import final_text, message_text, render_call
 from nodes.common import Node, context_of, emit
-from nodes.evidence import executor_final_text
-from nodes.executor import calls_not_run
 from nodes.prompts import load_prompt
 from state.context import Context
 from state.graph_state import DiagnosisState
 from state.records import (
+    CallNotRun,
+    ExecutorAnswer,
+    GatekeeperResult,
     JSONObject,
+    ParseStatus,
     ReplyParse,
+    RetryContext,
     RoundSummary,
+    TraceItem,
     VerifierInput,
     VerifierMode,
     VerifierReply,
@@ -84,17 +88,70 @@ def _ask(
     )
 
 
+def verifier_input(
+    *,
+    question: str,
+    round: int,
+    final_answer: str,
+    parse_status: ParseStatus,
+    structured_output: JSONObject | None,
+    answer: ExecutorAnswer,
+    gatekeeper_result: GatekeeperResult,
+    trace_summary: list[TraceItem],
+    retry_context: RetryContext | None,
+    not_run: Iterable[str],
+) -> VerifierInput:
+    """What the Verifier is given for one round: the one builder of its input.
+
+    The graph node gives it the round's state; ``superbiz reverify`` gives it the same items as
+    the diagnosis's record keeps them, re-checked on the invocation ledger (``graph.reverify``).
+
+    Args:
+        question: The user's question.
+        round: The round checked (1 or 2).
+        final_answer: The executor's final message, raw.
+        parse_status: How that message parsed.
+        structured_output: The object it held, as written (None when it did not parse).
+        answer: That object read into records.
+        gatekeeper_result: The Gatekeeper's result on ``answer``.
+        trace_summary: The tool trace summary of the diagnosis.
+        retry_context: What round 1 lacked (round 2 only).
+        not_run: The tool calls the tool budget kept from running, rendered; repeats are
+            listed once.
+    """
+    return VerifierInput(
+        question=question,
+        final_answer=final_answer,
+        parse_status=parse_status,
+        structured_output=structured_output,
+        answer=answer,
+        trace_summary=trace_summary,
+        gatekeeper_result=gatekeeper_result,
+        retry_context=retry_context,
+        round=round,
+        not_run=list(dict.fromkeys(not_run)),
+    )
+
+
+def rendered_not_run(calls: Iterable[CallNotRun]) -> list[str]:
+    """The calls not run as the Verifier and the answer list them (``render_call``)."""
+    return [render_call(call["tool_name"], call["arguments"]) for call in calls]
+
+
 def verify(
     model: BaseChatModel,
     inputs: VerifierInput,
     known_services: Sequence[str],
     spend: Spend | None = None,
+    *,
+    recheck_of: VerifierMode | None = None,
 ) -> VerifierResult:
-    """Ask ``model`` to check the claims and decide the round.
+    """Ask ``model`` to check the claims and decide the round (``verification.verdict.decide``).
 
     Used by the graph node (with the diagnosis's ``spend``) and by ``superbiz reverify`` (on
-    stored evidence). A reply still unreadable after the repairs, or a model budget spent before
-    one came, hands the claims to the deterministic claim checker (``fallback``).
+    stored evidence, with ``recheck_of`` the mode that judged the recorded diagnosis). A reply
+    still unreadable after the repairs, or a model budget spent before one came, hands the
+    claims to the deterministic claim checker (``fallback``).
     """
     offline = bool(getattr(model, "offline", False))
     payload = build_payload(inputs)
@@ -117,6 +174,7 @@ def verify(
         question=inputs["question"],
         known_services=known_services,
         not_run=inputs.get("not_run", []),
+        recheck_of=recheck_of,
     )
     return VerifierResult(
         **decision, reply_parse=parse, model="offline-rules" if offline else model_label(model)
@@ -132,17 +190,17 @@ def make_verifier(get_model: GetModel, services: Callable[[], list[str]]) -> Nod
         emit("verifier", round=round_no)
         parse_status = state["parse_status"]
         gatekeeper = state["gatekeeper_result"]
-        inputs = VerifierInput(
+        inputs = verifier_input(
             question=state.get("question", ""),
-            final_answer=executor_final_text(state),
+            round=round_no,
+            final_answer=final_text(state.get("executor_messages", [])),
             parse_status=parse_status,
             structured_output=state.get("structured_output"),
             answer=state["executor_answer"],
-            trace_summary=state["trace_summary"],
             gatekeeper_result=gatekeeper,
+            trace_summary=state["trace_summary"],
             retry_context=state.get("retry_context"),
-            round=round_no,
-            not_run=calls_not_run(state.get("executor_messages", [])),
+            not_run=rendered_not_run(state.get("calls_not_run", [])),
         )
         spend = Spend(state, ctx)
         result = verify(get_model("verifier", ctx), inputs, services(), spend)

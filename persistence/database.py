@@ -29,9 +29,13 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from state import catalog, configuration
+from state.display import one_line
+from state.settings import Setting, SettingsError
+
 Dialect = Literal["postgres", "sqlite"]
 
-ENV_VAR = "SUPERBIZ_DATABASE_URL"
+ENV_VAR = catalog.DATABASE_URL.variable
 MIGRATION_LOCK_KEY = 0x5B12_0001
 """PostgreSQL advisory lock held by the transaction that migrates the audit tables."""
 _MIGRATION_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
@@ -72,7 +76,7 @@ class DatabaseTarget:
 
 def default_sqlite_path() -> Path:
     """The embedded default: ``$XDG_DATA_HOME/superbiz/superbiz.sqlite`` (or ~/.local/share)."""
-    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    base = configuration.other_variable("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(base) / "superbiz" / "superbiz.sqlite"
 
 
@@ -82,7 +86,7 @@ def resolve_target(value: str | None = None) -> DatabaseTarget:
     Raises:
         DatabaseError: for a URL scheme that is neither PostgreSQL nor SQLite.
     """
-    raw = (value if value is not None else os.environ.get(ENV_VAR, "")).strip()
+    raw = (value if value is not None else configuration.value(catalog.DATABASE_URL) or "").strip()
     if not raw:
         return DatabaseTarget("sqlite", path=default_sqlite_path())
     if raw.startswith(("postgresql://", "postgres://")):
@@ -328,7 +332,7 @@ class Database:
             setup(opened.target)
 
     def _recover(self, opened: _Opened, exc: BaseException) -> DatabaseError:
-        reason = " ".join(str(exc).split())
+        reason = one_line(str(exc))
         try:
             self._setup_again(opened)
         except Exception as again:  # the original reason stays the message
@@ -442,7 +446,7 @@ def sqlite_transaction(cur: sqlite3.Cursor, begin: str = "BEGIN IMMEDIATE") -> I
     cur.execute("COMMIT")
 
 
-POOL_SIZE_VAR = "SUPERBIZ_DB_POOL_SIZE"
+POOL_SIZE_VAR = catalog.DB_POOL_SIZE.variable
 """Connections a pool may hold open at once (default 10)."""
 
 CONNECT_TIMEOUT_S = 5
@@ -460,29 +464,20 @@ def pool_size() -> int:
     Raises:
         DatabaseError: when ``SUPERBIZ_DB_POOL_SIZE`` is not a whole number.
     """
-    try:
-        return max(1, int(os.environ.get(POOL_SIZE_VAR, "10")))
-    except ValueError as exc:
-        raise DatabaseError(f"{POOL_SIZE_VAR} must be a whole number") from exc
+    value: int = setting_value(catalog.DB_POOL_SIZE)
+    return value
 
 
-def env_number(var: str, unit: str) -> float | None:
-    """The number an environment variable sets, None when it is unset or blank.
-
-    Args:
-        var: The variable.
-        unit: What the number counts, for the message (``seconds``, ``days``).
+def setting_value(setting: Setting) -> Any:
+    """The checked value of one of the database's settings (``state/catalog.py``).
 
     Raises:
-        DatabaseError: when the variable is set to something that is not a number.
+        DatabaseError: naming the variable, for a value its rule does not allow.
     """
-    raw = os.environ.get(var, "").strip()
-    if not raw:
-        return None
     try:
-        return float(raw)
-    except ValueError as exc:
-        raise DatabaseError(f"{var} must be a number of {unit}, got {raw!r}") from exc
+        return configuration.value(setting)
+    except SettingsError as exc:
+        raise DatabaseError(str(exc)) from None
 
 
 def pool_options(name: str) -> dict[str, Any]:

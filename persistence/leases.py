@@ -26,12 +26,11 @@ from typing import Literal
 from pydantic import TypeAdapter
 
 from persistence.audit import utcnow
-from persistence.database import Database, env_number
+from persistence.database import Database, setting_value
+from state import catalog
 
 logger = logging.getLogger("superbiz.leases")
 
-TTL_VAR = "SUPERBIZ_LEASE_TTL_S"
-DEFAULT_TTL_S = 60.0
 
 Origin = Literal["cli", "api", "langgraph", "sweeper", "test"]
 
@@ -55,8 +54,8 @@ def lease_ttl() -> float:
     Raises:
         DatabaseError: when ``SUPERBIZ_LEASE_TTL_S`` is not a number.
     """
-    seconds = env_number(TTL_VAR, "seconds")
-    return DEFAULT_TTL_S if seconds is None else max(0.5, seconds)
+    seconds: float = setting_value(catalog.LEASE_TTL_S)
+    return seconds
 
 
 @dataclass(frozen=True)

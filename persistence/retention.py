@@ -15,15 +15,13 @@ while holding its writer lock; a thread busy with a run is skipped.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from persistence.checkpoint_ops import Removed, prune
-from persistence.database import Database, DatabaseError, env_number
+from persistence.database import Database, setting_value
 from persistence.locks import ThreadBusy, thread_lock
-
-RETENTION_VAR = "SUPERBIZ_RETENTION_DAYS"
+from state import catalog
 
 
 def retention_days() -> float | None:
@@ -32,10 +30,7 @@ def retention_days() -> float | None:
     Raises:
         DatabaseError: when ``SUPERBIZ_RETENTION_DAYS`` is not a number of at least 0.
     """
-    days = env_number(RETENTION_VAR, "days")
-    if days is not None and days < 0:
-        raw = os.environ[RETENTION_VAR].strip()
-        raise DatabaseError(f"{RETENTION_VAR} must be at least 0, got {raw!r}")
+    days: float | None = setting_value(catalog.RETENTION_DAYS)
     return days
 
 

@@ -17,6 +17,7 @@ from langgraph.graph.message import add_messages
 from typing_extensions import TypedDict
 
 from state.records import (
+    CallNotRun,
     ComposerOutput,
     ExecutorAnswer,
     GatekeeperResult,
@@ -93,6 +94,12 @@ class DiagnosisState(TypedDict, total=False):
 
     tool_calls_used: int
     """Written by ``planner`` (0) and ``tools``: tool calls made in the current round."""
+
+    calls_not_run: Annotated[list[CallNotRun], operator.add]
+    """The current round's tool calls the tool budget kept from running, in the order they were
+    asked for: appended by ``tools`` (calls it skipped) and ``executor`` (calls asked for in the
+    turn it was told to answer, dropped); ``planner`` empties it (``Overwrite``) at the start of
+    each round when it holds anything."""
 
     parse_status: ParseStatus
     """Written by ``evidence``: how the executor's final message parsed as JSON."""

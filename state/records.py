@@ -103,6 +103,20 @@ class Task(TypedDict):
     plan: NotRequired[str]
 
 
+NotRunReason = Literal["budget_skipped", "dropped_after_budget"]
+"""Why a tool call the executor asked for did not run: the ``tools`` node skipped it because the
+round's tool budget was spent (``budget_skipped``), or the executor asked for it in the turn it
+was told to answer, and it was dropped (``dropped_after_budget``)."""
+
+
+class CallNotRun(TypedDict):
+    """A tool call the executor asked for that did not run, and why."""
+
+    tool_name: str
+    arguments: JSONObject
+    reason: NotRunReason
+
+
 # --------------------------------------------------------------------------- tools
 
 
@@ -385,6 +399,23 @@ class EvidenceCallCounts(TypedDict):
     ok: int
     no_hit: int
     error: int
+
+
+class CatalogRule(TypedDict):
+    """One rule of a Gatekeeper rule catalog (``verification.catalog``)."""
+
+    id: str
+    description: str
+    enabled: bool
+    default_severity: Severity
+    parameters: dict[str, JSONValue]
+
+
+class Catalog(TypedDict):
+    """A Gatekeeper rule catalog: its version and its rules, in order."""
+
+    rule_set_version: str
+    rules: list[CatalogRule]
 
 
 class RuleEvaluation(TypedDict):
@@ -810,6 +841,9 @@ class VerifierEvaluation(Verdicts):
     models: dict[str, str]
     rounds: list[RoundSummary]
     question_coverage: NotRequired[QuestionCoverage]
+    gatekeeper_catalog: NotRequired[Catalog]
+    """The rule catalog the run's Gatekeeper used (absent from records made before it was
+    kept: a re-check then uses the bundled catalog)."""
 
 
 class DiagnosisOutcome(TypedDict):

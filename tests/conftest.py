@@ -14,6 +14,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 
+from evidence.config import BACKENDS, TOP_LEVEL, variable_name
 from persistence.store import Persistence, open_persistence
 from tests.opensearch_kit import opensearch_url  # noqa: F401  (a session fixture)
 from tests.prometheus_kit import prometheus_stack  # noqa: F401  (a session fixture)
@@ -52,20 +53,10 @@ def _no_backend_configuration(
     tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """No real backend unless a test configures one: an empty config file, no backend variable."""
+    prefixes = tuple(variable_name(backend.name, "") for backend in BACKENDS)
+    top_level = {setting.variable for setting in TOP_LEVEL}
     for name in list(os.environ):
-        if name.startswith(
-            (
-                "SUPERBIZ_PROMETHEUS_",
-                "SUPERBIZ_ALERTMANAGER_",
-                "SUPERBIZ_LOKI_",
-                "SUPERBIZ_OPENSEARCH_",
-            )
-        ) or name in {
-            "SUPERBIZ_QUERY_TIMEOUT_S",
-            "SUPERBIZ_SERVICE_LABEL",
-            "SUPERBIZ_LOG_FILES",
-            "SUPERBIZ_RUNBOOKS",
-        }:
+        if name.startswith(prefixes) or name in top_level:
             monkeypatch.delenv(name)
     empty = tmp_path_factory.getbasetemp() / "superbiz-empty.toml"
     empty.touch()

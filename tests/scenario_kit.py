@@ -7,6 +7,7 @@ each scripted model received, so tests can assert on both the outcome and the mo
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Callable, Iterator
@@ -34,6 +35,7 @@ from state.context import ComposerMode, Context, Language
 from state.graph_state import DiagnosisState
 from state.records import (
     AlertEntry,
+    Catalog,
     DiagnosisRecord,
     DocumentEntry,
     JSONObject,
@@ -162,12 +164,14 @@ def verifier_reply(verdict: str, *checks: JSONObject, score: float = 1.0) -> str
 
 
 class RecordingChatModel(ScriptedChatModel):
-    """A scripted model that records the messages of every call."""
+    """A scripted model that records the messages of every call, and the tools it offered."""
 
     calls: list[list[BaseMessage]] = Field(default_factory=list)
+    offered: list[tuple[str, ...]] = Field(default_factory=list)
 
     def _generate(self, messages: list[BaseMessage], *args: Any, **kwargs: Any) -> ChatResult:
         self.calls.append(list(messages))
+        self.offered.append(tuple(kwargs.get("tools") or ()))
         return super()._generate(messages, *args, **kwargs)
 
 
@@ -269,23 +273,34 @@ def run_diagnosis(
     overrides: dict[str, BaseChatModel] | None = None,
     checkpointer: Checkpointer | None = None,
     wrap_nodes: NodeWrapper | None = None,
+    max_tool_calls: int | None = None,
+    gatekeeper_catalog: Catalog | None = None,
 ) -> Run:
     """Run one diagnosis through the real graph with scripted (recording) models.
 
     `checkpointer` defaults to a fresh `InMemorySaver`; `wrap_nodes(name, node)` gives the
-    runnable the graph runs in place of each node.
+    runnable the graph runs in place of each node; `max_tool_calls` sets the round's tool
+    budget; `gatekeeper_catalog` the Gatekeeper's rule catalog (default: the bundled one).
     """
     get_model, models = recording_models(replies, overrides)
     ledger = InMemoryLedger()
     audit = InMemoryAuditStore()
     backend = SampleBackend(env)
-    builder = build_graph(get_model=get_model, backend=backend, ledger=ledger, audit=audit)
+    builder = build_graph(
+        get_model=get_model,
+        backend=backend,
+        ledger=ledger,
+        audit=audit,
+        gatekeeper_catalog=gatekeeper_catalog,
+    )
     if wrap_nodes is not None:
         for name, spec in builder.nodes.items():
             assert isinstance(spec.runnable, Runnable)
             spec.runnable = wrap_nodes(name, spec.runnable)
     graph = builder.compile(checkpointer=InMemorySaver() if checkpointer is None else checkpointer)
     context = Context(offline=False, language=language, composer_mode=composer_mode)
+    if max_tool_calls is not None:
+        context = dataclasses.replace(context, max_tool_calls_per_round=max_tool_calls)
     graph.invoke({"messages": [HumanMessage(question)]}, config=THREAD, context=context)
     state = state_of(graph, THREAD)
     return Run(state=state, models=models, ledger=ledger, audit=audit)

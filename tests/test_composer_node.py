@@ -7,8 +7,7 @@ from typing import Any
 
 import pytest
 
-from models.messages import message_text
-from nodes.evidence import executor_final_text
+from models.messages import final_text, message_text
 from state.context import Language
 from state.records import JSONObject
 from tests.records import binding, claim
@@ -167,7 +166,7 @@ def test_composer_answer_never_contains_raw_executor_json(
     assert run.answer == message_text(run.state["messages"][-1])
     for fragment in RAW_JSON_FRAGMENTS:
         assert fragment not in run.answer
-    assert executor_final_text(run.state) not in run.answer
+    assert final_text(run.state["executor_messages"]) not in run.answer
 
 
 def test_composer_answer_never_contains_a_malformed_executor_output(

@@ -11,6 +11,7 @@ import functools
 import pytest
 
 from knowledge.rank import markdown_fields, procedure_sentence, query_terms, rank
+from knowledge.runbook_text import read_runbook
 from knowledge.vocabulary import concept_tokens, concepts_in
 from tests.corpora import runbook_corpus
 
@@ -125,14 +126,19 @@ def test_rank_on_the_real_corpus_chinese_equals_english_exactly() -> None:
     assert query_terms("磁盘满了") == query_terms("disk full")
 
 
-def test_markdown_fields_reads_front_matter_title_and_headings() -> None:
-    title, headings = markdown_fields(
+def test_markdown_fields_reads_the_title_as_the_index_does_and_the_other_headings() -> None:
+    text = (
         "---\ntitle: Disk Full\nweight: 1\n---\n\n# DiskFull\n\n## Meaning\n\n```sh\n# not a"
         " heading\n```\n\n## Mitigation\ntext\n"
     )
-    assert title == "Disk Full"
-    assert headings == ["DiskFull", "Meaning", "Mitigation"]
+    title, headings = markdown_fields(text)
+    # The level-1 heading is the title (as in the runbook index), not the front matter's.
+    assert title == "DiskFull" == read_runbook(text, name="disk").title
+    assert headings == ["Meaning", "Mitigation"]
     assert markdown_fields("# Only heading\n\n## Steps\n") == ("Only heading", ["Steps"])
+    # Without a level-1 heading the front matter names it, then the file name.
+    assert markdown_fields("---\ntitle: Disk Full\n---\n## Meaning\n") == ("Disk Full", ["Meaning"])
+    assert markdown_fields("## Meaning\n", name="DiskFull") == ("DiskFull", ["Meaning"])
 
 
 def test_procedure_sentence_skips_impact_and_timeline() -> None:

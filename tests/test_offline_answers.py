@@ -19,15 +19,13 @@ from apps.eval.scenario import load_scenario, validate_scenario
 from evidence.environment import Environment, default_environment
 from evidence.sample import SampleBackend
 from graph.builder import build_graph
-from models.budget import BUDGET_SPENT
 from models.offline import OfflineExecutor, OfflinePlanner
 from models.offline.rules import parse_steps, plan_steps
-from nodes.executor import DROPPED_CALLS, calls_not_run
-from nodes.tool_calls import SKIPPED
 from state.context import Context
 from state.records import LogEntry
 from tests.records import document_entry, log_entry, series_entry
 from tools.backend import KnowledgeOutput, LogsOutput, MetricsOutput, TimeOutput
+from tools.schemas import tool_specs
 from verification.question import analyze_question
 
 SCENARIOS = Path(__file__).parent / "scenarios"
@@ -306,8 +304,13 @@ def _one_log_found(
     return _tool_message("c1", "inv-1", "query_logs", args, output, refs)
 
 
+def _with_tools(messages: list[Any]) -> AIMessage:
+    """The offline executor's reply in a call that offers the tools (the budget lasts)."""
+    return OfflineExecutor().bind_tools(tool_specs()).invoke(messages)
+
+
 def _answer(messages: list[Any]) -> dict[str, Any]:
-    reply = OfflineExecutor().invoke(messages)
+    reply = _with_tools(messages)
     assert isinstance(reply.content, str) and reply.content
     data: dict[str, Any] = json.loads(reply.content)
     return data
@@ -363,7 +366,7 @@ def test_executor_states_a_value_with_its_unit_bound_to_the_series_ref() -> None
         "m1", "inv-1", "query_metrics", args, {"alerts": [], "series": series}, refs
     )
     messages = _first_call("inventory-service 的 CPU 使用率是多少？", "zh", result)
-    follow = OfflineExecutor().invoke(messages)
+    follow = _with_tools(messages)
     assert [c["name"] for c in follow.tool_calls] == ["lookup_knowledge"]
     messages += [
         follow,
@@ -397,46 +400,20 @@ def test_executor_asks_once_more_for_what_the_budget_cut() -> None:
             {"raw_path": "summary", "text": "matched 1 of 1"},
         ],
     )
-    messages = [
-        *_first_call("Why is order-service failing?", "en", result),
-        HumanMessage(BUDGET_SPENT),
+    messages = _first_call("Why is order-service failing?", "en", result)
+    # While the tools are offered it follows the evidence ...
+    follow = _with_tools(messages)
+    assert not follow.content
+    assert ("query_logs", {"service": "inventory-service", "level": "ERROR"}) in [
+        (c["name"], c["args"]) for c in follow.tool_calls
     ]
+    # ... offered none (the budget is spent), it answers and asks once more for what it wanted.
     reply = OfflineExecutor().invoke(messages)
 
     assert json.loads(str(reply.content))["answer_version"] == "executor_evidence_v2"
     wanted = [(c["name"], c["args"]) for c in reply.tool_calls]
     assert ("query_logs", {"service": "inventory-service", "level": "ERROR"}) in wanted
     assert any(name == "lookup_knowledge" for name, _ in wanted)
-
-
-def test_calls_not_run_lists_skipped_and_dropped_calls() -> None:
-    asked = AIMessage(
-        content="",
-        tool_calls=[
-            {
-                "name": "query_logs",
-                "args": {"service": "a", "level": "ERROR"},
-                "id": "1",
-                "type": "tool_call",
-            },
-            {"name": "query_metrics", "args": {"service": "a"}, "id": "2", "type": "tool_call"},
-        ],
-    )
-    messages: list[Any] = [
-        asked,
-        ToolMessage(content=json.dumps({"invocation_id": "inv-1"}), tool_call_id="1"),
-        ToolMessage(content=json.dumps({"error": SKIPPED}), tool_call_id="2"),
-        AIMessage(
-            content="{}",
-            additional_kwargs={
-                DROPPED_CALLS: [{"name": "lookup_knowledge", "args": {"query": "pool"}}]
-            },
-        ),
-    ]
-    assert calls_not_run(messages) == [
-        "query_metrics service=a",
-        "lookup_knowledge query=pool",
-    ]
 
 
 class _OtherBackend:

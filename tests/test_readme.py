@@ -49,7 +49,7 @@ def test_readme_environment_file_example_is_a_valid_environment() -> None:
 
 
 def test_readme_lists_every_run_setting_variable() -> None:
-    from state.settings import RULES
+    from state.context import RULES
 
     readme = ROOT.joinpath("README.md").read_text(encoding="utf-8")
     for rule in RULES:

@@ -18,8 +18,8 @@ from starlette.testclient import TestClient
 import apps.cli.main as cli
 from apps.http.api import create_app
 from graph.builder import build_graph
-from state.context import Context
-from state.settings import RULES, SettingsError, check_environment
+from state.context import RULES, Context, check_environment
+from state.settings import SettingsError
 
 QUESTION = "order-service 为什么报 500？"
 KEYS = {"key-a": "alice"}

@@ -1,4 +1,4 @@
-"""The shared text rules: normalisation, specifics, whole-token matching, one-line text.
+"""The shared text rules: normalisation, specifics, whole-token matching.
 
 The Gatekeeper, the claim checker and the check of a model-written summary all use these, so
 they are tested once, here.
@@ -9,12 +9,9 @@ from __future__ import annotations
 import pytest
 
 from verification.text import (
-    clip,
     contains_whole,
-    error_line,
     grounded,
     normalize,
-    one_line,
     specifics,
     strip_fence,
 )
@@ -95,38 +92,6 @@ def test_normalize_folds_width_case_whitespace_and_invisible_characters() -> Non
     assert normalize("A  b", collapse_whitespace=False) == "a  b"
 
 
-@pytest.mark.parametrize(
-    "text",
-    [
-        "first\nsecond",
-        "first\u2028second",
-        "first\u2029second",
-        "first\x0bsecond",
-        "first\x0csecond",
-        "first\x85second",
-        "first\r\nsecond",
-    ],
-    ids=["lf", "line-separator", "paragraph-separator", "vt", "ff", "nel", "crlf"],
-)
-def test_one_line_turns_every_line_break_into_one_space(text: str) -> None:
-    assert one_line(text) == "first second"
-
-
-def test_one_line_removes_control_and_invisible_characters() -> None:
-    assert one_line("\x1b[31mred\x1b[0m \x07bell\x08 z\u200bw") == "red bell zw"
-    assert one_line("\x1b]0;owned\x07title") == "title"
-
-
 def test_strip_fence_strips_one_fence_and_says_so() -> None:
     assert strip_fence('```json\n{"a": 1}\n```') == ('{"a": 1}', True)
     assert strip_fence('  {"a": 1} ') == ('{"a": 1}', False)
-
-
-def test_clip_marks_a_cut() -> None:
-    assert clip("abcdef", 10) == "abcdef"
-    assert clip("abcdef", 4) == "abc…"
-
-
-def test_error_line_is_one_line_with_the_type() -> None:
-    assert error_line(ValueError("bad\nthing")) == "ValueError: bad thing"
-    assert error_line(KeyboardInterrupt()) == "KeyboardInterrupt"

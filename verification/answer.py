@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Sequence
 
+from state.display import one_line
 from state.records import (
     CONFIRMED_LABELS,
     ClaimCheck,
@@ -29,7 +30,7 @@ from state.records import (
 from tools.registry import is_guidance
 from verification.gatekeeper import verified_excerpts_of
 from verification.question import facet_label
-from verification.text import asserts_cause, clip, one_line
+from verification.text import asserts_cause
 
 LANGUAGES: tuple[str, ...] = ("zh", "en")
 """Languages the template renders."""
@@ -262,7 +263,7 @@ def _evidence_lines(t: dict[str, str], confirmed: Sequence[ConfirmedItem]) -> li
             seen.add(key)
             inv, path = key
             where = " ".join(part for part in (f"[{inv}]" if inv else "", path) if part)
-            text = clip(one_line(excerpt["text"]), EXCERPT_CHARS)
+            text = one_line(excerpt["text"], EXCERPT_CHARS)
             lines.append(f"{where}{t['colon']}{text}" if where else text)
     return lines
 

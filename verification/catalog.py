@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any, Final, TypeVar, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, ValidationError
-from typing_extensions import TypedDict
 
 from state.records import (
     ANSWER_VERSION,
@@ -28,6 +27,8 @@ from state.records import (
     RuleSummary,
     Severity,
 )
+from state.records import Catalog as Catalog
+from state.records import CatalogRule as CatalogRule
 from verification.text import EDGE_PUNCTUATION, IDENTIFIER_SUFFIXES, UnicodeForm
 
 CATALOG_RESOURCE = "gatekeeper_catalog.json"
@@ -54,23 +55,6 @@ KNOWN_RULE_IDS: Final[tuple[RuleId, ...]] = get_args(RuleId)[:-1]
 
 class CatalogError(ValueError):
     """A rule catalog does not have the expected shape; the message says what is wrong."""
-
-
-class CatalogRule(TypedDict):
-    """One rule of a catalog."""
-
-    id: str
-    description: str
-    enabled: bool
-    default_severity: Severity
-    parameters: dict[str, JSONValue]
-
-
-class Catalog(TypedDict):
-    """A rule catalog."""
-
-    rule_set_version: str
-    rules: list[CatalogRule]
 
 
 # --------------------------------------------------------------------------- validation models
@@ -221,8 +205,13 @@ class SchemaSettings:
 
 @dataclass(frozen=True)
 class Settings:
-    """A validated catalog as the rules read it."""
+    """A validated catalog as the rules read it.
 
+    ``catalog`` is the catalog itself: recorded with each diagnosis, so that a re-check of it
+    uses the same rules.
+    """
+
+    catalog: Catalog
     rule_set_version: str
     order: tuple[RuleId, ...]
     enabled: dict[RuleId, bool]
@@ -271,6 +260,7 @@ def settings_of(catalog: Catalog) -> Settings:
     spec = _SpecificsParameters.model_validate(_parameters(catalog, UNBOUND_SPECIFICS))
     base = SchemaSettings()
     return Settings(
+        catalog=catalog,
         rule_set_version=catalog["rule_set_version"],
         order=tuple(rule_id for rule_id, _ in rules),
         enabled=enabled,

@@ -13,6 +13,7 @@ import re
 from collections.abc import Sequence
 from typing import Final
 
+from state.display import strip_invisible
 from state.records import (
     Claim,
     ClaimLabel,
@@ -26,7 +27,7 @@ from state.records import (
 )
 from tools.registry import is_guidance
 from verification.gatekeeper import verified_excerpts_of
-from verification.text import grounded, normalize, specifics, strip_invisible
+from verification.text import grounded, normalize, specifics
 from verification.verdict import claim_checks, derive_verdict, facts_of, groundedness_score
 
 INFERENTIAL_TYPES: Final[tuple[str, ...]] = ("correlation", "causal", "state")

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import re
 
+from state.display import one_line
 from state.records import ConfirmedItem, JSONObject, Material
-from verification.text import contains_whole, normalize, one_line, specifics
+from verification.text import contains_whole, normalize, specifics
 
 SUMMARY_CHARS = 1000
 """Longest model summary accepted (the prompt asks for one or two sentences)."""
@@ -161,7 +162,7 @@ def check_composer_reply(reply: JSONObject | None, material: Material, verdict: 
     allowed = normalize(" ".join(confirmed[c] for c in cited if c in confirmed))
     for sentence in _SENTENCE.findall(summary):
         if sentence.strip() and (reason := _untraceable(sentence, allowed)) is not None:
-            problems.append(f"summary sentence {one_line(sentence)[:60]!r} {reason}")
+            problems.append(f"summary sentence {one_line(sentence, 60)!r} {reason}")
     inferences = [c["claim_id"] for c in material["confirmed"] if c["inference"]]
     for claim_id in (c for c in cited if c in inferences):
         if not _HEDGE.search(normalize(summary)):

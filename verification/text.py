@@ -5,8 +5,8 @@ the check of a model-written answer all compare claim text with evidence text th
 functions, so the three can never disagree about what a text states.
 
 - **Invisible characters** (zero-width spaces and joiners, bidirectional controls, the byte-order
-  mark, soft hyphens) are removed before anything else: they must not split ``503`` into ``5``
-  and ``03``, nor hide a word.
+  mark, soft hyphens; ``state.display.strip_invisible``) are removed before anything else: they
+  must not split ``503`` into ``5`` and ``03``, nor hide a word.
 - **Normalisation** for comparison: NFKC (full-width letters and digits become half-width),
   case folding, every run of whitespace (line and paragraph separators included) one space.
 - **Specifics**: what a claim states concretely. A maximal run of ``[A-Za-z0-9._%:/-]`` holding a
@@ -26,6 +26,8 @@ from collections.abc import Iterable
 from functools import lru_cache
 from typing import Literal
 
+from state.display import strip_invisible
+
 UnicodeForm = Literal["NFKC", "NFC", "NFKD", "NFD", "none"]
 UNICODE_FORMS: tuple[UnicodeForm, ...] = ("NFKC", "NFC", "NFKD", "NFD", "none")
 
@@ -33,15 +35,7 @@ IDENTIFIER_SUFFIXES: tuple[str, ...] = ("Exception", "Error")
 """Suffixes that make an identifier a specific (``NullPointerException``, ``TimeoutError``)."""
 EDGE_PUNCTUATION = ".:/-"
 """Stripped from both ends of a specific (``500.`` at the end of a sentence states ``500``)."""
-ELLIPSIS = "…"
 
-INVISIBLE = re.compile("[\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u206f\ufeff]")
-"""Zero-width, invisible-format and bidirectional control characters."""
-_CONTROL = re.compile("[\x00-\x08\x0e-\x1b\x7f-\x84\x86-\x9f]")
-# Terminal escape sequences (CSI such as colours and cursor moves, OSC such as window titles).
-_ESCAPE = re.compile(
-    r"\x1b\[[0-?]*[ -/]*[@-~]|\x9b[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"
-)
 _WHITESPACE = re.compile(r"\s+")
 _FULLWIDTH_PUNCTUATION = re.compile(
     "[\u3000-\u303f\uff01-\uff04\uff06-\uff0f\uff1a-\uff20\uff3b-\uff40\uff5b-\uff65]"
@@ -72,39 +66,6 @@ _ASSERTS_CAUSE = re.compile(
 def asserts_cause(text: str) -> bool:
     """Whether a text states a cause as established (``caused by``, ``root cause``, ``导致``...)."""
     return _ASSERTS_CAUSE.search(normalize(text)) is not None
-
-
-def strip_invisible(text: str) -> str:
-    """Remove zero-width, invisible-format and bidirectional control characters."""
-    return INVISIBLE.sub("", text)
-
-
-def one_line(text: str) -> str:
-    """Text for one line of output: no control or invisible characters, whitespace collapsed.
-
-    Line and paragraph separators, tabs and form feeds become single spaces; terminal escape
-    sequences and other control characters (BEL, backspace) are removed.
-    """
-    text = _CONTROL.sub("", _ESCAPE.sub("", strip_invisible(text)))
-    return _WHITESPACE.sub(" ", text).strip()
-
-
-_TERMINAL_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-
-
-def terminal_safe(text: str) -> str:
-    r"""Text that cannot drive a terminal, for output meant to be read there.
-
-    Every control character (escape, BEL, backspace, carriage return, C1 controls,
-    bidirectional overrides) is shown as a visible escape such as ``\x1b``; line breaks and
-    tabs stay.
-    """
-    return _TERMINAL_UNSAFE.sub(
-        lambda m: (
-            f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}"
-        ),
-        text,
-    )
 
 
 @lru_cache(maxsize=8192)
@@ -289,16 +250,3 @@ def strip_fence(text: str) -> tuple[str, bool]:
 def normalize_id(value: str) -> str:
     """An identifier as compared everywhere: NFKC, invisible characters removed, trimmed."""
     return unicodedata.normalize("NFKC", strip_invisible(value)).strip()
-
-
-def clip(text: str, limit: int) -> str:
-    """Cut ``text`` to at most ``limit`` characters, marking a cut with an ellipsis."""
-    if len(text) <= limit:
-        return text
-    return text[: max(limit - len(ELLIPSIS), 0)].rstrip() + ELLIPSIS
-
-
-def error_line(exc: BaseException) -> str:
-    """``<Type>: <message>`` on one line (``<Type>`` alone when there is no message)."""
-    message = one_line(str(exc))
-    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Hashable, Iterable, Sequence
 
+from state.display import clip
 from state.records import Invocation, TraceItem
 from tools.registry import spec_of
 from tools.render import format_value
@@ -23,26 +24,14 @@ TRACEABILITY_VERSION = "trace-summary.v1"
 MERGE_IGNORED_ARGUMENTS: frozenset[str] = frozenset({"limit", "start", "end"})
 """Arguments that may differ between calls merged into one item."""
 
-ELLIPSIS = "…"
 _SEPARATOR = "; "
 _MIN_CLIPPED_CHARS = 24
 _SCALARS = (str, int, float, bool)
 
 
 def _clip(text: str, limit: int) -> str:
-    """Cut ``text`` to at most ``limit`` characters on a boundary, marking the cut with ``…``."""
-    if len(text) <= limit:
-        return text
-    if limit <= len(ELLIPSIS):
-        return ELLIPSIS[:limit]
-    room = limit - len(ELLIPSIS)
-    head = text[:room]
-    floor = room // 2
-    for separator in (_SEPARATOR, " "):
-        cut = head.rfind(separator)
-        if cut >= floor:
-            return head[:cut].rstrip(" ;,") + ELLIPSIS
-    return head + ELLIPSIS
+    """``text`` clipped at a boundary: between items (``; ``), else between words."""
+    return clip(text, limit, at=(_SEPARATOR, " "))
 
 
 def _join(parts: Iterable[str], limit: int) -> str:

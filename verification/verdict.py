@@ -23,7 +23,11 @@ which labels stand, derives the legacy facts, computes the groundedness score an
 5. **Effective verdict.** The strictest of the model's verdict, the derived verdict, the parse
    cap (output not valid -> LOW_CONFID), the Gatekeeper cap (severity reject -> REJECT,
    low_confid -> LOW_CONFID), the fallback cap (the claim checker stood in for an unreadable
-   reply -> LOW_CONFID) and the coverage cap (question unanswered -> LOW_CONFID).
+   reply -> LOW_CONFID), the coverage cap (question unanswered -> LOW_CONFID) and the re-check
+   cap (the claim checker re-checks a recorded diagnosis a model judged -> LOW_CONFID: it can
+   never clear a recorded verdict alone).
+
+Verdicts are ranked here only (REJECT < LOW_CONFID < PASS): ``strictest`` and ``is_looser``.
 """
 
 from __future__ import annotations
@@ -299,6 +303,19 @@ def strictest(*verdicts: Verdict | None) -> Verdict:
     return min((v for v in verdicts if v is not None), key=lambda v: _VERDICT_RANK[v])
 
 
+def is_looser(verdict: str | None, than: str | None) -> bool:
+    """Whether ``verdict`` is looser than ``than`` (PASS > LOW_CONFID > REJECT).
+
+    A missing or unknown verdict on either side is never looser, nor looser than.
+    """
+    rank, other = _rank(verdict), _rank(than)
+    return rank is not None and other is not None and rank > other
+
+
+def _rank(verdict: str | None) -> int | None:
+    return next((rank for name, rank in _VERDICT_RANK.items() if name == verdict), None)
+
+
 def decide(
     answer: ExecutorAnswer,
     gatekeeper: GatekeeperResult,
@@ -311,6 +328,7 @@ def decide(
     question: str = "",
     known_services: Sequence[str] = (),
     not_run: Sequence[str] = (),
+    recheck_of: VerifierMode | None = None,
 ) -> Decision:
     """Decide one round: final claim checks, facts, score, derived and effective verdicts.
 
@@ -326,6 +344,7 @@ def decide(
         question: The user's question (its facets are the coverage floor).
         known_services: The services the evidence backend knows.
         not_run: Tool calls the tool budget cut, rendered.
+        recheck_of: When the decision re-checks a recorded diagnosis: the mode that judged it.
 
     Returns:
         The decision; ``verdict`` is the effective verdict.
@@ -360,6 +379,9 @@ def decide(
     if cap is not None:
         notes.append("no confirmed claim answers the question; verdict capped at LOW_CONFID")
     caps: dict[str, Verdict | None] = {"none": None, "low_confid": "LOW_CONFID", "reject": "REJECT"}
+    # The claim checker re-checking what a model judged works without that model: capped as the
+    # fallback is. A diagnosis the checker judged in the first place is re-judged by its rules.
+    rechecked = mode == "offline" and recheck_of is not None and recheck_of != "offline"
     verdict = strictest(
         model_verdict,
         derived,
@@ -367,7 +389,10 @@ def decide(
         caps[gatekeeper["severity"]],
         "LOW_CONFID" if mode == "fallback" else None,
         cap,
+        "LOW_CONFID" if rechecked else None,
     )
+    if rechecked:
+        notes.append("re-checked by the deterministic claim checker: at most LOW_CONFID")
     return Decision(
         verdict=verdict,
         model_verdict=model_verdict,

@@ -17,8 +17,8 @@ import json
 import re
 from collections.abc import Sequence
 
+from state.display import ELLIPSIS, clip, clip_bytes, strip_invisible
 from state.records import ExecutorAnswer, JSONObject, JSONValue, VerifierInput
-from verification.text import ELLIPSIS, INVISIBLE
 
 OPEN = "<<<UNTRUSTED_DATA"
 CLOSE = "UNTRUSTED_DATA>>>"
@@ -74,14 +74,10 @@ _DROP = _Drop()
 
 def sanitize_text(text: str) -> str:
     """Strip invisible/bidi control characters and defuse the quoting markers."""
-    text = INVISIBLE.sub("", text)
+    text = strip_invisible(text)
     text = _OPEN_RUN.sub("‹‹‹", text)
     text = _CLOSE_RUN.sub("›››", text)
     return _MARKER_WORD.sub(lambda m: m.group(0)[:9] + "-" + m.group(0)[-4:], text)
-
-
-def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[:limit] + ELLIPSIS
 
 
 def _size(value: object) -> int:
@@ -114,7 +110,7 @@ class _Budget:
 
 
 def _fit_string(text: str, chars: int, budget: _Budget) -> str | _Drop:
-    clipped = _clip(text, chars)
+    clipped = clip(text, chars)
     if budget.take(_size(clipped) + 1):
         return clipped
     room = budget.left - 1 - len(ELLIPSIS.encode("utf-8")) - 8
@@ -153,7 +149,7 @@ def _bound(value: JSONValue, budget: _Budget, chars: int, depth: int = 0) -> JSO
             return _DROP
         entries: dict[str, JSONValue] = {}
         for key, item in value.items():
-            name = _clip(str(key), KEY_CHARS)
+            name = clip(str(key), KEY_CHARS)
             if not budget.take(_size(name) + 1):
                 break
             bounded = _bound(item, budget, chars, depth + 1)
@@ -187,13 +183,6 @@ def _bounded_block(name: str, value: JSONValue, chars: int, limit: int | None = 
     return bounded
 
 
-def _clip_bytes(text: str, limit: int) -> str:
-    raw = text.encode("utf-8")
-    if len(raw) <= limit:
-        return text
-    return raw[: max(0, limit - 3)].decode("utf-8", errors="ignore") + ELLIPSIS
-
-
 def _fit_trace(items: list[JSONObject]) -> list[JSONObject]:
     """Shorten every item's output summary evenly so that no trace item is left out.
 
@@ -208,7 +197,7 @@ def _fit_trace(items: list[JSONObject]) -> list[JSONObject]:
     if share < _MIN_FIT_BYTES:
         return items
     return [
-        {**i, "output_summary": _clip_bytes(str(i.get("output_summary", "")), share)} for i in items
+        {**i, "output_summary": clip_bytes(str(i.get("output_summary", "")), share)} for i in items
     ]
 
 

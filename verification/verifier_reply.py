@@ -8,6 +8,7 @@ a real claim, a real trace item and a known label is decided by ``verification.v
 
 from __future__ import annotations
 
+from state.display import clip, one_line
 from state.records import (
     COVERAGE_STATUSES,
     VERDICTS,
@@ -26,8 +27,7 @@ _NOTE_CHARS = 80
 
 def short(value: object) -> str:
     """A value for a human-readable note, bounded."""
-    text = value if isinstance(value, str) else repr(value)
-    return text if len(text) <= _NOTE_CHARS else text[: _NOTE_CHARS - 1] + "…"
+    return clip(value if isinstance(value, str) else repr(value), _NOTE_CHARS)
 
 
 def parse_verifier_reply(text: str) -> tuple[JSONObject | None, bool, str | None]:
@@ -109,7 +109,7 @@ def _checks(raw: JSONValue, notes: list[str]) -> list[ProposedCheck] | None:
 
 def _texts(value: JSONValue) -> list[str]:
     items = value if isinstance(value, list) else []
-    texts = [" ".join(item.split()) for item in items if isinstance(item, str)]
+    texts = [one_line(item) for item in items if isinstance(item, str)]
     return list(dict.fromkeys(text for text in texts if text))
 
 

@@ -1,6 +1,7 @@
 """``superbiz doctor`` and ``superbiz config show``.
 
-Doctor: does every configured backend answer. Config show: the effective configuration, secrets
+Doctor: does every configured backend answer. Config show: every declared setting's effective
+value and where it came from (the evidence sources', the run settings, the program's), secrets
 masked, and which source serves each tool.
 """
 
@@ -11,6 +12,8 @@ from typing import TextIO
 
 from evidence.composed import check_backends, configured_backend, part_names
 from evidence.config import ConfigError, Settings, describe, load_settings, redact
+from state import catalog, configuration
+from state.context import RULES
 from tools.backend import BackendReport
 
 
@@ -59,14 +62,20 @@ def doctor_command(as_json: bool, out: TextIO, err: TextIO, *, database: str | N
 
 
 def config_show_command(out: TextIO, err: TextIO) -> int:
-    """Print the effective settings (secrets masked) and which source serves each tool."""
+    """Print every setting's effective value (secrets masked) and which source serves each tool.
+
+    Exit 1 when a setting is invalid (each problem on a ``config FAIL`` line), else 0.
+    """
     settings = _settings(out)
     if settings is None:
         return 1
-    rows = describe(settings)
+    others, problems = configuration.describe((*RULES, *catalog.SETTINGS))
+    rows = describe(settings) + others
     width = max(len(name) for name, _, _ in rows)
     for name, value, origin in rows:
         out.write(f"{name:<{width}}  {value}  ({origin})\n")
     backend = configured_backend(settings, progress=None)
     out.write("evidence: " + "; ".join(part_names(backend)) + "\n")
-    return 0
+    for problem in problems:
+        out.write(f"config        FAIL  {problem}\n")
+    return 1 if problems else 0

@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO, TypeVar
 # Only light modules at start-up: ``--help``, ``sessions list`` and ``db upgrade`` must not pay
 # for LangGraph, langchain or a model client. Each command imports what it needs when it runs.
 from apps.cli.maintenance import PruneUsageError, add_prune_parser, prune_command
-from state.context import Context
-from state.settings import BY_NAME as RULES_BY_NAME
-from state.settings import SettingsError, check_environment, parse_value
-from verification.text import error_line, terminal_safe
+from state import catalog, configuration
+from state.context import Context, check_environment, parse_option
+from state.display import error_line, one_line, terminal_safe
+from state.settings import SettingsError
 
 if TYPE_CHECKING:
     from graph.failures import DiagnosisFailed
@@ -45,7 +45,7 @@ EXIT_USAGE = 2
 """Exit status for bad input: options, arguments, files, settings."""
 EXIT_UNAVAILABLE = 3
 """Exit status when a dependency is down: the database, or the model endpoint after retries."""
-DEBUG_VAR = "SUPERBIZ_DEBUG"
+DEBUG_VAR = catalog.DEBUG.variable
 """Set to 1 to print the traceback of a failure before its one-line reason."""
 
 
@@ -296,7 +296,7 @@ def _context(args: argparse.Namespace, **fixed: object) -> Context:
         if value is None:
             continue
         try:
-            overrides[name] = parse_value(RULES_BY_NAME[name], str(value), option)
+            overrides[name] = parse_option(name, str(value), option)
         except SettingsError as exc:
             problems.extend(exc.problems)
     try:
@@ -652,7 +652,8 @@ def sessions(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             ]
             for r in records:
                 score = "" if r["score"] is None else f"{float(r['score']):.2f}"
-                question = " ".join(str(r["question"]).split())
+                # Controls shown as escapes (terminal_safe), not removed: a reader sees them.
+                question = one_line(terminal_safe(str(r["question"])), 60)
                 rows.append(
                     [
                         r["id"],
@@ -662,7 +663,7 @@ def sessions(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                         score,
                         str(r["rounds"]),
                         str(r["created_at"])[:19],
-                        question[:60],
+                        question,
                     ]
                 )
             out.write(_table([[terminal_safe(cell) for cell in row] for row in rows]) + "\n")
@@ -838,7 +839,7 @@ def db_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 def serve_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """``serve``: check the configuration and the database, then run uvicorn."""
     from apps.auth import ApiKeys, ConfigError, Limits, is_loopback
-    from persistence.database import ENV_VAR, resolve_target
+    from persistence.database import resolve_target
 
     if args.workers < 1:
         raise UsageError("--workers must be at least 1")
@@ -870,7 +871,7 @@ def serve_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     # Migrate and set up checkpoints once, before the workers start.
     _open(args, sweep=False).close()  # the workers sweep, resuming what they can
     if args.db:
-        os.environ[ENV_VAR] = args.db  # the workers read the database from the environment
+        configuration.hand_down(catalog.DATABASE_URL, args.db)  # the workers read it there
     if keys.open:
         err.write(
             f"superbiz: no API keys configured (SUPERBIZ_API_KEYS, SUPERBIZ_API_KEYS_FILE): "
@@ -934,7 +935,7 @@ def _say(message: str) -> None:
 
 
 def _debug(exc: BaseException) -> None:
-    if os.environ.get(DEBUG_VAR, "").strip().lower() in ("1", "true", "yes", "on"):
+    if configuration.value(catalog.DEBUG):
         traceback.print_exception(exc, file=sys.stderr)
 
 

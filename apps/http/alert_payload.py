@@ -22,6 +22,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from nodes.intake import diagnosis_id_for
+from state.display import one_line
 from state.json_shape import json_type
 
 KNOWN_VERSION = "4"
@@ -160,8 +161,7 @@ def _service(alert: Alert, labels: Sequence[str]) -> str | None:
 
 
 def _clip(text: str) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= _ANNOTATION_CHARS else flat[: _ANNOTATION_CHARS - 1] + "…"
+    return one_line(text, _ANNOTATION_CHARS)
 
 
 def alert_summary(alert: Alert, service_labels: Sequence[str]) -> dict[str, Any]:

@@ -32,7 +32,7 @@ import httpx
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from apps.auth import Caller, ConfigError, env_number
+from apps.auth import Caller, ConfigError, read
 from apps.http.alert_payload import PayloadError, investigation_of, parse_notification
 from apps.http.guard import ApiError, read_limited
 from evidence.config import DEFAULT_SERVICE_LABELS, load_settings
@@ -41,6 +41,9 @@ from persistence.alert_queue import AlertQueue, Claimed, NewInvestigation, Queue
 from persistence.locks import ThreadBusy
 from persistence.ownership import ThreadOwners
 from persistence.store import Persistence
+from state import catalog
+from state.configuration import Sources
+from state.settings import typed_default
 
 logger = logging.getLogger("superbiz.alerts")
 
@@ -58,29 +61,6 @@ ERROR_RETRY_S = 10.0
 POLL_S = 2.0
 NOTIFY_TIMEOUT_S = 10.0
 MAX_LIST = 500
-
-
-def _env_number(env: Mapping[str, str], name: str, default: float, minimum: float) -> float:
-    return env_number(env, name, default, minimum, parse=float, kind="a number")
-
-
-def _whole(raw: str) -> int:
-    if not raw.isdigit():
-        raise ValueError(raw)
-    return int(float(raw))
-
-
-def _env_whole(env: Mapping[str, str], name: str, default: int, minimum: int) -> int:
-    return env_number(env, name, default, minimum, parse=_whole, kind="a whole number")
-
-
-def _env_url(env: Mapping[str, str], name: str) -> str | None:
-    raw = env.get(name, "").strip()
-    if not raw:
-        return None
-    if not raw.startswith(("http://", "https://")):
-        raise ConfigError(f"{name} must be an http:// or https:// URL, got {raw!r}")
-    return raw.rstrip("/") if name == "SUPERBIZ_PUBLIC_URL" else raw
 
 
 @dataclass(frozen=True)
@@ -101,15 +81,15 @@ class AlertSettings:
         service_labels: Labels naming an alert's service, tried in order.
     """
 
-    concurrency: int = 2
-    queue_max: int = 100
-    margin_s: float = 900.0
-    max_body_bytes: int = 1024 * 1024
-    claim_s: float = 30.0
-    max_attempts: int = 3
+    concurrency: int = typed_default(catalog.ALERT_CONCURRENCY, int)
+    queue_max: int = typed_default(catalog.ALERT_QUEUE_MAX, int)
+    margin_s: float = typed_default(catalog.ALERT_WINDOW_MARGIN_S, float)
+    max_body_bytes: int = typed_default(catalog.ALERT_MAX_BODY_BYTES, int)
+    claim_s: float = typed_default(catalog.ALERT_CLAIM_S, float)
+    max_attempts: int = typed_default(catalog.ALERT_MAX_ATTEMPTS, int)
     notify_url: str | None = None
-    notify_attempts: int = 5
-    notify_retry_s: float = 10.0
+    notify_attempts: int = typed_default(catalog.NOTIFY_ATTEMPTS, int)
+    notify_retry_s: float = typed_default(catalog.NOTIFY_RETRY_S, float)
     public_url: str | None = None
     service_labels: tuple[str, ...] = DEFAULT_SERVICE_LABELS
 
@@ -122,24 +102,22 @@ class AlertSettings:
         Raises:
             ConfigError: naming the variable that is wrong.
         """
-        env = os.environ if environ is None else environ
         try:
-            labels = load_settings(env).service_labels
+            labels = load_settings(environ).service_labels
         except Exception:  # a broken backend configuration is reported by the diagnosis
             labels = DEFAULT_SERVICE_LABELS
+        sources = Sources(environ)
         return cls(
-            concurrency=_env_whole(env, "SUPERBIZ_ALERT_CONCURRENCY", cls.concurrency, 1),
-            queue_max=_env_whole(env, "SUPERBIZ_ALERT_QUEUE_MAX", cls.queue_max, 1),
-            margin_s=_env_number(env, "SUPERBIZ_ALERT_WINDOW_MARGIN_S", cls.margin_s, 0),
-            max_body_bytes=_env_whole(
-                env, "SUPERBIZ_ALERT_MAX_BODY_BYTES", cls.max_body_bytes, 1024
-            ),
-            claim_s=_env_number(env, "SUPERBIZ_ALERT_CLAIM_S", cls.claim_s, 1),
-            max_attempts=_env_whole(env, "SUPERBIZ_ALERT_MAX_ATTEMPTS", cls.max_attempts, 1),
-            notify_url=_env_url(env, "SUPERBIZ_NOTIFY_WEBHOOK_URL"),
-            notify_attempts=_env_whole(env, "SUPERBIZ_NOTIFY_ATTEMPTS", cls.notify_attempts, 1),
-            notify_retry_s=_env_number(env, "SUPERBIZ_NOTIFY_RETRY_S", cls.notify_retry_s, 0),
-            public_url=_env_url(env, "SUPERBIZ_PUBLIC_URL"),
+            concurrency=read(catalog.ALERT_CONCURRENCY, sources),
+            queue_max=read(catalog.ALERT_QUEUE_MAX, sources),
+            margin_s=read(catalog.ALERT_WINDOW_MARGIN_S, sources),
+            max_body_bytes=read(catalog.ALERT_MAX_BODY_BYTES, sources),
+            claim_s=read(catalog.ALERT_CLAIM_S, sources),
+            max_attempts=read(catalog.ALERT_MAX_ATTEMPTS, sources),
+            notify_url=read(catalog.NOTIFY_WEBHOOK_URL, sources),
+            notify_attempts=read(catalog.NOTIFY_ATTEMPTS, sources),
+            notify_retry_s=read(catalog.NOTIFY_RETRY_S, sources),
+            public_url=read(catalog.PUBLIC_URL, sources),
             service_labels=labels,
         )
 

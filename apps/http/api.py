@@ -66,11 +66,11 @@ from persistence.database import DatabaseError
 from persistence.locks import ThreadBusy
 from persistence.ownership import ThreadOwners
 from persistence.store import Persistence, open_persistence
-from state.context import Context, Language
-from state.display import has_unstorable
+from state.context import REQUEST_SETTINGS, Context, Language, check_settings
+from state.display import error_line, has_unstorable, one_line
 from state.json_shape import json_type
 from state.records import DiagnosisRecord, DiagnosisSummary
-from state.settings import SettingsError, check_settings
+from state.settings import SettingsError
 from tools.backend import EvidenceBackend
 
 logger = logging.getLogger("superbiz.api")
@@ -84,11 +84,10 @@ SCHEMA_CHECK_S = 5.0
 _DB_ERRORS = (DatabaseError, psycopg.Error, PoolTimeout, sqlite3.Error)
 
 
-def _one_line(exc: BaseException) -> str:
-    message = " ".join(str(exc).split())
-    if isinstance(exc, DatabaseError) and message:
-        return message
-    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+def _reason(exc: BaseException) -> str:
+    """A database error's own message (it names the database and the fix), else the type too."""
+    message = one_line(str(exc))
+    return message if isinstance(exc, DatabaseError) and message else error_line(exc)
 
 
 def _failure(exc: BaseException, action: str) -> ApiError:
@@ -108,10 +107,10 @@ def _failure(exc: BaseException, action: str) -> ApiError:
         logger.error("API configuration error: %s", exc)
         return ApiError(500, f"the API is misconfigured: {exc}")
     if isinstance(exc, _DB_ERRORS):
-        logger.warning("database unavailable: %s", _one_line(exc))
-        return ApiError(503, f"database unavailable: {_one_line(exc)}")
+        logger.warning("database unavailable: %s", _reason(exc))
+        return ApiError(503, f"database unavailable: {_reason(exc)}")
     logger.error("%s failed", action, exc_info=exc)
-    return ApiError(500, f"{action} failed: {_one_line(exc)}")
+    return ApiError(500, f"{action} failed: {_reason(exc)}")
 
 
 class ChatRequest(NamedTuple):
@@ -180,8 +179,6 @@ def parse_chat(body: bytes, limits: Limits) -> ChatRequest:
 BODY_FIELDS = ("question", "thread_id", "language", "settings")
 IGNORED_FIELDS = ("user", "owner", "identity")
 """Identity fields a client may send; the identity is always the API key's."""
-REQUEST_SETTINGS = ("language", "composer_mode", "offline", "max_tool_calls_per_round")
-"""Run settings a request may choose (``settings``); the others are the server's."""
 
 
 def request_settings(data: dict[str, Any], problems: list[str]) -> dict[str, object]:
@@ -750,7 +747,7 @@ class Api:
         except TimeoutError:
             reason = f"the database did not answer within {self.health_timeout_s:g} s"
         except _DB_ERRORS as exc:
-            reason = _one_line(exc)
+            reason = _reason(exc)
         backends = await backend_health(self.service.backend, self.health_timeout_s)
         if reason is not None:
             return JSONResponse(
@@ -863,7 +860,7 @@ def create_app(
         try:
             await anyio.to_thread.run_sync(service.open)
         except Exception as exc:  # start anyway: /healthz and each request report the database
-            logger.warning("database not available at startup: %s", _one_line(exc))
+            logger.warning("database not available at startup: %s", _reason(exc))
         sweeper = PeriodicSweeper(
             lambda: service.open()[0], partial(service.resume, None), sweep_interval()
         )

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -33,16 +32,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from apps.auth import ApiKeys, ConfigError
+from apps.auth import ApiKeys, ConfigError, read
+from state import catalog
 
-CORS_VAR = "SUPERBIZ_API_CORS_ORIGINS"
-HOSTS_VAR = "SUPERBIZ_API_ALLOWED_HOSTS"
+CORS_VAR = catalog.API_CORS_ORIGINS.variable
+HOSTS_VAR = catalog.API_ALLOWED_HOSTS.variable
 _ALLOW_HEADERS = "authorization, content-type, x-api-key"
 _ALLOW_METHODS = "GET, POST"
-
-
-def _listed(raw: str) -> tuple[str, ...]:
-    return tuple(item.strip().rstrip("/") for item in raw.split(",") if item.strip())
 
 
 @dataclass(frozen=True)
@@ -64,15 +60,10 @@ class GuardSettings:
         Raises:
             ConfigError: for ``*`` (every origin is never allowed) or an origin without scheme.
         """
-        origins = _listed(os.environ.get(CORS_VAR, ""))
-        for origin in origins:
-            if origin == "*" or "://" not in origin:
-                raise ConfigError(
-                    f"{CORS_VAR}: {origin!r} is not an origin; list origins such as "
-                    "https://ops.example.com (a wildcard is not accepted)"
-                )
-        hosts = tuple(h.lower() for h in _listed(os.environ.get(HOSTS_VAR, "")))
-        return cls(cors_origins=origins, allowed_hosts=hosts)
+        return cls(
+            cors_origins=read(catalog.API_CORS_ORIGINS),
+            allowed_hosts=read(catalog.API_ALLOWED_HOSTS),
+        )
 
 
 def host_name(host_header: str) -> str:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
-import os
 import threading
 from typing import Any, cast
 
@@ -36,8 +35,8 @@ from apps.auth import ANONYMOUS, ApiKeys, ConfigError, presented_key
 from apps.langgraph_server.database import database
 from persistence.database import DatabaseError
 from persistence.ownership import ThreadOwners
+from state import catalog, configuration
 
-STUDIO_IDENTITY_VAR = "SUPERBIZ_STUDIO_IDENTITY"
 OWNER = "owner"
 
 auth = Auth()
@@ -93,7 +92,7 @@ async def authenticate(
         if identity is None:
             raise _unauthorized("invalid API key")
         return {"identity": identity, "permissions": []}
-    studio_identity = os.environ.get(STUDIO_IDENTITY_VAR, "").strip()
+    studio_identity = configuration.value(catalog.STUDIO_IDENTITY) or ""
     if studio and studio_identity and _from_loopback(scope):
         return {"identity": studio_identity, "permissions": []}
     if studio:

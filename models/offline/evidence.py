@@ -17,8 +17,7 @@ from typing import Any, Final
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
 from knowledge.vocabulary import concepts_in
-from models.budget import BUDGET_SPENT
-from models.messages import humans, json_content, replies
+from models.messages import json_content, replies
 from state.json_shape import is_number, obj, objects
 from state.records import QuestionFacets
 
@@ -95,12 +94,6 @@ def read_results(messages: list[BaseMessage]) -> list[Result]:
 def tool_turns(messages: list[BaseMessage]) -> int:
     """How many of the executor's turns asked for tool calls."""
     return sum(1 for reply in replies(messages) if reply.tool_calls)
-
-
-def budget_spent(messages: list[BaseMessage]) -> bool:
-    """Whether the executor was told that the tool budget of the round is spent."""
-    last = humans(messages[-1:])
-    return bool(last) and last[0].content == BUDGET_SPENT
 
 
 def was_called(results: list[Result], tool: str, **args: Any) -> bool:

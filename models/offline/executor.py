@@ -3,9 +3,9 @@
 Turns: first the plan's tool calls; then, for a why question, the services the ERROR and WARN
 messages name (``upstream X``, ``call to Y``, ``connection to Z``) are queried next, up to two
 hops; then runbooks are looked up for the symptoms of the question and of the messages seen;
-then the answer. The tool budget bounds all of it: when the executor is told the budget is
-spent, it answers and asks once more for what it still wanted, which the executor node records
-as not run (the answer lists those calls as a gap).
+then the answer. The tool budget bounds all of it: a call that offers no tools means the budget
+is spent (``models.offline.base``); it answers then, and asks once more for what it still wanted,
+which the executor node records as not run (the answer lists those calls as a gap).
 
 The answer is built from the structured tool results (``models.offline.evidence``), per kind of
 question, by ``models.offline.answers``.
@@ -13,6 +13,7 @@ question, by ``models.offline.answers``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Final
 
 from langchain_core.messages import AIMessage, BaseMessage
@@ -25,7 +26,6 @@ from models.offline.base import OfflineModel, first_json_human
 from models.offline.evidence import (
     LEVELS,
     Result,
-    budget_spent,
     examples,
     names_in,
     read_results,
@@ -55,8 +55,11 @@ def _calls(steps: list[Step], round_no: int, turn: int) -> list[ToolCall]:
 class OfflineExecutor(OfflineModel):
     """Deterministic executor for the offline mode (see the module docstring)."""
 
-    def respond(self, messages: list[BaseMessage]) -> AIMessage:
-        """The plan's calls first; then the follow-ups; then the executor_evidence_v2 answer."""
+    def respond(self, messages: list[BaseMessage], *, tools: Sequence[str] = ()) -> AIMessage:
+        """The plan's calls first; then the follow-ups; then the executor_evidence_v2 answer.
+
+        Without ``tools`` offered (the round's tool budget is spent) it answers at once.
+        """
         task = first_json_human(messages)
         round_no = int(task.get("round", 1))
         turns = tool_turns(messages)
@@ -65,7 +68,7 @@ class OfflineExecutor(OfflineModel):
             return AIMessage(content="", tool_calls=_calls(steps, round_no, turns))
         found = analysis(task)
         results = read_results(messages)
-        spent = budget_spent(messages)
+        spent = not tools
         wanted = self.follow_ups(task, found, results, turns, everything=spent)
         if wanted and not spent:
             return AIMessage(content="", tool_calls=_calls(wanted, round_no, turns))

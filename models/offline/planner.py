@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from langchain_core.messages import AIMessage, BaseMessage
 
 from models.offline.base import OfflineModel, first_json_human
@@ -11,7 +13,7 @@ from models.offline.rules import HOP_NOTE, analysis, plan_steps, render_steps
 class OfflinePlanner(OfflineModel):
     """Deterministic planner: the queries that answer the question's kind, per named service."""
 
-    def respond(self, messages: list[BaseMessage]) -> AIMessage:
+    def respond(self, messages: list[BaseMessage], *, tools: Sequence[str] = ()) -> AIMessage:
         """Write the numbered tool plan for the task facts in the first JSON human message."""
         facts = first_json_human(messages)
         found = analysis(facts)

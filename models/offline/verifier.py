@@ -8,6 +8,7 @@ is left out, which can only make a claim less supported.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import TypeVar
 
 from langchain_core.messages import AIMessage, BaseMessage
@@ -73,7 +74,7 @@ def gatekeeper_of(block: JSONObject) -> GatekeeperResult:
 class OfflineVerifier(OfflineModel):
     """Compares each claim's concrete tokens with its Gatekeeper-verified excerpts."""
 
-    def respond(self, messages: list[BaseMessage]) -> AIMessage:
+    def respond(self, messages: list[BaseMessage], *, tools: Sequence[str] = ()) -> AIMessage:
         """Return the claim checks for the payload in the last human message."""
         payload: JSONObject = {}
         for message in humans(messages):

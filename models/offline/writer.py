@@ -13,6 +13,7 @@ import json
 from typing import Any, Final
 
 from models.offline.evidence import Result
+from state.display import continued, word_prefix
 from tools.registry import spec_of
 from tools.render import format_value
 from verification.question import facet_label
@@ -111,17 +112,9 @@ TEXT: Final[dict[str, dict[str, str]]] = {
 }
 
 
-def clip(message: str) -> str:
+def quote(message: str) -> str:
     """A log message short enough to quote: a prefix ending at a word, so an exact excerpt."""
-    if len(message) <= MESSAGE_CHARS:
-        return message
-    cut = message[:MESSAGE_CHARS]
-    return cut.rsplit(" ", 1)[0] if " " in cut else cut
-
-
-def shown(full: str, excerpt: str) -> str:
-    """How a quoted message reads in a claim: marked with `` …`` when it was cut."""
-    return excerpt if excerpt == full else excerpt + " …"
+    return word_prefix(message, MESSAGE_CHARS)
 
 
 def binding(result: Result, raw_path: str, excerpt: str) -> dict[str, Any]:
@@ -207,8 +200,8 @@ class Writer:
         """A claim about a log query: how many lines matched, with one quoted example."""
         entry = result.entries("logs")[index]
         full = str(entry.get("message", ""))
-        excerpt = clip(full)
-        message = shown(full, excerpt)
+        excerpt = quote(full)
+        message = continued(excerpt, full)
         service = str(entry.get("service") or result.service or "")
         level = result.level or str(entry.get("level", "")).upper()
         path = f"logs[{index}]"
@@ -236,12 +229,12 @@ class Writer:
         self.quoted.add((result.invocation_id, path))
         entry = result.entries("logs")[index]
         full = str(entry.get("message", ""))
-        excerpt = clip(full)
+        excerpt = quote(full)
         service = str(entry.get("service") or result.service or "")
         level = result.level or str(entry.get("level", "")).upper()
         key = "log_names" if names else "log_more"
         text = self.t[key].format(
-            service=service, level=level, message=shown(full, excerpt), other=names
+            service=service, level=level, message=continued(excerpt, full), other=names
         )
         self.claim("observation", text, [binding(result, path, excerpt)])
 
