@@ -255,10 +255,10 @@ def test_tool_registration_refuses_a_second_tool_of_the_same_name(
 class ToolRecordingModel(RecordingChatModel):
     """A recording scripted model that also keeps the tools it was offered."""
 
-    offered: list[list[str]] = Field(default_factory=list)
+    bound: list[list[str]] = Field(default_factory=list)
 
     def bind_tools(self, tools: Any, **kwargs: Any) -> ToolRecordingModel:
-        self.offered.append([str(tool["function"]["name"]) for tool in tools])
+        self.bound.append([str(tool["function"]["name"]) for tool in tools])
         return self
 
 
@@ -327,7 +327,7 @@ def test_tool_registration_a_diagnosis_cites_it_and_the_gatekeeper_verifies(
     graph.invoke({"messages": [question]}, config=config, context=Context(offline=False))
     state = state_of(graph, config)
 
-    assert "query_deploys" in models["executor"].offered[0]  # the executor's tool list
+    assert "query_deploys" in models["executor"].bound[0]  # the executor's tool list
     gate = state["gatekeeper_result"]
     assert gate["status"] == "pass", gate["errors"]
     verified = gate["verified_excerpts"]["c1"]
