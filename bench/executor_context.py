@@ -31,7 +31,7 @@ from pydantic import Field
 
 from evidence.environment import Environment
 from evidence.sample import SampleBackend
-from graph.builder import build_graph
+from graph.compile import RunStores, compile_graph
 from graph.runner import state_of
 from models.budget import GetModel
 from models.messages import content_chars
@@ -149,9 +149,11 @@ def run(turns: int) -> dict[str, Any]:
     env = Environment(
         logs=logs(turns), alerts=[], series=[], documents=[], now="2026-03-01T10:30:00Z"
     )
-    graph = build_graph(
-        get_model=get_model, backend=SampleBackend(env), ledger=ledger, audit=audit
-    ).compile(checkpointer=InMemorySaver())
+    graph = compile_graph(
+        RunStores(InMemorySaver(), audit=audit, ledger=ledger),
+        SampleBackend(env),
+        get_model=get_model,
+    )
     config: Any = {"configurable": {"thread_id": f"ctx-{turns}"}}
     context = Context(offline=False, language="en", max_tool_calls_per_round=turns)
     graph.invoke(

@@ -49,7 +49,7 @@ def child(config: str) -> dict[str, Any]:
     started = time.perf_counter()
     from langchain_core.messages import HumanMessage
 
-    from graph.builder import build_graph
+    from graph.compile import RunStores, compile_graph
     from state.context import Context
 
     out: dict[str, Any] = {"config": config, "rss_imports_mb": _rss_mb()}
@@ -65,7 +65,7 @@ def child(config: str) -> dict[str, Any]:
         folder = tempfile.TemporaryDirectory(prefix="bench-mem-")
         conn = sqlite3.connect(os.path.join(folder.name, "checkpoints.db"), check_same_thread=False)
         saver = SqliteSaver(conn)
-    app = build_graph().compile(checkpointer=saver)
+    app = compile_graph(RunStores(saver))
     out["compile_peak_kb"] = tracemalloc.get_traced_memory()[1] / 1024
     out["rss_compiled_mb"] = _rss_mb()
     ctx = Context(offline=True, language="zh")

@@ -47,6 +47,7 @@ from langgraph.graph import END, START, StateGraph
 from typing_extensions import TypedDict
 
 from graph.builder import build_graph
+from graph.compile import RunStores, guarded
 from models.budget import GetModel
 from models.scripted import scripted_models
 from persistence.audit import InMemoryAuditStore
@@ -304,7 +305,10 @@ def _config(thread: str | None = None) -> dict[str, Any]:
 def make_real(saver: Any, wrap: Callable[[str, Any], Any] | None = None) -> tuple[Any, ModelHolder]:
     """The compiled diagnosis graph plus the holder its models are injected through."""
     holder = ModelHolder()
-    builder = build_graph(get_model=holder, ledger=InMemoryLedger(), audit=InMemoryAuditStore())
+    stores = RunStores(saver, audit=InMemoryAuditStore(), ledger=InMemoryLedger())
+    builder = build_graph(
+        get_model=holder, ledger=stores.ledger, audit=stores.audit, locks=stores.locks
+    )
     if wrap is not None:
         # Swap each node's function for a timed one (same signature, same coercion as add_node).
         from langgraph._internal._runnable import coerce_to_runnable
@@ -314,7 +318,8 @@ def make_real(saver: Any, wrap: Callable[[str, Any], Any] | None = None) -> tupl
             builder.nodes[name] = dataclasses.replace(
                 spec, runnable=coerce_to_runnable(timed, name=name, trace=False)
             )
-    return builder.compile(checkpointer=saver), holder
+    # compiled as graph.compile.compile_graph does, with the nodes swapped in first
+    return guarded(builder.compile(checkpointer=saver), stores), holder
 
 
 def run_real(

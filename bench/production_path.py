@@ -119,7 +119,7 @@ def opened(name: str) -> Iterator[Side]:
     """The production persistence of ``name`` (``sqlite`` or ``postgres``) and both graphs."""
     from apps.resuming import environment_ref
     from evidence.composed import configured_backend
-    from graph.builder import build_graph
+    from graph.compile import compile_graph
     from persistence.store import open_persistence
     from state.context import Context
 
@@ -146,13 +146,7 @@ def opened(name: str) -> Iterator[Side]:
         persistence = open_persistence(url)
         stack.callback(persistence.close)
         backend = configured_backend(database=url, progress=None)
-        real = build_graph(
-            backend=backend,
-            ledger=persistence.ledger,
-            audit=persistence.audit,
-            locks=persistence.locks,
-            environment=environment_ref(None),
-        ).compile(checkpointer=persistence.checkpointer)
+        real = compile_graph(persistence, backend, environment=environment_ref(None))
         side = Side(name, persistence, real, None, Context(offline=True, language="en"), proxy)
         yield side
 

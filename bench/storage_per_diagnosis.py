@@ -51,7 +51,7 @@ def _count(db: Any, table_name: str) -> int:
 def measure(url: str, diagnoses: int) -> dict[str, Any]:
     """Run ``diagnoses`` diagnoses on ``url``, prune, and measure both sides."""
     from evidence.sample import SampleBackend, default_environment
-    from graph.builder import build_graph
+    from graph.compile import compile_graph
     from graph.runner import run_diagnosis
     from persistence.retention import prune_finished
     from persistence.store import open_persistence
@@ -59,12 +59,7 @@ def measure(url: str, diagnoses: int) -> dict[str, Any]:
 
     persistence = open_persistence(url)
     try:
-        app = build_graph(
-            backend=SampleBackend(default_environment()),
-            ledger=persistence.ledger,
-            audit=persistence.audit,
-            locks=persistence.locks,
-        ).compile(checkpointer=persistence.checkpointer)
+        app = compile_graph(persistence, SampleBackend(default_environment()))
         done = 0
         while done < diagnoses:
             thread = f"bench-{uuid.uuid4().hex[:10]}"

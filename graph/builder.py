@@ -4,12 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from langgraph.constants import TAG_HIDDEN
 from langgraph.graph import END, START, StateGraph
-from langgraph.graph.state import CompiledStateGraph
 
 from evidence.composed import configured_backend
-from graph.guard import GuardedGraph, RunGuard
 from graph.routing import after_executor, after_verifier
 from models.budget import GetModel
 from models.factory import make_model_factory
@@ -49,25 +46,11 @@ NODES = (
 INTERNAL_NODES = ("planner", "executor", "tools")
 """Nodes whose state updates carry the executor's private conversation (plan, tool calls, tool
 results, its raw JSON answer). They are hidden from the ``messages`` stream, so a chat client
-sees only the question and the composed answer."""
+sees only the question and the composed answer (``graph/compile.py`` tags them)."""
 
 
-class DiagnosisGraph(StateGraph[DiagnosisState, Context, InputState, OutputState]):
-    """The diagnosis graph; compiled, internal nodes are hidden from chat streams, runs guarded.
-
-    The guard (``graph/guard.py``) holds the thread lock and the diagnosis lease of every run.
-    """
-
-    run_guard: RunGuard | None = None
-
-    def compile(self, *args: Any, **kwargs: Any) -> CompiledStateGraph[Any, Context, Any, Any]:
-        """Compile as ``StateGraph.compile`` does, tag the internal nodes hidden, guard runs."""
-        compiled = super().compile(*args, **kwargs)
-        for name in INTERNAL_NODES:
-            node = compiled.nodes[name]
-            node.tags = [*(node.tags or []), TAG_HIDDEN]
-        attrs = {k: v for k, v in compiled.__dict__.items() if k != "__orig_class__"}
-        return GuardedGraph(run_guard=self.run_guard, **attrs)
+Builder = StateGraph[DiagnosisState, Context, InputState, OutputState]
+"""The uncompiled diagnosis graph."""
 
 
 def build_graph(
@@ -79,8 +62,8 @@ def build_graph(
     gatekeeper_catalog: Catalog | None = None,
     locks: RunLocks | None = None,
     environment: dict[str, Any] | None = None,
-) -> DiagnosisGraph:
-    """Build the diagnosis graph (uncompiled).
+) -> Builder:
+    """Build the diagnosis graph (uncompiled; ``graph.compile.compile_graph`` compiles it).
 
     Args:
         get_model: ``get_model(role, context)``; defaults to the environment-configured
@@ -90,8 +73,9 @@ def build_graph(
         ledger: where tool invocations are recorded; defaults to an in-memory ledger.
         audit: where diagnoses are recorded; defaults to an in-memory audit store.
         gatekeeper_catalog: a rule catalog; defaults to the bundled one.
-        locks: the thread locks and diagnosis leases every run takes; defaults to in-process
-            locks (``persistence.runs.SqlRunLocks`` gives the database's).
+        locks: where intake leases the diagnosis it starts; defaults to in-process locks
+            (``persistence.runs.SqlRunLocks`` gives the database's). The run guard that
+            ``compile_graph`` adds takes the thread's lock from the same locks.
         environment: where the evidence comes from, as recorded in each diagnosis's run
             settings so a resume uses the same (e.g. ``{"kind": "file", "path": ...}``).
 
@@ -107,10 +91,9 @@ def build_graph(
     runner = ToolRunner(backend, ledger)
     rules = settings_for(gatekeeper_catalog)
 
-    builder = DiagnosisGraph(
+    builder = Builder(
         DiagnosisState, context_schema=Context, input_schema=InputState, output_schema=OutputState
     )
-    builder.run_guard = RunGuard(locks, audit)
     builder.add_node("intake", make_intake(get_model, audit, locks, environment))
     builder.add_node("planner", make_planner(get_model, backend.services))
     builder.add_node("executor", make_executor(get_model, ledger))

@@ -1,16 +1,25 @@
 """The graph guards its own runs: one writer per thread, and no diagnosis left ``running``.
 
-``GuardedGraph`` is the compiled diagnosis graph. Every run of it, whoever starts it (the command
-line, the HTTP API, the LangGraph server, the sweeper), goes through ``stream`` or ``astream``
-(``invoke``, ``ainvoke`` and the event streams are built on them), and there the graph:
+``RunGuardHandler`` is a LangChain callback handler that ``graph/compile.py`` binds to the
+compiled graph (``Pregel.with_config(callbacks=[...])``, which keeps the compiled graph a plain
+``CompiledStateGraph``). Every run of the graph, whoever starts it (the command line, the HTTP
+API, the LangGraph server, the evaluation, the sweeper) and however (``invoke``, ``stream``, their
+async forms, the event streams), starts and ends the graph's root run, and there the handler:
 
-- takes the thread's writer lock before its first node runs, or refuses the run (``ThreadBusy``);
-- on a resume, takes the lease of the diagnosis it resumes and notes the resume on its record
-  (a new question's diagnosis is leased by the intake node when it starts it);
+- takes the thread's writer lock before the first node runs, or refuses the run (``ThreadBusy``,
+  raised out of the run's start: the handler sets ``raise_error``);
+- on a resume (no new input), takes the lease of the diagnosis it resumes and notes the resume on
+  its record (a new question's diagnosis is leased by the intake node when it starts it); the
+  diagnosis is read from the thread's last checkpoint (``graph/saved_run.py``);
 - when the run leaves, however it leaves, records how on the diagnosis (``failed`` with the
   reason, the partial audit and a degraded answer for an error, ``graph/failures.py``; ``failed``
   for a cancellation; a note with the resume command for Ctrl-C, which leaves it resumable),
   gives back the leases and releases the lock.
+
+The handler tells the graph's root run from the runs inside it by their parents: every node,
+chain and tool run of a guarded run descends from its root, and the handler, inherited by all of
+them, keeps their ids until the root ends. A run started without a ``thread_id`` (no
+checkpointer) has no thread to guard and runs as is.
 
 A process that is killed cannot do the last step: its lock dies with it (PostgreSQL connection,
 SQLite row of a dead pid) and its lease expires, which is what the sweeper looks for.
@@ -19,23 +28,30 @@ SQLite row of a dead pid) and its lease expires, which is what the sweeper looks
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import ExitStack
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, ExitStack
+from dataclasses import dataclass
 from typing import Any, cast
+from uuid import UUID
 
-from langchain_core.runnables import RunnableConfig
-from langgraph.graph.state import CompiledStateGraph
-from langgraph.types import StateSnapshot
+from langchain_core.callbacks import BaseCallbackHandler
+from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from graph.failures import record_failure
-from models.messages import last_human
-from nodes.intake import diagnosis_id_for
+from graph.saved_run import SavedRun, read_saved_run
 from persistence.audit import AuditStore
 from persistence.runs import RunLocks
 from state.context import Context
-from state.graph_state import DiagnosisState, InputState, OutputState
-from state.json_shape import obj
-from state.records import DiagnosisStatus
+from state.graph_state import DiagnosisState
+from state.records import DiagnosisRecord, DiagnosisStatus
+from state.run_settings import RunSettings, context_from_settings
+
+logger = logging.getLogger("superbiz.guard")
+
+OpenCheckpointer = Callable[[], AbstractContextManager[BaseCheckpointSaver[Any]]]
+"""Opens (for a block) the checkpointer that holds the graph's threads."""
 
 RESUMED_NOTE = "resumed after an interrupted run"
 
@@ -94,7 +110,8 @@ class RunGuard:
         """Record how the run left on its diagnosis (nothing for a run that finished).
 
         An error is recorded by ``graph.failures.record_failure`` (``failed``, the reason, the
-        partial audit and a degraded answer), from the run's state ``values()`` when given.
+        partial audit and a degraded answer), from the run's state ``values()`` when given, with
+        the run's ``context``, by default the settings stored with the diagnosis.
         """
         diagnosis_id = self.locks.current(thread_id)
         if exc is None or diagnosis_id is None:
@@ -106,6 +123,8 @@ class RunGuard:
                 self.note(diagnosis_id, "failed", cancelled_note(thread_id))
             else:
                 state = values() if values is not None else cast(DiagnosisState, {})
+                if context is None:
+                    context = stored_context(self.audit.get(diagnosis_id))
                 record_failure(state, diagnosis_id, self.audit, context, exc)
         except Exception:  # bookkeeping must never hide the original error
             return
@@ -117,126 +136,184 @@ class RunGuard:
             self.audit.mark(diagnosis_id, status=status, note=note)
 
 
-def resumed_diagnosis_id(snapshot: StateSnapshot) -> str | None:
-    """The diagnosis a resume from this state continues, or None when there is none.
-
-    Usually the state's ``diagnosis_id``. While intake is still pending, the state's id is the
-    previous question's: when intake has already run (its writes were saved, the checkpoint
-    after it was not), its writes name the diagnosis; when it has not run, the resume starts the
-    diagnosis itself and there is none yet.
-    """
-    if not snapshot.next or "__start__" in snapshot.next:
-        return None  # the question itself is pending: intake starts its diagnosis
-    for task in snapshot.tasks:
-        if task.name == "intake":
-            written = obj(task.result)
-            found = written.get("diagnosis_id")
-            if found:
-                return str(found)
-            # Intake's writes were lost with the process, or it never ran: it runs again with
-            # the same (deterministic) id, which has a record only if it had started.
-            human = last_human((snapshot.values or {}).get("messages", []))
-            thread = (snapshot.config.get("configurable") or {}).get("thread_id")
-            if human is None or thread is None:
-                return None
-            return diagnosis_id_for(str(thread), str(human.id))
-    value = (snapshot.values or {}).get("diagnosis_id")
-    return str(value) if value else None
+def stored_context(record: DiagnosisRecord | None) -> Context | None:
+    """The run settings a diagnosis was started with, when its record holds readable ones."""
+    settings = record["run_settings"] if record is not None else None
+    if not settings:
+        return None
+    try:
+        return context_from_settings(cast(RunSettings, settings))
+    except (TypeError, ValueError):
+        return None
 
 
-def _thread_of(config: RunnableConfig | None) -> str | None:
-    value = ((config or {}).get("configurable") or {}).get("thread_id")
-    return str(value) if value is not None else None
+def is_resume(payload: Any) -> bool:
+    """Whether a run's input continues the thread's saved run (no new question)."""
+    return payload is None or not isinstance(payload, Mapping)
 
 
-def _is_resume(payload: Any) -> bool:
-    return payload is None or not isinstance(payload, dict)
+@dataclass
+class _GuardedRun:
+    """A root run the handler holds the thread for."""
+
+    thread_id: str
+    stack: ExitStack
 
 
-class GuardedGraph(CompiledStateGraph[DiagnosisState, Context, InputState, OutputState]):
-    """The compiled diagnosis graph, whose runs hold their thread and lease their diagnosis.
+class RunGuardHandler(BaseCallbackHandler):
+    """The run guard, as the callback handler every run of the compiled graph carries.
 
-    A run without a ``thread_id`` (no checkpointer) has no thread to guard and runs as is.
+    Args:
+        guard: What a run does when it enters and leaves (locks and records).
+        checkpoints: Opens the checkpointer holding the graph's threads, to read the diagnosis a
+            resume continues and the state a failed run left; None when the graph has none.
     """
 
-    def __init__(self, *, run_guard: RunGuard | None = None, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.run_guard = run_guard
+    raise_error = True
+    """A refused run (``ThreadBusy``) is raised out of its start, before any node runs."""
 
-    def stream(
-        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
-    ) -> Iterator[Any]:
-        """``CompiledStateGraph.stream``, inside the run guard."""
-        guard, thread = self.run_guard, _thread_of(config)
-        if guard is None or thread is None:
-            yield from super().stream(input, config, **kwargs)
-            return
-        stack = guard.enter(thread)
-        with stack:
-            error: BaseException | None = None
-            try:
-                if _is_resume(input):
-                    diagnosis_id = resumed_diagnosis_id(self.get_state(config or {}))
-                    if diagnosis_id:
-                        guard.resumed(thread, diagnosis_id)
-                yield from super().stream(input, config, **kwargs)
-            except BaseException as exc:
-                error = exc
-                raise
-            finally:
-                guard.left(
-                    thread,
-                    error,
-                    lambda: cast(DiagnosisState, self.get_state(config or {}).values),
-                    _context_of(kwargs),
-                )
+    def __init__(self, guard: RunGuard, checkpoints: OpenCheckpointer | None) -> None:
+        self.guard = guard
+        self.checkpoints = checkpoints
+        self._lock = threading.Lock()
+        self._roots: dict[UUID, _GuardedRun] = {}
+        self._inside: dict[UUID, UUID] = {}
+        """Runs inside a guarded root (nodes, chains, tools), by id: their root's id."""
 
-    async def astream(
-        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
-    ) -> AsyncIterator[Any]:
-        """``CompiledStateGraph.astream``, inside the run guard (its blocking parts in threads)."""
-        guard, thread = self.run_guard, _thread_of(config)
-        if guard is None or thread is None:
-            async for chunk in super().astream(input, config, **kwargs):
-                yield chunk
+    # Model, retriever, retry and custom events say nothing about where a run starts or ends.
+    @property
+    def ignore_llm(self) -> bool:
+        """Model runs are leaves: nothing to track."""
+        return True
+
+    @property
+    def ignore_chat_model(self) -> bool:
+        """Chat model runs are leaves: nothing to track."""
+        return True
+
+    @property
+    def ignore_retriever(self) -> bool:
+        """Retriever runs are leaves: nothing to track."""
+        return True
+
+    @property
+    def ignore_retry(self) -> bool:
+        """Retries are not runs."""
+        return True
+
+    @property
+    def ignore_custom_event(self) -> bool:
+        """Custom events (the progress events of the nodes) are not runs."""
+        return True
+
+    def on_chain_start(
+        self,
+        serialized: dict[str, Any] | None,
+        inputs: Any,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        metadata: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Track a run inside a guarded one; or, for a root run on a thread, enter the guard.
+
+        Raises:
+            ThreadBusy: when another run holds the thread.
+        """
+        if self._joined(run_id, parent_run_id):
             return
-        stack = await asyncio.to_thread(guard.enter, thread)
-        error: BaseException | None = None
+        thread = (metadata or {}).get("thread_id")
+        if thread is None:
+            return
+        thread_id = str(thread)
+        stack = self.guard.enter(thread_id)
         try:
-            if _is_resume(input):
-                diagnosis_id = resumed_diagnosis_id(await self.aget_state(config or {}))
+            if is_resume(inputs):
+                checkpoint = (metadata or {}).get("checkpoint_id")
+                saved = self._saved(thread_id, str(checkpoint) if checkpoint else None)
+                diagnosis_id = saved.resumed_diagnosis_id()
                 if diagnosis_id:
-                    await asyncio.to_thread(guard.resumed, thread, diagnosis_id)
-            async for chunk in super().astream(input, config, **kwargs):
-                yield chunk
-        except BaseException as exc:
-            error = exc
+                    self.guard.resumed(thread_id, diagnosis_id)
+        except BaseException:
+            stack.close()
             raise
-        finally:
-            values: DiagnosisState = cast(DiagnosisState, {})
-            if error is not None and not isinstance(error, asyncio.CancelledError):
-                try:
-                    values = cast(DiagnosisState, (await self.aget_state(config or {})).values)
-                except Exception:  # the state cannot be read: record what is known
-                    pass
-            context = _context_of(kwargs)
-            await asyncio.shield(
-                asyncio.to_thread(_leave, guard, thread, error, stack, values, context)
-            )
+        with self._lock:
+            self._roots[run_id] = _GuardedRun(thread_id, stack)
 
+    def on_tool_start(
+        self,
+        serialized: dict[str, Any] | None,
+        input_str: str,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Track a tool run inside a guarded run."""
+        self._joined(run_id, parent_run_id)
 
-def _context_of(kwargs: dict[str, Any]) -> Context | None:
-    context = kwargs.get("context")
-    return context if isinstance(context, Context) else None
+    def on_chain_end(self, outputs: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        """Leave the guard when a guarded root run finishes."""
+        run = self._ended(run_id)
+        if run is not None:
+            with run.stack:
+                self.guard.left(run.thread_id, None)
 
+    def on_chain_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        """Record how a guarded root run failed, then leave the guard."""
+        run = self._ended(run_id)
+        if run is None:
+            return
+        try:
+            with run.stack:
+                self.guard.left(run.thread_id, error, lambda: self._values(run.thread_id, error))
+        except Exception as exc:  # giving the thread back failed: the run's error matters more
+            logger.warning("releasing thread %s failed: %s", run.thread_id, exc)
 
-def _leave(
-    guard: RunGuard,
-    thread: str,
-    error: BaseException | None,
-    stack: ExitStack,
-    values: DiagnosisState,
-    context: Context | None,
-) -> None:
-    with stack:
-        guard.left(thread, error, lambda: values, context)
+    def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        """Forget a finished tool run."""
+        self._ended(run_id)
+
+    def on_tool_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        """Forget a failed tool run."""
+        self._ended(run_id)
+
+    def _joined(self, run_id: UUID, parent_run_id: UUID | None) -> bool:
+        """Record a run whose parent is inside a guarded run; False when it is not."""
+        if parent_run_id is None:
+            return False
+        with self._lock:
+            root = self._inside.get(parent_run_id)
+            if parent_run_id in self._roots:
+                root = parent_run_id
+            if root is None:
+                return False
+            self._inside[run_id] = root
+            return True
+
+    def _ended(self, run_id: UUID) -> _GuardedRun | None:
+        """Forget a run; for a guarded root, every run inside it too, and return it."""
+        with self._lock:
+            if self._inside.pop(run_id, None) is not None:
+                return None
+            run = self._roots.pop(run_id, None)
+            if run is not None:
+                for inner in [k for k, root in self._inside.items() if root == run_id]:
+                    del self._inside[inner]
+            return run
+
+    def _saved(self, thread_id: str, checkpoint_id: str | None = None) -> SavedRun:
+        if self.checkpoints is None:
+            return SavedRun(thread_id)
+        with self.checkpoints() as checkpointer:
+            return read_saved_run(checkpointer, thread_id, checkpoint_id)
+
+    def _values(self, thread_id: str, error: BaseException) -> DiagnosisState:
+        """The state a failed run left, as its last checkpoint holds it (empty if unreadable)."""
+        if isinstance(error, KeyboardInterrupt | asyncio.CancelledError | GeneratorExit):
+            return cast(DiagnosisState, {})
+        try:
+            return self._saved(thread_id).values
+        except Exception:  # the state cannot be read: record what is known
+            return cast(DiagnosisState, {})

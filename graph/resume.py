@@ -1,10 +1,12 @@
 """A resume continues the run it resumes: the settings the diagnosis started with, or a refusal.
 
-``plan_resume`` finds the thread's interrupted diagnosis, reads the run settings stored with it
-(``diagnosis_session.run_settings``) and checks that they can be honoured here: a model-mode run
-needs a model endpoint (``OPENAI_API_KEY``); settings the caller asks for must be the stored ones.
-A resume that cannot continue the same run is refused with the reason, never finished
-differently (say, on the offline rules instead of the models it started with).
+``plan_resume`` finds the thread's interrupted diagnosis in its last checkpoint, read through the
+checkpointer alone (``graph/saved_run.py``; no graph is built for it), reads the run settings
+stored with it (``diagnosis_session.run_settings``) and checks that they can be honoured here: the
+graph the resume runs on is compiled from them afterwards. A model-mode run needs a model
+endpoint (``OPENAI_API_KEY``); settings the caller asks for must be the stored ones. A resume
+that cannot continue the same run is refused with the reason, never finished differently (say,
+on the offline rules instead of the models it started with).
 """
 
 from __future__ import annotations
@@ -13,12 +15,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
-from langchain_core.runnables import RunnableConfig
-
-from graph.builder import build_graph
-from graph.guard import resumed_diagnosis_id
+from graph.compile import Stores
 from graph.runner import NothingToResume
-from persistence.store import Persistence
+from graph.saved_run import SavedRun, read_saved_run
 from state.catalog import models_configured as models_configured
 from state.context import ROLES, Context
 from state.records import DiagnosisRecord
@@ -48,7 +47,7 @@ def _describe(ctx: Context) -> str:
 
 
 def plan_resume(
-    persistence: Persistence,
+    stores: Stores,
     thread_id: str,
     *,
     requested: Mapping[str, Any] | None = None,
@@ -57,7 +56,8 @@ def plan_resume(
     """The resume of a thread's interrupted diagnosis, with the settings it started with.
 
     Args:
-        persistence: The database holding the thread's checkpoints and the diagnosis's record.
+        stores: Where the thread's checkpoints and the diagnosis's record are (the database's
+            ``Persistence``).
         thread_id: The thread.
         requested: ``Context`` fields the caller set explicitly for the resume (e.g. ``--lang``);
             each must equal the stored value.
@@ -67,23 +67,20 @@ def plan_resume(
         NothingToResume: when the thread has nothing interrupted.
         ResumeRefused: when the stored settings cannot be honoured, or differ from ``requested``.
     """
-    app = build_graph(ledger=persistence.ledger, audit=persistence.audit).compile(
-        checkpointer=persistence.checkpointer
-    )
-    config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
-    snapshot = app.get_state(config)
-    if not snapshot.next:
+    checkpointer = stores.checkpointer
+    saved = SavedRun(thread_id) if checkpointer is None else read_saved_run(checkpointer, thread_id)
+    if not saved.next:
         raise NothingToResume(
             f"thread {thread_id!r} has no interrupted diagnosis to resume"
-            + (" (its last diagnosis finished)" if snapshot.values else "")
+            + (" (its last diagnosis finished)" if saved.values else "")
         )
-    diagnosis_id = resumed_diagnosis_id(snapshot)
+    diagnosis_id = saved.resumed_diagnosis_id()
     if diagnosis_id is None:
         raise ResumeRefused(
             f"the run interrupted on thread {thread_id!r} stopped before its diagnosis started, "
             "so there are no settings to continue with; ask the question again"
         )
-    record = persistence.audit.get(diagnosis_id)
+    record = stores.audit.get(diagnosis_id)
     if record is None:
         raise ResumeRefused(
             f"the run interrupted on thread {thread_id!r} stopped before its diagnosis started, "
@@ -101,7 +98,7 @@ def plan_resume(
             ) from exc
         environment = dict(settings.get("environment") or {})
     else:  # recorded before run settings were stored: what the state says about the run
-        run_info = snapshot.values.get("run_info") or {}
+        run_info: Mapping[str, Any] = saved.values.get("run_info") or {}
         context = Context(
             offline=bool(run_info.get("offline", True)),
             language="en" if run_info.get("language") == "en" else "zh",

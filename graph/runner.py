@@ -1,9 +1,11 @@
 """Running one diagnosis on a compiled graph: a new question or a resume.
 
-The graph holds the thread's writer lock for the run and does the audit bookkeeping of how it
-ends (``graph/guard.py``): a run that fails is recorded ``failed`` with a degraded answer
-(``graph/failures.py``); an interrupted one (Ctrl-C) stays resumable; the intake node marks a
-diagnosis of the thread that was left ``running`` by a run that died as ``abandoned``.
+A graph compiled by ``graph/compile.py`` holds the thread's writer lock for the run and does the
+audit bookkeeping of how it ends (``graph/guard.py``): a run that fails is recorded ``failed``
+with a degraded answer (``graph/failures.py``); an interrupted one (Ctrl-C) stays resumable; the
+intake node marks a diagnosis of the thread that was left ``running`` by a run that died as
+``abandoned``. Whether a thread has a run to resume is read from its last checkpoint
+(``graph/saved_run.py``).
 """
 
 from __future__ import annotations
@@ -14,9 +16,11 @@ from typing import cast
 
 from langchain_core.messages import HumanMessage
 from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph.state import CompiledStateGraph
 
 from graph.failures import DiagnosisFailed, failure_of
+from graph.saved_run import SavedRun, read_saved_run
 from models.budget import RESUMED_AT_KEY
 from persistence.audit import AuditStore
 from persistence.locks import ThreadBusy
@@ -29,6 +33,7 @@ __all__ = [
     "Graph",
     "NothingToResume",
     "run_diagnosis",
+    "saved_run",
     "state_of",
     "summary_of",
 ]
@@ -45,6 +50,14 @@ Graph = CompiledStateGraph[DiagnosisState, Context, InputState, OutputState]
 def state_of(app: Graph, config: RunnableConfig) -> DiagnosisState:
     """The thread's current state (what the graph's own nodes wrote)."""
     return cast(DiagnosisState, app.get_state(config).values)
+
+
+def saved_run(app: Graph, thread_id: str) -> SavedRun:
+    """The thread's run as the last checkpoint of the graph's checkpointer left it."""
+    checkpointer = app.checkpointer
+    if not isinstance(checkpointer, BaseCheckpointSaver):
+        return SavedRun(thread_id)
+    return read_saved_run(checkpointer, thread_id)
 
 
 def run_diagnosis(
@@ -75,11 +88,11 @@ def run_diagnosis(
     config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
     payload: InputState | None
     if resume:
-        snapshot = app.get_state(config)
-        if not snapshot.next:
+        saved = saved_run(app, thread_id)
+        if not saved.next:
             raise NothingToResume(
                 f"thread {thread_id!r} has no interrupted diagnosis to resume"
-                + (" (its last diagnosis finished)" if snapshot.values else "")
+                + (" (its last diagnosis finished)" if saved.values else "")
             )
         config["configurable"][RESUMED_AT_KEY] = time.time()  # the deadline counts anew
         payload = None

@@ -15,7 +15,7 @@ from typing_extensions import Unpack
 from apps.resuming import environment_ref
 from evidence.environment import Environment, default_environment, load_environment
 from evidence.sample import SampleBackend
-from graph.builder import build_graph
+from graph.compile import compile_graph
 from graph.runner import run_diagnosis
 from persistence.store import open_persistence
 from state.context import Context
@@ -57,13 +57,7 @@ def main(argv: list[str]) -> None:
     persistence = open_persistence(args.url)
     environment = load_environment(args.env) if args.env else default_environment()
     backend = StallingBackend(environment, Path(args.marker))
-    app = build_graph(
-        backend=backend,
-        ledger=persistence.ledger,
-        audit=persistence.audit,
-        locks=persistence.locks,
-        environment=environment_ref(args.env),
-    ).compile(checkpointer=persistence.checkpointer)
+    app = compile_graph(persistence, backend, environment=environment_ref(args.env))
     run_diagnosis(
         app,
         thread_id=args.thread,

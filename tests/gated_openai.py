@@ -2,8 +2,9 @@
 
 While the gate is closed, every chat-completion request waits (so a diagnosis in model mode stops
 in its planner, holding its thread, as long as the test needs); once it is open, each role gets
-the scripted reply of ``tests/test_models_http.py`` and the diagnosis ends with PASS. Served on
-127.0.0.1 from a thread of the test process.
+the scripted reply of ``tests/test_models_http.py`` and the diagnosis ends with PASS. While
+``refuse`` is set, every request gets 401 at once (the run fails). Served on 127.0.0.1 from a thread
+of the test process.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ class GatedOpenAI:
     received: threading.Event = field(default_factory=threading.Event)
     requests: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
+    refuse: bool = False
+    """While set, every request is refused at once with 401 (a wrong API key)."""
 
     def env(self) -> dict[str, str]:
         """The variables that point model mode at this endpoint."""
@@ -49,6 +52,9 @@ def gated_openai() -> Iterator[GatedOpenAI]:
             with state.lock:
                 state.requests += 1
             state.received.set()
+            if state.refuse:
+                self._send(401, {"error": {"message": "Incorrect API key provided"}})
+                return
             if not state.gate.wait(WAIT_S):
                 self._send(503, {"error": {"message": "the test never opened the gate"}})
                 return

@@ -199,7 +199,7 @@ def test_adversarial_offline_reverify_never_loosens_a_verdict_silently(
     """A scripted Verifier rejected a claim the offline checker would pass: the re-check is
     capped at LOW_CONFID and says it is looser than the recorded REJECT."""
     from evidence.sample import SampleBackend
-    from graph.builder import build_graph
+    from graph.compile import compile_graph
     from graph.runner import run_diagnosis as run_graph_on
     from models.scripted import scripted_models
     from persistence.store import open_persistence
@@ -215,12 +215,9 @@ def test_adversarial_offline_reverify_never_loosens_a_verdict_silently(
     }
     persistence = open_persistence(database_url)
     try:
-        app = build_graph(
-            get_model=scripted_models(replies),
-            backend=SampleBackend(environment()),
-            ledger=persistence.ledger,
-            audit=persistence.audit,
-        ).compile(checkpointer=persistence.checkpointer)
+        app = compile_graph(
+            persistence, SampleBackend(environment()), get_model=scripted_models(replies)
+        )
         values = run_graph_on(
             app,
             thread_id="t-reverify",

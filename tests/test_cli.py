@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 
 import apps.cli.main as cli
-from graph.builder import build_graph
 from models.budget import GetModel
 from models.scripted import scripted_models
 from state.context import Context
@@ -304,10 +303,7 @@ def _failing_models(role: str, ctx: Context) -> Any:
 @pytest.fixture
 def failing_models(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every graph the command line builds gets models whose endpoint refuses the connection."""
-    monkeypatch.setattr(
-        "graph.builder.build_graph",
-        lambda **kwargs: build_graph(get_model=_failing_models, **kwargs),
-    )
+    monkeypatch.setattr("graph.builder.make_model_factory", lambda: _failing_models)
 
 
 @pytest.mark.usefixtures("failing_models")
@@ -399,9 +395,7 @@ def test_cli_diagnose_exits_zero_on_a_reject_verdict(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     models = _rejecting_models()
-    monkeypatch.setattr(
-        "graph.builder.build_graph", lambda **kwargs: build_graph(get_model=models, **kwargs)
-    )
+    monkeypatch.setattr("graph.builder.make_model_factory", lambda: models)
 
     code, out, _ = run(capsys, "diagnose", ORDER_QUESTION, "--json")
 

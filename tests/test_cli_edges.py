@@ -20,7 +20,6 @@ import pytest
 from langchain_core.language_models import BaseChatModel
 
 import apps.cli.main as cli
-from graph.builder import build_graph
 from models.factory import make_model_factory
 from state.context import Context
 from tests.test_cli import CUSTOM_ENVIRONMENT, RUN_VARIABLES
@@ -323,9 +322,7 @@ def test_cli_interrupted_run_prints_the_resume_command_that_finishes_it(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     models = _Interrupting()
-    monkeypatch.setattr(
-        "graph.builder.build_graph", lambda **kw: build_graph(get_model=models, **kw)
-    )
+    monkeypatch.setattr("graph.builder.make_model_factory", lambda: models)
     db = f"sqlite:///{tmp_path / 'x.sqlite'}"
 
     code, _, err = run(

@@ -26,7 +26,7 @@ from apps.http.api import create_app
 from evidence.environment import default_environment
 from evidence.replay import NotRecorded, ReplayBackend, ReplayEnvironment
 from evidence.sample import SampleBackend
-from graph.builder import build_graph
+from graph.compile import RunStores, compile_graph
 from graph.runner import run_diagnosis
 from models.factory import make_model_factory
 from models.messages import INVALID_ARGUMENTS
@@ -76,12 +76,11 @@ def _run(
     question: str = QUESTION,
 ) -> tuple[DiagnosisRecord, list[Any]]:
     audit, ledger = InMemoryAuditStore(), InMemoryLedger()
-    graph = build_graph(
+    graph = compile_graph(
+        RunStores(InMemorySaver(), audit=audit, ledger=ledger),
+        backend or SampleBackend(default_environment()),
         get_model=get_model or make_model_factory(_fast_policy(Waits())),
-        backend=backend or SampleBackend(default_environment()),
-        ledger=ledger,
-        audit=audit,
-    ).compile(checkpointer=InMemorySaver())
+    )
     values = run_diagnosis(
         graph, thread_id="thread-export", context=context, audit=audit, question=question
     )

@@ -29,6 +29,7 @@ from persistence.audit import SqlAuditStore
 from persistence.checkpointers import checkpointer
 from persistence.database import DatabaseError, default_sqlite_path, open_database
 from persistence.ledger import SqlLedger
+from state.graph_state import InputState
 
 ROOT = Path(__file__).resolve().parents[1]
 QUESTION = "order-service 为什么报 500？"
@@ -92,7 +93,7 @@ def test_graph_app_unusable_database_fails_every_run_with_the_reason(
     monkeypatch: pytest.MonkeyPatch, url: str, reason: str
 ) -> None:
     monkeypatch.setenv("SUPERBIZ_DATABASE_URL", url)
-    payload: dict[str, Any] = {"messages": [HumanMessage(QUESTION)]}
+    payload = InputState(messages=[HumanMessage(QUESTION)])
 
     for _ in range(2):  # no fall-back to memory after the first failure either
         with pytest.raises(DatabaseError, match=reason):

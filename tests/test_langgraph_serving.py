@@ -309,6 +309,58 @@ def _cli(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def test_langgraph_failed_run_is_recorded_and_a_run_without_input_resumes_it(
+    keyed: Server, endpoint: GatedOpenAI
+) -> None:
+    """The run guard on the server: a failed run is recorded ``failed`` and frees its thread;
+    a run without input resumes its diagnosis, leased and noted, to the end."""
+    alice = _client(keyed, ALICE)
+    thread_id = alice.threads.create()["thread_id"]
+    endpoint.refuse = True
+    try:
+        failed = alice.runs.create(thread_id, "superbiz", input=CHAT_INPUT)  # model mode
+        alice.runs.join(thread_id, failed["run_id"])
+    finally:
+        endpoint.refuse = False
+    assert alice.runs.get(thread_id, failed["run_id"])["status"] == "error"
+    [(diagnosis_id, status, note)] = _sessions(keyed, thread_id)
+    assert status == "failed"
+    assert note.startswith("failed: ") and "401" in note
+    assert _held(keyed, thread_id) == (0, 0)  # no lock, no lease left behind
+
+    resumed = alice.runs.create(thread_id, "superbiz", input=None)
+    alice.runs.join(thread_id, resumed["run_id"])
+
+    assert alice.runs.get(thread_id, resumed["run_id"])["status"] == "success"
+    assert _sessions(keyed, thread_id) == [
+        (diagnosis_id, "done", "resumed after an interrupted run")
+    ]
+    assert _held(keyed, thread_id) == (0, 0)
+    values = alice.threads.get_state(thread_id)["values"]
+    assert values["diagnosis_id"] == diagnosis_id and values["verdict"] == "PASS"
+
+
+def _sessions(server: Server, thread_id: str) -> list[tuple[str, str, str]]:
+    with sqlite3.connect(_database(server)) as conn:
+        return conn.execute(
+            "SELECT id, status, note FROM diagnosis_session WHERE thread_id = ? "
+            "ORDER BY created_at",
+            (thread_id,),
+        ).fetchall()
+
+
+def _held(server: Server, thread_id: str) -> tuple[int, int]:
+    """The thread's lock rows and lease rows."""
+    with sqlite3.connect(_database(server)) as conn:
+        locks = conn.execute(
+            "SELECT COUNT(*) FROM thread_lock WHERE thread_id = ?", (thread_id,)
+        ).fetchone()[0]
+        leases = conn.execute(
+            "SELECT COUNT(*) FROM diagnosis_lease WHERE thread_id = ?", (thread_id,)
+        ).fetchone()[0]
+    return int(locks), int(leases)
+
+
 def test_langgraph_dev_sigkill_then_the_sweep_fails_the_orphan_and_it_resumes_later(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:

@@ -16,7 +16,7 @@ import pytest
 from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
-from graph.builder import build_graph
+from graph.compile import RunStores, compile_graph
 from graph.runner import DiagnosisFailed, run_diagnosis
 from models.budget import model_label
 from models.calls import ModelCallFailed, RetryPolicy
@@ -295,7 +295,7 @@ def model_env(monkeypatch: pytest.MonkeyPatch, fake_openai: FakeOpenAI) -> FakeO
 
 
 def _run_diagnosis() -> dict[str, Any]:
-    graph = build_graph(get_model=make_model_factory()).compile(checkpointer=InMemorySaver())
+    graph = compile_graph(RunStores(InMemorySaver()), get_model=make_model_factory())
     config: Any = {"configurable": {"thread_id": "thread-http"}}
     graph.invoke({"messages": [HumanMessage(QUESTION)]}, config, context=Context(offline=False))
     return dict(graph.get_state(config).values)
@@ -448,7 +448,7 @@ def _diagnose(
     """Run one diagnosis through ``run_diagnosis`` (as the CLI and the API do)."""
     audit = InMemoryAuditStore()
     get_model = make_model_factory(_fast_policy(waits or Waits()))
-    graph = build_graph(get_model=get_model, audit=audit).compile(checkpointer=InMemorySaver())
+    graph = compile_graph(RunStores(InMemorySaver(), audit=audit), get_model=get_model)
     values = run_diagnosis(
         graph,
         thread_id=thread,
@@ -461,8 +461,9 @@ def _diagnose(
 
 def _failure(**settings: Any) -> tuple[DiagnosisFailed, InMemoryAuditStore]:
     audit = InMemoryAuditStore()
-    graph = build_graph(get_model=make_model_factory(_fast_policy(Waits())), audit=audit).compile(
-        checkpointer=InMemorySaver()
+    graph = compile_graph(
+        RunStores(InMemorySaver(), audit=audit),
+        get_model=make_model_factory(_fast_policy(Waits())),
     )
     with pytest.raises(DiagnosisFailed) as info:
         run_diagnosis(
@@ -724,10 +725,7 @@ def test_models_http_cli_exits_1_with_the_reason_and_3_when_unavailable(
 
     fast = _fast_policy(Waits())
     monkeypatch.setattr("models.factory.make_model_factory", lambda: make_model_factory(fast))
-    monkeypatch.setattr(
-        "graph.builder.build_graph",
-        lambda **kw: build_graph(get_model=make_model_factory(fast), **kw),
-    )
+    monkeypatch.setattr("graph.builder.make_model_factory", lambda: make_model_factory(fast))
     db = f"sqlite:///{tmp_path / 'cli.sqlite'}"
 
     model_env.fail("planner", Fault("status", status=401, message="Incorrect API key"))

@@ -10,7 +10,7 @@ from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
 
-from graph.builder import build_graph
+from graph.compile import RunStores, compile_graph
 from persistence.audit import InMemoryAuditStore
 from persistence.ledger import InMemoryLedger
 from state.context import Context
@@ -32,7 +32,7 @@ def demo(monkeypatch: pytest.MonkeyPatch, checkpointer: Checkpointer) -> Demo:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     audit = InMemoryAuditStore()
     ledger = InMemoryLedger()
-    app = build_graph(audit=audit, ledger=ledger).compile(checkpointer=checkpointer)
+    app = compile_graph(RunStores(checkpointer, audit=audit, ledger=ledger))
     return Demo(app=app, audit=audit, ledger=ledger)
 
 

@@ -11,7 +11,7 @@ from langchain_core.runnables import RunnableConfig
 
 import apps.cli.main as cli
 from evidence.sample import SampleBackend, default_environment
-from graph.builder import build_graph
+from graph.compile import compile_graph
 from graph.runner import run_diagnosis
 from models.budget import GetModel
 from models.scripted import scripted_models
@@ -52,13 +52,7 @@ def diagnose(
     *,
     composer_mode: ComposerMode | None = None,
 ) -> DiagnosisState:
-    app = build_graph(
-        get_model=get_model,
-        backend=SampleBackend(default_environment()),
-        ledger=store.ledger,
-        audit=store.audit,
-        locks=store.locks,
-    ).compile(checkpointer=store.checkpointer)
+    app = compile_graph(store, SampleBackend(default_environment()), get_model=get_model)
     offline = get_model is None
     context = (
         Context(offline=offline)
@@ -192,9 +186,7 @@ def test_persistence_ledger_is_idempotent_when_a_node_re_executes(store: Persist
     values = diagnose(store, "replay")
     diagnosis_id = values["diagnosis_id"]
     before = store.ledger.list(diagnosis_id)
-    app = build_graph(
-        backend=SampleBackend(default_environment()), ledger=store.ledger, audit=store.audit
-    ).compile(checkpointer=store.checkpointer)
+    app = compile_graph(store, SampleBackend(default_environment()))
     config: RunnableConfig = {"configurable": {"thread_id": "replay"}}
     # The checkpoint taken just before the tools node ran: replaying from it re-executes tools.
     before_tools = next(s for s in app.get_state_history(config) if s.next == ("tools",))

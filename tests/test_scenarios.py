@@ -400,10 +400,10 @@ def test_run_scenario_wrong_expectation_gives_a_readable_mismatch() -> None:
 def test_run_scenario_reports_an_exception_instead_of_raising(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    def broken(**kwargs: object) -> NoReturn:
+    def broken(*args: object, **kwargs: object) -> NoReturn:
         raise RuntimeError("backend exploded")
 
-    monkeypatch.setattr(evaluation, "build_graph", broken)
+    monkeypatch.setattr(evaluation, "compile_graph", broken)
 
     result = run_scenario(_scenario("pass-basic-zh"))
 

@@ -29,6 +29,7 @@ from apps.sweeper import PeriodicSweeper, sweep, sweep_interval
 from evidence.environment import Environment
 from evidence.sample import SampleBackend, default_environment
 from graph.builder import build_graph
+from graph.compile import RunStores, compile_graph
 from graph.failures import DiagnosisFailed
 from graph.runner import run_diagnosis
 from models.scripted import scripted_models
@@ -36,6 +37,7 @@ from nodes.intake import diagnosis_id_for
 from persistence import checkpoint_ops
 from persistence.audit import SqlAuditStore
 from persistence.checkpointers import checkpointer
+from persistence.checkpoints import checkpoint_saver
 from persistence.database import Database, DatabaseError, open_database
 from persistence.ledger import SqlLedger
 from persistence.ownership import ThreadOwners
@@ -83,13 +85,9 @@ def exploding_models(role: str, ctx: Context) -> BaseChatModel:
 
 
 def _graph(store: Persistence, backend: SampleBackend | None = None) -> Any:
-    return build_graph(
-        backend=backend or SampleBackend(default_environment()),
-        ledger=store.ledger,
-        audit=store.audit,
-        locks=store.locks,
-        environment={"kind": "sample"},
-    ).compile(checkpointer=store.checkpointer)
+    return compile_graph(
+        store, backend or SampleBackend(default_environment()), environment={"kind": "sample"}
+    )
 
 
 def _diagnose(
@@ -132,14 +130,14 @@ def _leaf_checkpoints(store: Persistence, thread: str) -> int:
 
 
 def _server_graph(saver: Any, backend: SampleBackend, url: str) -> Any:
-    """The graph as the LangGraph server runs it: the async checkpointer, its own database."""
+    """The graph as the LangGraph server runs it: compiled without a checkpointer on its own
+    database, then given the server's async checkpointer as the server gives it (``copy``)."""
     db = Database(url)
-    return build_graph(
-        backend=backend,
-        ledger=SqlLedger(db),
-        audit=SqlAuditStore(db),
-        locks=SqlRunLocks(db, origin="langgraph"),
-    ).compile(checkpointer=saver)
+    stores = RunStores(
+        audit=SqlAuditStore(db), ledger=SqlLedger(db), locks=SqlRunLocks(db, origin="langgraph")
+    )
+    graph = compile_graph(stores, backend, checkpoints=lambda: checkpoint_saver(db))
+    return graph.copy(update={"checkpointer": saver})
 
 
 def test_serving_langgraph_run_and_api_chat_on_one_thread_never_run_at_once(
@@ -207,9 +205,7 @@ def test_serving_cli_is_refused_while_a_server_run_holds_the_thread(
 
 def test_serving_failed_run_is_recorded_and_releases_its_thread(store: Persistence) -> None:
     thread = f"t-{uuid.uuid4().hex[:12]}"
-    app = build_graph(
-        get_model=exploding_models, ledger=store.ledger, audit=store.audit, locks=store.locks
-    ).compile(checkpointer=store.checkpointer)
+    app = compile_graph(store, get_model=exploding_models)
     with pytest.raises(DiagnosisFailed, match="model endpoint exploded") as raised:
         run_diagnosis(
             app,
@@ -302,15 +298,13 @@ def test_serving_model_mode_resume_without_a_key_is_refused(
 ) -> None:
     thread = f"t-{uuid.uuid4().hex[:12]}"
 
-    app = build_graph(
+    app = compile_graph(
+        store,
+        SampleBackend(default_environment()),
         get_model=scripted_models(
             {"planner": ["PLAN: read the logs"], "executor": [], "verifier": []}
         ),
-        backend=SampleBackend(default_environment()),
-        ledger=store.ledger,
-        audit=store.audit,
-        locks=store.locks,
-    ).compile(checkpointer=store.checkpointer)
+    )
     config: RunnableConfig = {"configurable": {"thread_id": thread}}
     context = Context(offline=False, model="gpt-4o-mini")
     for _ in app.stream(

@@ -31,7 +31,7 @@ from apps.http.api import create_app
 from apps.http.web import CSP
 from evidence.environment import Environment, default_environment
 from evidence.sample import SampleBackend
-from graph.builder import build_graph
+from graph.compile import compile_graph
 from graph.runner import run_diagnosis
 from models.budget import GetModel
 from models.factory import make_model_factory
@@ -89,13 +89,7 @@ def _record(
     environment: Environment,
     context: Context,
 ) -> str:
-    graph = build_graph(
-        get_model=get_model,
-        backend=SampleBackend(environment),
-        ledger=persistence.ledger,
-        audit=persistence.audit,
-        locks=persistence.locks,
-    ).compile(checkpointer=persistence.checkpointer)
+    graph = compile_graph(persistence, SampleBackend(environment), get_model=get_model)
     thread = f"web-{uuid.uuid4().hex[:12]}"
     assert ThreadOwners(persistence.db).claim(thread, owner)
     values = run_diagnosis(

@@ -399,9 +399,10 @@ def _resume_command(args: argparse.Namespace, thread: str) -> str:
 
 def _interrupted(app: Graph, thread: str, args: argparse.Namespace, err: TextIO) -> None:
     """Say whether an interrupted run can be resumed, and how."""
+    from graph.runner import saved_run
+
     try:
-        snapshot = app.get_state({"configurable": {"thread_id": thread}})
-        resumable = bool(snapshot.next)
+        resumable = bool(saved_run(app, thread).next)
     except Exception:  # the database went away with the interrupt: say it plainly
         resumable = False
     if resumable:
@@ -420,7 +421,7 @@ def diagnose(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from evidence.composed import configured_backend
     from evidence.config import ConfigError
     from evidence.environment import EnvironmentFileError, load_environment
-    from graph.builder import build_graph
+    from graph.compile import compile_graph
     from graph.failures import DiagnosisFailed
     from graph.guard import RunGuard
     from graph.resume import ResumeRefused, plan_resume
@@ -465,13 +466,7 @@ def diagnose(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                     )
                 ctx, env_ref = plan.context, plan.environment
                 backend = backend_for(env_ref, database=args.db)
-            app = build_graph(
-                backend=backend,
-                ledger=persistence.ledger,
-                audit=persistence.audit,
-                locks=persistence.locks,
-                environment=env_ref,
-            ).compile(checkpointer=persistence.checkpointer)
+            app = compile_graph(persistence, backend, environment=env_ref)
             graph = app
             values = _interruptible(
                 lambda: run_diagnosis(

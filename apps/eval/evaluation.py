@@ -36,14 +36,12 @@ from apps.eval.scenario import (
 from evidence.environment import Environment
 from evidence.replay import ReplayBackend
 from evidence.sample import SampleBackend
-from graph.builder import build_graph
+from graph.compile import RunStores, compile_graph
 from graph.runner import Graph, state_of, summary_of
 from models.budget import GetModel
 from models.factory import make_model_factory
 from models.recording import confirmed_claims as recorded_confirmed_claims
 from models.scripted import ScriptedChatModel, ScriptExhausted, scripted_models
-from persistence.audit import InMemoryAuditStore
-from persistence.ledger import InMemoryLedger
 from state.context import Context
 from state.graph_state import DiagnosisState
 from state.records import CoverageStatus, GatekeeperBrief, Verdict
@@ -317,12 +315,11 @@ def _prepare(scenario: Scenario, checkpointer: Checkpointer | None) -> _Prepared
     )
     if "max_tool_calls" in checked:
         context = dataclasses.replace(context, max_tool_calls_per_round=checked["max_tool_calls"])
-    app = build_graph(
+    app = compile_graph(
+        RunStores(checkpointer=InMemorySaver() if checkpointer is None else checkpointer),
+        evaluation_backend(checked["environment"]),
         get_model=get_model,
-        backend=evaluation_backend(checked["environment"]),
-        ledger=InMemoryLedger(),
-        audit=InMemoryAuditStore(),
-    ).compile(checkpointer=InMemorySaver() if checkpointer is None else checkpointer)
+    )
     config: RunnableConfig = {"configurable": {"thread_id": f"eval-{scenario_id}"}}
     return _Prepared(checked, app, config, context, get_model, list(replies))
 

@@ -56,7 +56,7 @@ from apps.http.web import web_routes
 from apps.resuming import backend_for, environment_ref
 from apps.sweeper import PeriodicSweeper, sweep_interval
 from evidence.composed import backend_health, configured_backend
-from graph.builder import build_graph
+from graph.compile import compile_graph
 from graph.failures import DiagnosisFailed
 from graph.resume import ResumeRefused, models_configured, plan_resume
 from graph.runner import NothingToResume, run_diagnosis, summary_of
@@ -271,14 +271,12 @@ class Service:
             if self._persistence is None or self._graph is None:
                 persistence = open_persistence(self._database_url, origin="api")
                 try:
-                    graph = build_graph(
+                    graph = compile_graph(
+                        persistence,
+                        self.backend(),
                         get_model=self._get_model,
-                        backend=self.backend(),
-                        ledger=persistence.ledger,
-                        audit=persistence.audit,
-                        locks=persistence.locks,
                         environment=self.environment(),
-                    ).compile(checkpointer=persistence.checkpointer)
+                    )
                 except BaseException:
                     persistence.close()
                     raise
@@ -410,14 +408,12 @@ class Service:
                 f"{plan.diagnosis_id}",
             )
         if plan.environment not in ({}, self.environment()) and not self._custom_backend:
-            graph = build_graph(
+            graph = compile_graph(
+                persistence,
+                backend_for(plan.environment, database=self._database_url),
                 get_model=self._get_model,
-                backend=backend_for(plan.environment, database=self._database_url),
-                ledger=persistence.ledger,
-                audit=persistence.audit,
-                locks=persistence.locks,
                 environment=plan.environment,
-            ).compile(checkpointer=persistence.checkpointer)
+            )
         try:
             values = run_diagnosis(
                 graph,

@@ -8,25 +8,32 @@ graph needs none. A database that cannot be opened fails the run that needed it 
 and the next run tries again; nothing falls back to memory. The stores are synchronous: the
 graph's nodes are sync functions, which the server runs in worker threads, off its event loop.
 
-Each run holds its thread's writer lock and leases its diagnosis (``graph/guard.py``), in the same
-tables the command line and the HTTP API use, so a LangGraph run and an ``/api/chat`` request on
-one thread never run at once.
+The graph is compiled by ``graph.compile.compile_graph``, as every program's is: each run holds its
+thread's writer lock and leases its diagnosis (``graph/guard.py``), in the same tables the command
+line and the HTTP API use, so a LangGraph run and an ``/api/chat`` request on one thread never run
+at once. The guard reads a thread's last checkpoint (the diagnosis a resume continues, the state a
+failed run left) through a synchronous checkpointer on the same database, opened for each read.
 """
 
 from __future__ import annotations
 
 from apps.langgraph_server.database import database
-from graph.builder import build_graph
+from graph.compile import RunStores, compile_graph
 from persistence.audit import SqlAuditStore
 from persistence.checkpointers import checkpointer
+from persistence.checkpoints import checkpoint_saver
 from persistence.ledger import SqlLedger
 from persistence.runs import SqlRunLocks
 
-graph = build_graph(
-    ledger=SqlLedger(database),
-    audit=SqlAuditStore(database),
-    locks=SqlRunLocks(database, origin="langgraph"),
+graph = compile_graph(
+    RunStores(
+        audit=SqlAuditStore(database),
+        ledger=SqlLedger(database),
+        locks=SqlRunLocks(database, origin="langgraph"),
+    ),
     environment={"kind": "sample"},
-).compile(name="superbiz")
+    checkpoints=lambda: checkpoint_saver(database),
+    name="superbiz",
+)
 
 __all__ = ["checkpointer", "database", "graph"]
