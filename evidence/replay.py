@@ -8,8 +8,10 @@ asked twice gets its two recorded answers in call order); a recorded error is ra
 its recorded text, word for word. A call the recording does not have is an error naming the call
 and what the recording holds, so the invocation (and the answer) says what is missing.
 
-Arguments are compared as the tool runner passes them: validated, with defaults filled and null
-values left out, so ``{"service": "x"}`` and ``{"service": "x", "limit": 20}`` are one call.
+Arguments are compared as the tool runner passes them: validated by the tool's spec (the
+registry, ``tools.registry``), with defaults filled and null values left out, so
+``{"service": "x"}`` and ``{"service": "x", "limit": 20}`` are one call. The runner asks a replay
+for every tool by name (``answer_tool_call``), so a replay serves any registered tool.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ import json
 import threading
 from typing import Any, cast
 
-from pydantic import ValidationError
 from typing_extensions import TypedDict, Unpack
 
 from state.records import InvocationStatus, JSONObject
@@ -33,8 +34,9 @@ from tools.backend import (
     ReplayedError,
     TimeOutput,
 )
-from tools.refs import format_value
-from tools.schemas import ARGUMENT_MODELS
+from tools.registry import spec_of
+from tools.render import format_value
+from tools.spec import ArgumentError
 
 
 class ReplayCall(TypedDict):
@@ -64,13 +66,13 @@ _IGNORED = frozenset({"runbook_urls"})
 
 def _normal(tool: str, arguments: dict[str, Any]) -> str | None:
     """The call's arguments as the runner passes them, as comparable text (None: not valid)."""
-    model = ARGUMENT_MODELS.get(tool)
-    if model is None:
+    spec = spec_of(tool)
+    if spec is None:
         return None
     given = {k: v for k, v in arguments.items() if k not in _IGNORED}
     try:
-        dumped = model.model_validate(given).model_dump()
-    except ValidationError:
+        dumped = spec.arguments.validate(tool, given).full
+    except ArgumentError:
         return None
     kept = {key: value for key, value in dumped.items() if value is not None}
     return json.dumps(kept, sort_keys=True, ensure_ascii=False, default=str)
@@ -95,6 +97,15 @@ class ReplayBackend:
         self._keys = [_normal(call["tool"], dict(call["arguments"])) for call in self._calls]
         self._served: set[int] = set()
         self._lock = threading.Lock()
+
+    def answer_tool_call(self, tool: str, keywords: dict[str, Any]) -> dict[str, Any]:
+        """The next recorded result of this call (``tools.spec.AnswersEveryTool``).
+
+        Raises:
+            NotRecorded: When the recording has no such call left to serve.
+            ReplayedError: When the recorded call failed (its error text, as recorded).
+        """
+        return self._serve(tool, keywords)
 
     def _serve(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
         key = _normal(tool, arguments)

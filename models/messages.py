@@ -17,7 +17,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolCa
 
 from state.display import clean_text
 from state.json_shape import obj
-from tools.refs import format_value
+from tools.render import format_value
 
 INVALID_ARGUMENTS = "__invalid_arguments__"
 """Argument key of a tool call whose arguments were not a JSON object (the raw text is its

@@ -22,7 +22,7 @@ from persistence.ledger import InvocationLedger
 from state.context import Context
 from state.graph_state import DiagnosisState
 from state.records import CallNotRun
-from tools.schemas import tool_specs
+from tools.registry import tool_specs
 
 
 def readable_tool_calls(reply: AIMessage) -> AIMessage:
@@ -46,7 +46,6 @@ def make_executor(get_model: GetModel, ledger: InvocationLedger) -> Node:
     """
     prompt = load_prompt("executor")
     budget_spent = load_prompt("executor_budget")
-    specs = tool_specs()
 
     def executor(state: DiagnosisState, *, runtime: Runtime[Context]) -> DiagnosisState:
         ctx = context_of(runtime)
@@ -96,7 +95,8 @@ def make_executor(get_model: GetModel, ledger: InvocationLedger) -> Node:
                 "model_calls": spend.calls,
                 "route": ["executor"],
             }
-        reply = readable_tool_calls(spend.invoke(model.bind_tools(specs), history))
+        # The registered tools, read per turn: a tool registered at run time is offered too.
+        reply = readable_tool_calls(spend.invoke(model.bind_tools(tool_specs()), history))
         return {
             "executor_messages": [reply],
             "usage": spend.added,

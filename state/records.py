@@ -30,17 +30,7 @@ JSONObject: TypeAlias = dict[str, JSONValue]
 
 # --------------------------------------------------------------------------- closed sets
 
-ToolName = Literal["query_logs", "query_metrics", "lookup_knowledge", "get_current_time"]
-EvidenceToolName = Literal["query_logs", "query_metrics", "lookup_knowledge"]
-TOOL_NAMES: Final[tuple[ToolName, ...]] = get_args(ToolName)
-EVIDENCE_TOOLS: Final[frozenset[str]] = frozenset(get_args(EvidenceToolName))
-"""Tools whose results are evidence a claim may cite; every other tool is a helper."""
-HELPER_TOOLS: Final[frozenset[str]] = frozenset({"get_current_time"})
-KNOWLEDGE_TOOL: Final = "lookup_knowledge"
-"""Runbooks and past cases: guidance for next steps, never evidence about the incident."""
-
 InvocationStatus = Literal["ok", "no_hit", "error"]
-SourceType = Literal["log", "alert", "metric", "knowledge", "summary"]
 EvidenceLevel = Literal["direct", "none"]
 
 ParseStatusName = Literal["valid", "missing", "malformed"]
@@ -206,35 +196,16 @@ class SpanEntry(TypedDict, total=False):
     attributes: dict[str, JSONScalar]
 
 
-class ToolOutput(TypedDict, total=False):
-    """What a tool returned, bounded by the tool runner (one shape for all four tools).
-
-    ``total``, ``alerts_total`` and ``series_total`` count matches before any bound (the totals
-    of ``query_metrics`` are present when the backend reported them or the runner cut entries).
-    ``window_start`` / ``window_end``: the absolute window a metrics or log backend queried.
-    ``total_at_least``: ``total`` is a lower bound (the log source did not count every match).
-    """
-
-    logs: list[LogEntry]
-    total: int
-    total_at_least: bool
-    alerts: list[AlertEntry]
-    alerts_total: int
-    series: list[SeriesEntry]
-    series_total: int
-    window_start: str
-    window_end: str
-    documents: list[DocumentEntry]
-    truncated: bool
-    now: str
-
-
 class EvidenceRef(TypedDict):
-    """One citable unit of an invocation: ``logs[0]``, ``alerts[1]``, ..., or ``summary``."""
+    """One citable unit of an invocation: ``logs[0]``, ``alerts[1]``, ..., or ``summary``.
+
+    ``source_type`` is the entry array's (``tools.spec.EntryArray``): ``log``, ``alert``,
+    ``metric``, ``knowledge``, ... and ``summary`` for the summary ref.
+    """
 
     raw_path: str
     text: str
-    source_type: SourceType
+    source_type: str
 
 
 class RetrievalDetails(TypedDict, total=False):
@@ -257,7 +228,9 @@ class InvocationDraft(TypedDict):
     tool_name: str
     arguments: JSONObject
     status: InvocationStatus
-    output: ToolOutput | None
+    output: JSONObject | None
+    """What the tool returned, bounded by the runner and validated by the tool's own output
+    model (``tools.spec.ToolSpec.output``; typed readers in the tool's module); None on error."""
     retrieval_details: RetrievalDetails
     idempotency_key: str
     started_at: str

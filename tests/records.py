@@ -9,6 +9,7 @@ values, exactly as a model would send them.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import cast
 
 from pydantic import TypeAdapter
 from typing_extensions import TypedDict, Unpack
@@ -33,8 +34,6 @@ from state.records import (
     RuleEvaluation,
     SeriesEntry,
     Severity,
-    SourceType,
-    ToolOutput,
     TraceItem,
     VerifiedExcerpt,
     VerifierEvaluation,
@@ -112,7 +111,7 @@ def document_entry(
 # --------------------------------------------------------------------------- invocations
 
 
-def refs(*pairs: tuple[str, str], source_type: SourceType = "log") -> list[EvidenceRef]:
+def refs(*pairs: tuple[str, str], source_type: str = "log") -> list[EvidenceRef]:
     """Evidence refs from ``(raw_path, text)`` pairs."""
     return [EvidenceRef(raw_path=path, text=text, source_type=source_type) for path, text in pairs]
 
@@ -121,10 +120,16 @@ class CallOptions(TypedDict, total=False):
     """How a tool call went: ``ok`` in round 1 with no output and no evidence refs by default."""
 
     status: InvocationStatus
-    output: ToolOutput | None
+    output: Mapping[str, object] | None
+    """The tool's output, e.g. a ``tools.query_logs.LogsResult``."""
     details: RetrievalDetails
     round: int
     error: str | None
+
+
+def json_output(output: Mapping[str, object] | None) -> JSONObject | None:
+    """A tool output (a typed result) as the JSON object an invocation holds."""
+    return cast(JSONObject, output) if output is not None else None
 
 
 def invocation_draft(
@@ -144,7 +149,7 @@ def invocation_draft(
         tool_name=tool_name,
         retrieval_details=options.get("details", RetrievalDetails(evidence_refs=[])),
         status=options.get("status", "ok"),
-        output=options.get("output"),
+        output=json_output(options.get("output")),
         error=options.get("error"),
         idempotency_key=idempotency_key,
         started_at="2026-03-01T10:30:00Z",

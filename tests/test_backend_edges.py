@@ -64,6 +64,7 @@ from tests.prometheus_kit import (
     wait_samples,
     write_prometheus_config,
 )
+from tools import query_logs, query_metrics
 from tools.runner import ToolRunner
 
 SECRET = "edge-secret-7f31"
@@ -358,7 +359,7 @@ def test_prometheus_headers_are_sent_on_every_request(tenant_proxy: Proxy, tmp_p
     reports = backend.checks()  # type: ignore[attr-defined]
 
     assert row["status"] == "ok", row["error"]
-    assert [a["alert_name"] for a in (row["output"] or {})["alerts"]] == [
+    assert [a["alert_name"] for a in query_metrics.result(row["output"])["alerts"]] == [
         "HighErrorRate",
         "QueueBacklog",
     ]
@@ -397,7 +398,7 @@ def test_prometheus_over_tls_with_the_ca_file(
     row = _metrics(env, tmp_path, {"service": "order-service"})
     assert tls_prometheus.startswith("https://")
     assert row["status"] == "ok", row["error"]
-    assert len((row["output"] or {})["alerts"]) == 2
+    assert len(query_metrics.result(row["output"])["alerts"]) == 2
 
 
 def test_prometheus_over_tls_without_the_ca_is_an_error_naming_the_setting(
@@ -436,7 +437,7 @@ def test_prometheus_over_tls_insecure_skips_verification(
     env = {"SUPERBIZ_PROMETHEUS_URL": tls_prometheus, "SUPERBIZ_PROMETHEUS_INSECURE": "1"}
     row = _metrics(env, tmp_path, {"service": "order-service"})
     assert row["status"] == "ok", row["error"]
-    assert len((row["output"] or {})["alerts"]) == 2
+    assert len(query_metrics.result(row["output"])["alerts"]) == 2
 
 
 @pytest.mark.parametrize(
@@ -472,7 +473,9 @@ def test_alertmanager_credentials_reach_an_auth_proxy(
         assert "HTTP 401, the credentials were refused" in str(refused["error"])
         assert SECRET not in str(refused["error"])
         assert row["status"] == "ok", row["error"]
-        states = [(a["alert_name"], a["state"]) for a in (row["output"] or {})["alerts"]]
+        states = [
+            (a["alert_name"], a["state"]) for a in query_metrics.result(row["output"])["alerts"]
+        ]
         assert states == [("HighErrorRate", "firing"), ("QueueBacklog", "inhibited")]
         accepted = [s for s in proxy.seen if s.headers.get("authorization") == authorization]
         assert accepted and {s.path for s in accepted} == {"/api/v2/alerts"}
@@ -550,7 +553,7 @@ def test_alert_rules_without_a_plain_comparison_have_no_threshold(
     checkout_metrics: Invocation,
 ) -> None:
     row = checkout_metrics
-    alerts = {a["alert_name"]: a for a in (row["output"] or {})["alerts"]}
+    alerts = {a["alert_name"]: a for a in query_metrics.result(row["output"])["alerts"]}
     refs = evidence_refs(row)
 
     assert row["status"] == "ok", row["error"]
@@ -568,7 +571,7 @@ def test_standard_latency_and_saturation_queries_give_series(
     checkout_metrics: Invocation,
 ) -> None:
     row = checkout_metrics
-    series = {s["metric"]: s for s in (row["output"] or {})["series"]}
+    series = {s["metric"]: s for s in query_metrics.result(row["output"])["series"]}
 
     assert row["status"] == "ok", row["error"]
     p99 = series["latency_p99_seconds"]
@@ -594,7 +597,7 @@ def test_metrics_window_defaults_to_the_last_hour(prometheus_stack: Stack, tmp_p
     before = datetime.now(UTC).replace(microsecond=0)
     row = _metrics(env, tmp_path, {"promql": "up", "service": "none"})
     after = datetime.now(UTC)
-    output = row["output"] or {}
+    output = query_metrics.result(row["output"])
 
     assert row["status"] == "ok", row["error"]
     start = datetime.fromisoformat(output["window_start"].replace("Z", "+00:00"))
@@ -689,7 +692,7 @@ def test_loki_credentials_reach_the_server(
     for url in serve_loki(fake):
         row = _logs(_auth_env("loki", url, suffixes), tmp_path, {"service": "order-service"})
         assert row["status"] == "ok", row["error"]
-        assert [e["message"] for e in (row["output"] or {})["logs"]] == [
+        assert [e["message"] for e in query_logs.result(row["output"])["logs"]] == [
             "Cannot acquire connection from pool"
         ]
         paths = [r["path"] for r in fake.requests]
@@ -715,7 +718,7 @@ def test_opensearch_credentials_reach_an_auth_proxy(
         env = _auth_env("opensearch", proxy.url, suffixes)
         row = _logs(env, tmp_path, {"service": "order-service", "level": "ERROR"})
         assert row["status"] == "ok", row["error"]
-        assert (row["output"] or {})["logs"][0]["message"] == "upstream reset by peer"
+        assert query_logs.result(row["output"])["logs"][0]["message"] == "upstream reset by peer"
         assert {s.path for s in proxy.seen} == {"/logs-*/_mapping", "/logs-*/_search"}
         assert all(s.headers.get(header) == value for s in proxy.seen)
 
@@ -744,11 +747,11 @@ def test_loki_severity_and_detected_level_labels_serve_as_the_level(
         assert errors["status"] == "ok", errors["error"]
         sent = [r["query"] for r in fake.requests if r["path"].endswith("query_range")]
         assert sent[0] == f'{{service="billing-service", {label}=~"(?i)(error|err|eror)"}}'
-        assert [(e["level"], e["message"]) for e in (errors["output"] or {})["logs"]] == [
-            ("ERROR", "charge failed: card processor unreachable")
-        ]
+        assert [
+            (e["level"], e["message"]) for e in query_logs.result(errors["output"])["logs"]
+        ] == [("ERROR", "charge failed: card processor unreachable")]
         # the lines name no level: each entry's level is its stream's label
-        assert [e["level"] for e in (every["output"] or {})["logs"]] == ["info", "ERROR"]
+        assert [e["level"] for e in query_logs.result(every["output"])["logs"]] == ["info", "ERROR"]
 
 
 def test_loki_streams_that_label_the_level_differently_are_all_queried(
@@ -779,7 +782,9 @@ def test_loki_streams_that_label_the_level_differently_are_all_queried(
         sent = [r["query"] for r in fake.requests if r["path"].endswith("query_range")]
         pattern = '=~"(?i)(error|err|eror)"'
         assert sent[0] == f'{{service="billing-service"}} | level{pattern} or severity{pattern}'
-        assert [(e["level"], e["message"]) for e in (errors["output"] or {})["logs"]] == [
+        assert [
+            (e["level"], e["message"]) for e in query_logs.result(errors["output"])["logs"]
+        ] == [
             ("error", "refund failed: ledger locked"),
             ("ERROR", "charge failed: card processor unreachable"),
         ]
@@ -813,7 +818,9 @@ def test_loki_window_over_a_day_keeps_its_end(tmp_path: Path) -> None:
         ns = 1_000_000_000
         assert int(query["end"]) == int(end.timestamp()) * ns
         assert int(query["end"]) - int(query["start"]) == 24 * 3600 * ns
-        assert [e["message"] for e in (row["output"] or {})["logs"]] == ["inside the last day"]
+        assert [e["message"] for e in query_logs.result(row["output"])["logs"]] == [
+            "inside the last day"
+        ]
         window = f"window={_iso(end - timedelta(hours=24))}/{_iso(end)}"
         assert window in evidence_refs(row)["summary"]
 
@@ -834,7 +841,7 @@ def test_opensearch_window_over_a_day_keeps_its_end(opensearch_url: str, tmp_pat
         ranges = [f["range"] for f in body["query"]["bool"]["filter"] if "range" in f]
         assert ranges[0]["@timestamp"]["gte"] == _iso(end - timedelta(hours=24))
         assert ranges[0]["@timestamp"]["lte"] == _iso(end)
-        messages = [e["message"] for e in (row["output"] or {})["logs"]]
+        messages = [e["message"] for e in query_logs.result(row["output"])["logs"]]
         assert "upstream reset by peer" in messages
         assert "an error from three hours ago" not in messages
         window = f"window={_iso(end - timedelta(hours=24))}/{_iso(end)}"
@@ -858,7 +865,9 @@ def test_log_file_window_over_a_day_keeps_its_end(tmp_path: Path) -> None:
     )
 
     assert row["status"] == "ok", row["error"]
-    assert [e["message"] for e in (row["output"] or {})["logs"]] == ["inside the last day"]
+    assert [e["message"] for e in query_logs.result(row["output"])["logs"]] == [
+        "inside the last day"
+    ]
     window = f"window={_iso(end - timedelta(hours=24))}/{_iso(end)}"
     assert window in evidence_refs(row)["summary"]
 
@@ -891,6 +900,6 @@ def test_loki_text_query_with_a_line_break_is_valid_logql(tmp_path: Path) -> Non
             {"service": "order-service", "query": "connection\ntimeout"},
         )
         assert row["status"] == "ok", row["error"]
-        assert len((row["output"] or {})["logs"]) == 1
+        assert len(query_logs.result(row["output"])["logs"]) == 1
         sent = next(r["query"] for r in fake.requests if r["path"].endswith("query_range"))
         assert sent == '{service="order-service"} |~ "(?i)connection\\ntimeout"'

@@ -37,7 +37,7 @@ from tests.scenario_kit import (
     run_diagnosis,
     verifier_reply,
 )
-from tools.schemas import tool_specs
+from tools.registry import tool_specs
 
 TOOLS = tuple(convert_to_openai_tool(spec)["function"]["name"] for spec in tool_specs())
 GOOD_ANSWER = executor_answer(

@@ -16,7 +16,6 @@ from state.records import (
     ParseStatus,
     ParseStatusName,
     RetrievalDetails,
-    ToolOutput,
 )
 from tests import records
 from tests.records import VALID, json_list, json_object, refs
@@ -65,7 +64,7 @@ def make_invocation(
         tool_name,
         arguments,
         status=status,
-        output=ToolOutput(),
+        output={},
         details=details,
         round=round_number,
     )

@@ -22,6 +22,7 @@ from evidence.loki import LokiLogs
 from state.records import Invocation
 from tests.backend_kit import call_tool, evidence_refs, get_healthz, run_doctor, tool_runner
 from tests.loki_kit import FakeLoki, Stream, parse_logql, serve_loki
+from tools import query_logs
 from tools.runner import ToolRunner
 
 NOW = datetime.now(UTC).replace(microsecond=0)
@@ -148,7 +149,7 @@ def test_loki_level_is_a_line_filter_where_streams_carry_no_level_label(tmp_path
         assert fake.requests[-1]["query"] == (
             '{service_name="payment-service"} |~ "(?i)\\\\b(error|err|eror)\\\\b"'
         )
-        logs = (row["output"] or {})["logs"]
+        logs = query_logs.result(row["output"])["logs"]
         assert [(e.get("level"), e["message"]) for e in logs] == [
             (None, "an error-free line about errors"),  # the word is in it: Loki's filter
             ("error", "retrying"),
@@ -167,7 +168,7 @@ def test_loki_refuses_a_catch_all_query(loki: tuple[FakeLoki, str], tmp_path: Pa
 
     text = _call(runner, {"query": "ghost"}, "l2")
     assert fake.requests[-1]["query"] == '{service=~".+"} |~ "(?i)ghost"'
-    assert [e["service"] for e in (text["output"] or {})["logs"]] == ["postgres"]
+    assert [e["service"] for e in query_logs.result(text["output"])["logs"]] == ["postgres"]
 
 
 @pytest.mark.parametrize(

@@ -25,7 +25,7 @@ from state.context import Context
 from state.records import LogEntry
 from tests.records import document_entry, log_entry, series_entry
 from tools.backend import KnowledgeOutput, LogsOutput, MetricsOutput, TimeOutput
-from tools.schemas import tool_specs
+from tools.registry import tool_specs
 from verification.question import analyze_question
 
 SCENARIOS = Path(__file__).parent / "scenarios"

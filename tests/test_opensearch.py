@@ -19,6 +19,7 @@ from evidence.config import load_settings
 from state.records import Invocation
 from tests.backend_kit import call_tool, evidence_refs, get_healthz, run_doctor, tool_runner
 from tests.opensearch_kit import ago as _ago
+from tools import query_logs
 from tools.runner import ToolRunner
 
 
@@ -43,7 +44,7 @@ def test_opensearch_errors_of_a_service_newest_first_every_spelling(
     refs = evidence_refs(row)
 
     assert row["status"] == "ok", row["error"]
-    assert [e["message"] for e in (row["output"] or {})["logs"]] == [
+    assert [e["message"] for e in query_logs.result(row["output"])["logs"]] == [
         "upstream reset by peer",
         "payment call failed, no host field",
         "Cannot acquire connection from pool: timeout 30000 ms",
@@ -65,7 +66,10 @@ def test_opensearch_text_is_a_phrase_and_the_limit_truncates(
     phrase = _call(runner, {"query": "acquire connection"}, "o1")
     limited = _call(runner, {"service": "order-service", "limit": 2}, "o2")
 
-    assert [e.get("instance") for e in (phrase["output"] or {})["logs"]] == ["order-2", "order-1"]
+    assert [e.get("instance") for e in query_logs.result(phrase["output"])["logs"]] == [
+        "order-2",
+        "order-1",
+    ]
     assert evidence_refs(limited)["summary"].endswith("matched 2 of 5 (truncated)")
     assert (limited["output"] or {}).get("total_at_least") is None
 

@@ -37,6 +37,7 @@ from tests.backend_kit import (
     tool_runner,
 )
 from tests.prometheus_kit import CART_LATENCY, Stack, free_port
+from tools import query_metrics
 from tools.points import MAX_POINTS
 from tools.runner import ToolRunner
 
@@ -112,7 +113,7 @@ def test_prometheus_pending_alert_is_pending_and_service_filter_is_exact(
     prom_env: dict[str, str], tmp_path: Path
 ) -> None:
     row = _query(prom_env, tmp_path, {"service": "payment-service"})
-    alerts = {a["alert_name"]: a for a in (row["output"] or {}).get("alerts", [])}
+    alerts = {a["alert_name"]: a for a in query_metrics.result(row["output"]).get("alerts", [])}
 
     assert set(alerts) == {"PaymentRetries", "SlowPayments"}
     assert alerts["SlowPayments"]["state"] == "pending"
@@ -120,14 +121,17 @@ def test_prometheus_pending_alert_is_pending_and_service_filter_is_exact(
     assert alerts["PaymentRetries"]["state"] == "firing"
     assert alerts["PaymentRetries"]["threshold"] == 5
     # firing first, then pending
-    assert [a["state"] for a in (row["output"] or {})["alerts"]] == ["firing", "pending"]
+    assert [a["state"] for a in query_metrics.result(row["output"])["alerts"]] == [
+        "firing",
+        "pending",
+    ]
 
 
 def test_prometheus_alert_that_fired_in_the_window_is_resolved(
     prometheus_stack: Stack, prom_env: dict[str, str], tmp_path: Path
 ) -> None:
     row = _query(prom_env, tmp_path, {"service": "cart-service"})
-    alerts = (row["output"] or {}).get("alerts", [])
+    alerts = query_metrics.result(row["output"]).get("alerts", [])
 
     assert [(a["alert_name"], a["state"]) for a in alerts] == [("CartCheckoutSlow", "resolved")]
     assert alerts[0]["threshold"] == 1
@@ -142,8 +146,10 @@ def test_prometheus_alert_filter_is_a_substring_of_the_name(
     prom_env: dict[str, str], tmp_path: Path
 ) -> None:
     row = _query(prom_env, tmp_path, {"alert": "queue"})
-    assert [a["alert_name"] for a in (row["output"] or {})["alerts"]] == ["QueueBacklog"]
-    assert (row["output"] or {})["series"] == []
+    assert [a["alert_name"] for a in query_metrics.result(row["output"])["alerts"]] == [
+        "QueueBacklog"
+    ]
+    assert query_metrics.result(row["output"])["series"] == []
 
 
 # --- series ----------------------------------------------------------------------------------
@@ -172,7 +178,7 @@ def test_prometheus_promql_series_min_max_last_are_computed_from_the_points(
     assert abs(int(match.group(1)) - expected_points) <= 2
     assert refs["summary"].endswith(f"window={start}/{end} alerts 1 of 1, series 1 of 1 (complete)")
     # the points are kept for charts, bounded, with the extremes and the last among them
-    points = (row["output"] or {})["series"][0]["points"]
+    points = query_metrics.result(row["output"])["series"][0]["points"]
     values = [value for _, value in points]
     assert len(points) == MAX_POINTS < int(match.group(1))
     assert (min(values), max(values), values[-1]) == (0.2, 1.8, 0.4)
@@ -185,7 +191,7 @@ def test_prometheus_counter_selector_is_shown_as_a_rate(
 ) -> None:
     promql = 'http_requests_total{service="order-service",status="500"}'
     row = _query(prom_env, tmp_path, {"promql": promql, "service": "order-service"})
-    series = (row["output"] or {})["series"]
+    series = query_metrics.result(row["output"])["series"]
 
     assert len(series) == 1 and series[0]["unit"] == "/s"
     assert series[0]["metric"] == "http_requests_total"
@@ -200,7 +206,7 @@ def test_prometheus_series_are_capped_and_the_summary_says_truncated(
     prom_env: dict[str, str], tmp_path: Path
 ) -> None:
     row = _query(prom_env, tmp_path, {"promql": "shard_queue_length", "service": "none"})
-    output = row["output"] or {}
+    output = query_metrics.result(row["output"])
 
     assert [s["labels"]["shard"] for s in output["series"]] == [f"{i:02d}" for i in range(20)]
     assert output["series_total"] == 30
@@ -354,7 +360,7 @@ def test_prometheus_auth_proxy_accepts_the_configured_credentials(
     env = {"SUPERBIZ_PROMETHEUS_URL": auth_proxy, **credentials}
     row = _query(env, tmp_path, {"service": "order-service"})
     assert row["status"] == "ok", row["error"]
-    assert len((row["output"] or {})["alerts"]) == 2
+    assert len(query_metrics.result(row["output"])["alerts"]) == 2
 
 
 @pytest.mark.parametrize(
@@ -406,7 +412,9 @@ def test_alertmanager_alerts_mark_inhibited_and_silenced(
 ) -> None:
     runner = tool_runner(am_env, tmp_path)
     order = evidence_refs(_call(runner, {"service": "order-service"}, "a1"))
-    payment = (_call(runner, {"service": "payment-service"}, "a2")["output"] or {})["alerts"]
+    payment = query_metrics.result(_call(runner, {"service": "payment-service"}, "a2")["output"])[
+        "alerts"
+    ]
 
     _assert_order_service_alerts(order, r"\S+Z", "inhibited")
     # Alertmanager only holds what Prometheus sent: the pending alert is not there

@@ -25,6 +25,7 @@ from tests.corpora import runbook_corpus
 from tests.loki_kit import FakeLoki, Stream, serve_loki
 from tests.opensearch_kit import NOW
 from tests.postgres_log_kit import postgres_log_glob, provoke_postgres_fatal, wait_for_line
+from tools import query_logs
 
 QUESTION = "postgres 最近有什么 FATAL 错误？"
 
@@ -89,7 +90,7 @@ def test_diagnose_answers_postgres_fatal_errors_from_its_server_log(
     )
 
     logs = _check_answer(result, calls, claims)
-    messages = [e["message"] for e in (logs["output"] or {})["logs"]]
+    messages = [e["message"] for e in query_logs.result(logs["output"])["logs"]]
     assert f'database "{name}" does not exist' in messages
     raw = "".join(Path(f).read_text(errors="replace") for f in glob.glob(pattern))
     for claim in claims:

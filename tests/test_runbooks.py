@@ -26,6 +26,9 @@ from persistence.ledger import InMemoryLedger
 from persistence.store import open_persistence
 from state.records import AlertEntry, InvocationDraft
 from tests.corpora import runbook_corpus
+from tests.records import json_output
+from tools import lookup_knowledge
+from tools.query_metrics import MetricsResult
 from tools.runner import ToolRunner
 
 ALERT_RUNBOOKS = {
@@ -281,7 +284,7 @@ def test_runbook_url_comes_from_the_alerts_of_the_same_diagnosis(
             tool_name="query_metrics",
             arguments={"service": "billing"},
             status="ok",
-            output={"alerts": [alert], "series": []},
+            output=json_output(MetricsResult(alerts=[alert], series=[])),
             retrieval_details={"evidence_refs": []},
             idempotency_key="d1:r1:m1",
             started_at="2026-03-01T10:00:00Z",
@@ -293,10 +296,12 @@ def test_runbook_url_comes_from_the_alerts_of_the_same_diagnosis(
     row = runner.run(call, diagnosis_id="d1", thread_id="t1", round=1)
     other = runner.run({**call, "id": "k2"}, diagnosis_id="d2", thread_id="t1", round=1)
 
-    documents = (row["output"] or {})["documents"]
+    documents = lookup_knowledge.result(row["output"])["documents"]
     assert documents[0]["source"].endswith("kubernetes/KubeJobFailed.md")
     assert row["retrieval_details"].get("runbook_urls") == [alert["runbook_url"]]
-    assert not (other["output"] or {})["documents"][0]["source"].endswith("KubeJobFailed.md")
+    assert not lookup_knowledge.result(other["output"])["documents"][0]["source"].endswith(
+        "KubeJobFailed.md"
+    )
     assert {r["source_type"] for r in row["retrieval_details"]["evidence_refs"]} == {
         "knowledge",
         "summary",
@@ -333,7 +338,7 @@ def test_offline_diagnosis_reads_the_runbook_its_question_names_first(
         persistence.close()
     (lookup,) = [r for r in rows if r["tool_name"] == "lookup_knowledge"]
     assert url in str(lookup["arguments"]["query"])
-    documents = (lookup["output"] or {})["documents"]
+    documents = lookup_knowledge.result(lookup["output"])["documents"]
     assert documents[0]["source"].endswith("kubernetes/KubeJobFailed.md"), documents[0]
 
 
@@ -354,10 +359,16 @@ def test_runbooks_are_indexed_on_first_use_with_progress_on_stderr(
     assert re.search(r"indexing runbooks: \d+ of \d+ files to read", err)
     assert re.search(r"runbook index: \d+ files \(\d+ new, 0 changed, 0 removed\)", err)
     assert first["status"] == "ok"
-    assert [d["deduped"] for d in (first["output"] or {})["documents"]] == [False, False]
-    assert [d["deduped"] for d in (again["output"] or {})["documents"]] == [True, True]
+    assert [d["deduped"] for d in lookup_knowledge.result(first["output"])["documents"]] == [
+        False,
+        False,
+    ]
+    assert [d["deduped"] for d in lookup_knowledge.result(again["output"])["documents"]] == [
+        True,
+        True,
+    ]
     assert again["retrieval_details"]["deduped"] == [
-        d["doc_id"] for d in (first["output"] or {})["documents"]
+        d["doc_id"] for d in lookup_knowledge.result(first["output"])["documents"]
     ]
 
 

@@ -10,6 +10,7 @@ from evidence.environment import Environment, default_environment
 from evidence.sample import SampleBackend
 from persistence.ledger import InMemoryLedger
 from state.records import SeriesEntry
+from tools import query_metrics
 from tools.points import MAX_POINTS, bounded_points
 from tools.runner import ToolRunner
 
@@ -52,7 +53,7 @@ def test_runner_bounds_the_points_a_backend_returns_and_keeps_refs_unchanged() -
         round=1,
     )
 
-    kept = (row["output"] or {})["series"][0]["points"]
+    kept = query_metrics.result(row["output"])["series"][0]["points"]
     assert len(kept) == MAX_POINTS and kept[0] == [0.0, 0.0] and kept[-1] == [2999.0, 2999.0]
     texts = [ref["text"] for ref in row["retrieval_details"]["evidence_refs"]]
     assert "queue_depth{service=order-service} min=0 max=2999 last=2999 points=3000" in texts

@@ -1,10 +1,15 @@
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import pytest
 
-from state.records import AlertEntry, DocumentEntry, JSONObject, SeriesEntry, ToolOutput
+from state.records import AlertEntry, DocumentEntry, JSONObject, SeriesEntry
 from tests.records import alert_entry, document_entry, log_entry, series_entry
-from tools.refs import build_evidence_refs, format_value
+from tools.query_logs import LogsResult
+from tools.query_metrics import MetricsResult
+from tools.refs import build_evidence_refs
+from tools.render import format_value
 
 LOG = log_entry(
     "HikariPool-1 - Connection is not available, request timed out after 30000ms.",
@@ -156,7 +161,7 @@ def test_refs_summary_matches_contract_example() -> None:
 
 
 def test_refs_summary_logs_truncated_by_limit() -> None:
-    output = ToolOutput(logs=[LOG, LOG], total=10, truncated=True)
+    output = LogsResult(logs=[LOG, LOG], total=10, truncated=True)
     refs = build_evidence_refs("query_logs", {"limit": 2, "service": "order-service"}, output)
     assert [r["raw_path"] for r in refs] == ["logs[0]", "logs[1]", "summary"]
     assert (
@@ -165,13 +170,13 @@ def test_refs_summary_logs_truncated_by_limit() -> None:
 
 
 def test_refs_summary_truncated_when_a_field_was_capped() -> None:
-    output = ToolOutput(logs=[LOG], total=1, truncated=True)
+    output = LogsResult(logs=[LOG], total=1, truncated=True)
     refs = build_evidence_refs("query_logs", {}, output)
     assert refs[-1]["text"] == "query_logs matched 1 of 1 (truncated)"
 
 
 def test_refs_metrics_refs_order_and_count() -> None:
-    output = ToolOutput(alerts=[ALERT, ALERT], series=[SERIES])
+    output = MetricsResult(alerts=[ALERT, ALERT], series=[SERIES])
     refs = build_evidence_refs("query_metrics", {"service": "order-service"}, output)
     assert [(r["raw_path"], r["source_type"]) for r in refs] == [
         ("alerts[0]", "alert"),
@@ -185,13 +190,15 @@ def test_refs_metrics_refs_order_and_count() -> None:
 
 
 def test_refs_metrics_summary_counts_alerts_and_series_against_their_totals() -> None:
-    output = ToolOutput(alerts=[], series=[SERIES, SERIES], series_total=57)
+    output = MetricsResult(alerts=[], series=[SERIES, SERIES], series_total=57)
     refs = build_evidence_refs("query_metrics", {"promql": "up"}, output)
     assert refs[-1]["text"] == "query_metrics promql=up alerts 0 of 0, series 2 of 57 (truncated)"
 
 
 def test_refs_metrics_summary_of_nothing_found_says_zero_of_zero_for_both() -> None:
-    refs = build_evidence_refs("query_metrics", {"service": "x"}, ToolOutput(alerts=[], series=[]))
+    refs = build_evidence_refs(
+        "query_metrics", {"service": "x"}, MetricsResult(alerts=[], series=[])
+    )
     assert refs == [
         {
             "raw_path": "summary",
@@ -223,5 +230,7 @@ def test_refs_summary_formats_argument_values() -> None:
         pytest.param("query_logs", None, id="failed-call"),
     ],
 )
-def test_refs_non_evidence_gives_no_refs(tool_name: str, output: ToolOutput | None) -> None:
+def test_refs_non_evidence_gives_no_refs(
+    tool_name: str, output: Mapping[str, object] | None
+) -> None:
     assert build_evidence_refs(tool_name, {}, output) == []

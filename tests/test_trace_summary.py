@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import itertools
-from typing import cast
+from collections.abc import Mapping
 
 import pytest
 
@@ -11,9 +11,11 @@ from state.records import (
     InvocationStatus,
     JSONObject,
     RetrievalDetails,
-    ToolOutput,
 )
 from tests.records import alert_entry, document_entry, invocation, log_entry, series_entry
+from tools.lookup_knowledge import KnowledgeResult
+from tools.query_logs import LogsResult
+from tools.query_metrics import MetricsResult
 from verification.trace_summary import TRACEABILITY_VERSION, build_trace_summary
 
 _ids = itertools.count(1)
@@ -23,7 +25,7 @@ def make_invocation(
     tool_name: str,
     arguments: JSONObject | None = None,
     *,
-    output: ToolOutput | None = None,
+    output: Mapping[str, object] | None = None,
     status: InvocationStatus = "ok",
     round_number: int = 1,
     details: RetrievalDetails | None = None,
@@ -50,7 +52,7 @@ def logs_call(
     round_number: int = 1,
 ) -> Invocation:
     entries = [log_entry(message, timestamp="2026-03-01T10:05:00Z") for message in messages]
-    output = ToolOutput(
+    output = LogsResult(
         logs=entries, total=len(entries) if total is None else total, truncated=False
     )
     return make_invocation(
@@ -68,7 +70,7 @@ def knowledge_call(
     return make_invocation(
         "lookup_knowledge",
         {"query": query, "top_k": 3},
-        output=ToolOutput(documents=documents),
+        output=KnowledgeResult(documents=documents),
         details=details,
     )
 
@@ -93,8 +95,8 @@ def test_trace_summary_excludes_helper_tools() -> None:
     invocations = [
         make_invocation("get_current_time", {}, output={"now": "2026-03-01T10:30:00Z"}),
         logs_call(["Cannot acquire connection"]),
-        # A tool the runner does not know, with an output no ToolOutput describes.
-        make_invocation("format_table", {"rows": 3}, output=cast(ToolOutput, {"text": "..."})),
+        # A tool the runner does not know, with an output no registered tool describes.
+        make_invocation("format_table", {"rows": 3}, output={"text": "..."}),
     ]
 
     items = build_trace_summary(invocations)
@@ -274,7 +276,7 @@ def test_trace_summary_metrics_names_only_alerts_in_output() -> None:
     alert = alert_entry("HighErrorRate", 0.12, 0.05, "error rate above 5%", "2026-03-01T10:04:00Z")
     pool = {"service": "order-service", "pool": "main"}
     series = series_entry("db_pool_usage", 40, 100, 98, labels=pool, points_count=30, unit="%")
-    output = ToolOutput(alerts=[alert], series=[series])
+    output = MetricsResult(alerts=[alert], series=[series])
     call = make_invocation("query_metrics", {"service": "order-service"}, output=output)
 
     (item,) = build_trace_summary([call])

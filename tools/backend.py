@@ -1,9 +1,11 @@
 """The interface every evidence source implements, and the timestamp rules they share.
 
-A backend answers the four tool calls with plain data in the output shapes of the evidence tools
+A backend answers the four built-in tools with plain data in their output shapes
 (docs/contracts.md §2): ``LogsOutput``, ``MetricsOutput``, ``KnowledgeOutput`` and ``TimeOutput``,
 whose entries are the ``state.records`` entry records. It does not bound, cap or record anything:
-the tool runner does that (and validates what it gets into a ``ToolOutput``).
+the tool runner does that, as each tool's spec says (``tools.spec``), and validates what it gets
+into the tool's output model. A tool whose spec asks the backend for something else declares
+that source's protocol in its own module.
 
 A log or metrics source derives from ``LogSource`` / ``MetricSource``: ``query_logs`` and
 ``query_metrics`` take the tool's keywords there, once, and hand the source one request record
@@ -162,7 +164,7 @@ class TimeOutput(TypedDict):
 
 
 class LogsQuery(TypedDict, total=False):
-    """The arguments of ``query_logs`` (their rules: ``tools.schemas.QueryLogsArgs``)."""
+    """The arguments of ``query_logs`` (their rules: ``tools.query_logs.QueryLogsArgs``)."""
 
     service: str | None
     query: str | None
@@ -173,7 +175,7 @@ class LogsQuery(TypedDict, total=False):
 
 
 class MetricsQuery(TypedDict, total=False):
-    """The arguments of ``query_metrics`` (their rules: ``tools.schemas.QueryMetricsArgs``)."""
+    """The arguments of ``query_metrics`` (rules: ``tools.query_metrics.QueryMetricsArgs``)."""
 
     service: str | None
     alert: str | None
@@ -266,9 +268,9 @@ class EvidenceBackend(Protocol):
     """A source of logs, metrics and knowledge documents for the evidence tools.
 
     The tool runner calls each method with the validated arguments of the tool of the same name
-    as keywords (``tools.schemas`` documents them). A backend may set ``needs_timeout = False``
-    when its calls are in-memory and bounded; the runner then calls it directly instead of on a
-    timed worker thread.
+    as keywords (the tool's module, e.g. ``tools.query_logs``, documents them). A backend may
+    set ``needs_timeout = False`` when its calls are in-memory and bounded; the runner then calls
+    it directly instead of on a timed worker thread.
     """
 
     def query_logs(self, **query: Unpack[LogsQuery]) -> LogsOutput:

@@ -1,199 +1,114 @@
-"""Evidence refs: the citable units of one tool invocation, and the one renderer of entries.
+"""Evidence refs: the citable units of one tool invocation, built from its tool's spec.
 
-Each entry of an evidence tool's output becomes one ref whose ``raw_path`` names it (``logs[0]``,
-``alerts[1]``, ``series[0]``, ``documents[2]``) and whose ``text`` renders it on one line; every
-evidence invocation ends with one ``summary`` ref stating what was asked and how much matched. A
-claim cites a ref by invocation id + ``raw_path``, and its excerpt must occur in the ref's text, so
-these texts are a contract (docs/contracts.md, "Evidence tools"). The trace summary renders
-entries with the same functions, leaving fields out (``fields=``).
+Each entry of an evidence tool's entry arrays becomes one ref whose ``raw_path`` names it
+(``logs[0]``, ``alerts[1]``, ``series[0]``, ``documents[2]``; an array inside an entry adds a
+step, ``traces[0].spans[3]``) and whose ``text`` is the entry rendered on one line by its array's
+renderer; every evidence invocation ends with one ``summary`` ref stating what was asked and how
+much matched. A claim cites a ref by invocation id + ``raw_path``, and its excerpt must occur in
+the ref's text, so these texts are a contract (docs/contracts.md, "Evidence tools").
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping, Sequence
 
-from state.records import (
-    EVIDENCE_TOOLS,
-    AlertEntry,
-    DocumentEntry,
-    EvidenceRef,
-    Invocation,
-    LogEntry,
-    SeriesEntry,
-    SourceType,
-    ToolOutput,
-)
-
-LOG_FIELDS = ("timestamp", "level", "service", "instance")
-ALERT_FIELDS = ("service", "severity", "state", "value", "threshold", "active_at")
-SERIES_FIELDS = ("min", "max", "last", "points_count")
+from state.json_shape import whole
+from state.records import EvidenceRef, Invocation
+from tools.registry import spec_of
+from tools.render import format_value
+from tools.spec import EntryArray, ToolSpec
 
 
-def format_value(value: object) -> str:
-    """Render one value the way every ref text shows it.
-
-    ``None`` -> ``null``; bool -> ``true``/``false``; int -> digits; an integral float -> its int
-    form (``12.0`` -> ``12``); any other float -> ``repr`` (``0.23``); str as is; list/dict ->
-    compact JSON (no spaces, non-ASCII kept); anything else -> ``str()``.
-    """
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        return str(int(value)) if value.is_integer() else repr(value)
-    if isinstance(value, list | dict):
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
-    return str(value)
+def _count(output: Mapping[str, object], array: str) -> int:
+    listed = output.get(array)
+    return len(listed) if isinstance(listed, list) else 0
 
 
-def _with_message(head: list[str], message: object) -> str:
-    """Join the head parts with spaces and append ``: <message>`` when there is one."""
-    text = " ".join(head)
-    if message is None:
-        return text
-    return f"{text}: {format_value(message)}" if text else format_value(message)
-
-
-def log_text(entry: LogEntry, *, fields: Collection[str] = LOG_FIELDS) -> str:
-    """``<timestamp> <level> <service> <instance>: <message>``; absent fields left out."""
-    head = [
-        format_value(entry.get(key))
-        for key in LOG_FIELDS
-        if key in fields and entry.get(key) is not None
-    ]
-    return _with_message(head, entry.get("message"))
-
-
-def alert_text(
-    entry: AlertEntry, *, fields: Collection[str] = ALERT_FIELDS, summary: bool = True
+def summary_text(
+    spec: ToolSpec, arguments: Mapping[str, object], output: Mapping[str, object]
 ) -> str:
-    """An alert on one line; absent fields are left out with their key.
-
-    ``<alert_name> service=<s> severity=<s> state=<s> value=<v> threshold=<t> active_at=<t>:
-    <summary>``.
-    """
-    name = entry.get("alert_name")
-    head = [format_value(name)] if name is not None else []
-    head += [
-        f"{key}={format_value(entry.get(key))}"
-        for key in ALERT_FIELDS
-        if key in fields and entry.get(key) is not None
-    ]
-    return _with_message(head, entry.get("summary") if summary else None)
-
-
-def series_text(entry: SeriesEntry, *, fields: Collection[str] = SERIES_FIELDS) -> str:
-    """``<metric>{<k>=<v>,...} min=<min><unit> max=<max><unit> last=<last><unit> points=<n>``.
-
-    Labels sorted by key (``{}`` when there are none); absent fields left out with their key.
-    """
-    labels = entry.get("labels") or {}
-    rendered = ",".join(
-        f"{k}={format_value(labels[k])}" for k in sorted(labels) if labels[k] is not None
-    )
-    metric = entry.get("metric")
-    parts = [f"{format_value(metric) if metric is not None else ''}{{{rendered}}}"]
-    unit = entry.get("unit")
-    suffix = format_value(unit) if unit is not None else ""
-    for key in ("min", "max", "last"):
-        value = entry.get(key)
-        if key in fields and value is not None:
-            parts.append(f"{key}={format_value(value)}{suffix}")
-    points = entry.get("points_count")
-    if "points_count" in fields and points is not None:
-        parts.append(f"points={format_value(points)}")
-    return " ".join(parts)
-
-
-def document_text(entry: DocumentEntry) -> str:
-    """``<title> (<source>): <chunk>``; absent fields left out."""
-    title, source = entry.get("title"), entry.get("source")
-    head = [format_value(title)] if title is not None else []
-    if source is not None:
-        head.append(f"({format_value(source)})")
-    return _with_message(head, entry.get("chunk"))
-
-
-def summary_text(tool_name: str, arguments: Mapping[str, object], output: ToolOutput) -> str:
     """The ``summary`` ref of an evidence invocation.
 
     ``<tool_name> <k>=<v> ... matched <n> of <total> (complete|truncated)``, arguments sorted by
-    key with ``None`` values left out. For ``query_logs``, ``n`` is the number of lines returned
-    and ``total`` the output's ``total``; for ``lookup_knowledge`` both count documents.
-    ``query_metrics`` counts alerts and series separately, ``... alerts <a> of <ta>, series <s>
-    of <ts> (complete|truncated)``, each total the output's ``alerts_total`` / ``series_total``
-    when it has one (never less than what was returned), after ``window=<start>/<end>`` when the
-    backend reports the absolute window it queried (``query_logs`` too). ``truncated`` when fewer
-    entries were returned than matched or the output says ``truncated`` (a field was capped). A
-    log total the source knows only as a lower bound reads ``matched <n> of at least <total>``.
+    key with ``None`` values left out; ``n`` counts the entries returned and ``total`` is the
+    output's ``total`` when the tool reports one (``matched <n> of at least <total>`` when it
+    is a lower bound), else ``n``. A tool that counts its arrays separately reads ``... <array>
+    <n> of <total>, <array> <n> of <total> (complete|truncated)``, each total the output's
+    ``<array>_total`` when it has one (never less than what was returned). A tool that reports
+    the absolute window it searched states ``window=<start>/<end>`` before the counts.
+    ``truncated`` when fewer entries were returned than matched or the output says
+    ``truncated`` (a field was capped).
     """
-    parts = [tool_name]
+    parts = [spec.name]
     parts += [
         f"{key}={format_value(arguments[key])}"
         for key in sorted(arguments)
         if arguments[key] is not None
     ]
-    if tool_name == "query_metrics":
-        alerts = len(output.get("alerts", []))
-        series = len(output.get("series", []))
-        alerts_total = max(alerts, output.get("alerts_total", alerts))
-        series_total = max(series, output.get("series_total", series))
-        incomplete = (
-            alerts < alerts_total or series < series_total or output.get("truncated") is True
-        )
+    counts = spec.counts
+    if counts.window:
         window = (output.get("window_start"), output.get("window_end"))
         if window[0] and window[1]:
             parts.append(f"window={window[0]}/{window[1]}")
-        parts.append(f"alerts {alerts} of {alerts_total}, series {series} of {series_total}")
-        parts[-1] += f" ({'truncated' if incomplete else 'complete'})"
+    incomplete = output.get("truncated") is True
+    if counts.per_array:
+        pieces: list[str] = []
+        for array in spec.arrays:
+            returned = _count(output, array.name)
+            reported = whole(output.get(f"{array.name}_total"))
+            total = max(returned, reported if reported is not None else returned)
+            incomplete = incomplete or returned < total
+            pieces.append(f"{array.name} {returned} of {total}")
+        state = "truncated" if incomplete else "complete"
+        parts.append(f"{', '.join(pieces)} ({state})")
         return " ".join(parts)
-    of = ""
-    if tool_name == "query_logs":
-        returned = len(output.get("logs", []))
-        total = output.get("total", returned)
-        window = (output.get("window_start"), output.get("window_end"))
-        if window[0] and window[1]:
-            parts.append(f"window={window[0]}/{window[1]}")
+    returned = sum(_count(output, array.name) for array in spec.arrays)
+    total, of = returned, ""
+    if counts.total:
+        reported = whole(output.get("total"))
+        total = reported if reported is not None else returned
         if output.get("total_at_least") is True:
             of = "at least "
-    else:
-        returned = total = len(output.get("documents", []))
-    incomplete = returned < total or output.get("truncated") is True
+    incomplete = incomplete or returned < total
     state = "truncated" if incomplete else "complete"
     parts.append(f"matched {returned} of {of}{total} ({state})")
     return " ".join(parts)
 
 
-ENTRY_ARRAYS: dict[str, tuple[str, ...]] = {
-    "query_logs": ("logs",),
-    "query_metrics": ("alerts", "series"),
-    "lookup_knowledge": ("documents",),
-}
-"""The output arrays of each evidence tool, in ref order."""
+def _entry_refs(array: EntryArray, entries: object, prefix: str = "") -> list[EvidenceRef]:
+    """One ref per entry (an object) of ``entries``, each followed by its inner arrays' refs."""
+    refs: list[EvidenceRef] = []
+    if not isinstance(entries, list):
+        return refs
+    for index, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            continue
+        path = f"{prefix}{array.name}[{index}]"
+        refs.append(
+            EvidenceRef(raw_path=path, text=array.render(entry), source_type=array.source_type)
+        )
+        for inner in array.within:
+            refs += _entry_refs(inner, entry.get(inner.name), prefix=f"{path}.")
+    return refs
 
 
-def _entry_refs(array: str, output: ToolOutput) -> list[EvidenceRef]:
-    if array == "logs":
-        logs = output.get("logs", [])
-        return [_ref(f"logs[{i}]", log_text(e), "log") for i, e in enumerate(logs)]
-    if array == "alerts":
-        alerts = output.get("alerts", [])
-        return [_ref(f"alerts[{i}]", alert_text(e), "alert") for i, e in enumerate(alerts)]
-    if array == "series":
-        series = output.get("series", [])
-        return [_ref(f"series[{i}]", series_text(e), "metric") for i, e in enumerate(series)]
-    documents = output.get("documents", [])
-    return [_ref(f"documents[{i}]", document_text(e), "knowledge") for i, e in enumerate(documents)]
-
-
-def _ref(raw_path: str, text: str, source_type: SourceType) -> EvidenceRef:
-    return EvidenceRef(raw_path=raw_path, text=text, source_type=source_type)
+def spec_refs(
+    spec: ToolSpec, arguments: Mapping[str, object], output: Mapping[str, object]
+) -> list[EvidenceRef]:
+    """The refs of one output of an evidence tool: its entries in array order, then ``summary``."""
+    refs = [ref for array in spec.arrays for ref in _entry_refs(array, output.get(array.name))]
+    refs.append(
+        EvidenceRef(
+            raw_path="summary",
+            text=summary_text(spec, arguments, output),
+            source_type="summary",
+        )
+    )
+    return refs
 
 
 def build_evidence_refs(
-    tool_name: str, arguments: Mapping[str, object], output: ToolOutput | None
+    tool_name: str, arguments: Mapping[str, object], output: Mapping[str, object] | None
 ) -> list[EvidenceRef]:
     """The evidence refs of one invocation.
 
@@ -201,24 +116,30 @@ def build_evidence_refs(
         One ref per output entry in output order, then exactly one ``summary`` ref. Helper
         tools, unknown tools and failed calls (no output) give ``[]``.
     """
-    if tool_name not in EVIDENCE_TOOLS or output is None:
+    spec = spec_of(tool_name)
+    if spec is None or not spec.evidence or output is None:
         return []
-    refs = [ref for array in ENTRY_ARRAYS[tool_name] for ref in _entry_refs(array, output)]
-    refs.append(_ref("summary", summary_text(tool_name, arguments, output), "summary"))
-    return refs
+    return spec_refs(spec, arguments, output)
+
+
+def ref_text(refs: Sequence[EvidenceRef], raw_path: str) -> str:
+    """The text of the ref at ``raw_path`` ("" when there is none)."""
+    return next((ref["text"] for ref in refs if ref["raw_path"] == raw_path), "")
 
 
 def grounding_text(invocation: Invocation, raw_path: str) -> str:
     """The text of a ref that may ground a claim's counts and values.
 
-    The ref text itself, except for a log line: without its timestamp and instance, whose
-    digits are no count or value of the incident.
+    The ref text itself, unless the entry's array says otherwise (a log line without its
+    timestamp and instance, whose digits are no count or value of the incident).
     """
-    refs = invocation["retrieval_details"].get("evidence_refs", [])
-    text = next((ref["text"] for ref in refs if ref["raw_path"] == raw_path), "")
-    logs = (invocation["output"] or {}).get("logs", [])
-    if raw_path.startswith("logs[") and raw_path.endswith("]") and raw_path[5:-1].isdigit():
-        index = int(raw_path[5:-1])
-        if index < len(logs):
-            return log_text(logs[index], fields=("level", "service"))
-    return text
+    text = ref_text(invocation["retrieval_details"].get("evidence_refs", []), raw_path)
+    spec = spec_of(invocation["tool_name"])
+    if spec is None or not spec.grounds_apart:
+        return text
+    found = spec.locate(invocation["output"], raw_path)
+    if found is None or found[0].grounding is None:
+        return text
+    array, entry = found
+    assert array.grounding is not None
+    return array.grounding(entry)

@@ -3,7 +3,8 @@
 ``ToolRunner.run`` never raises for anything the model or the backend did: unknown tools, bad
 arguments, backend exceptions, timeouts and outputs of the wrong shape all become an invocation
 with status ``error``, no evidence refs, and an ``error`` text saying what failed. What a backend
-returns is bounded (entry counts, string lengths) and validated into a ``ToolOutput`` here, once.
+returns is bounded (entry counts, string lengths) and validated into the tool's output model
+here, once; how, and how the backend is asked, the tool's spec says (``tools.spec``).
 Every call is recorded in the ledger before its result is returned, under an idempotency key
 derived from the diagnosis, the round and the tool call id, so re-running a graph node returns
 the recorded row instead of calling the backend again.
@@ -15,39 +16,34 @@ import hashlib
 import json
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic import ValidationError
 
 from persistence.ledger import InvocationLedger
 from state import json_shape
 from state.display import clean_text
 from state.records import (
-    HELPER_TOOLS,
-    KNOWLEDGE_TOOL,
     Invocation,
     InvocationDraft,
     InvocationStatus,
     JSONObject,
     RetrievalDetails,
-    ToolOutput,
 )
 from tools.backend import EvidenceBackend, ReplayedError
-from tools.points import bounded_points
-from tools.refs import ENTRY_ARRAYS, build_evidence_refs, format_value
-from tools.schemas import ARGUMENT_MODELS
+from tools.refs import spec_refs
+from tools.registry import names, spec_of
+from tools.render import format_value
+from tools.spec import MAX_ENTRIES as MAX_ENTRIES  # the bound on every array, kept here too
+from tools.spec import AnswersEveryTool, ArgumentError, Call, EntryArray, ToolSpec
 
 TRUNCATION_MARKER = " …[truncated]"
 """Appended to a string field cut at the field cap."""
-
-MAX_ENTRIES = 100
-"""Upper bound on the entries of any output array (logs are further bounded by ``limit``)."""
-
-_OUTPUT: TypeAdapter[ToolOutput] = TypeAdapter(ToolOutput)
 
 
 class _Timeout(Exception):
@@ -101,21 +97,6 @@ def _cap_strings(value: object, cap: int) -> tuple[object, bool]:
 
     capped = _map_strings(value, shorten)
     return capped, cut
-
-
-def _series_points(entry: object) -> object:
-    """A series entry with its ``points`` bounded (``tools.points``); other entries unchanged."""
-    if not isinstance(entry, Mapping) or "points" not in entry:
-        return entry
-    return {**entry, "points": bounded_points(entry["points"])}
-
-
-def _validation_message(tool_name: str, exc: ValidationError) -> str:
-    problems = [
-        f"{'.'.join(str(part) for part in error['loc']) or 'arguments'}: {error['msg']}"
-        for error in exc.errors()
-    ]
-    return f"invalid arguments for {tool_name}: " + "; ".join(problems)
 
 
 def _count(value: object) -> int | None:
@@ -200,37 +181,31 @@ class ToolRunner:
         name = str(call.get("name"))
         raw_args, problem = _arguments(name, call.get("args"))
         arguments: JSONObject = _plain(raw_args) if raw_args is not None else {}
-        output: ToolOutput | None = None
+        output: JSONObject | None = None
         error: str | None = None
         details = RetrievalDetails(evidence_refs=[])
-        urls: list[str] = []
+        status: InvocationStatus = "error"
 
-        model = ARGUMENT_MODELS.get(name)
-        if model is None:
-            error = f"unknown tool {name!r}; available tools: {', '.join(sorted(ARGUMENT_MODELS))}"
+        spec = spec_of(name)
+        if spec is None:
+            error = f"unknown tool {name!r}; available tools: {', '.join(sorted(names()))}"
         elif problem is not None:
             error = problem
         else:
             try:
-                validated = model.model_validate(raw_args or {})
-            except ValidationError as exc:
-                error = _validation_message(name, exc)
+                validated = spec.arguments.validate(name, raw_args or {})
+            except ArgumentError as exc:
+                error = str(exc)
             else:
-                arguments = validated.model_dump(exclude_none=True, exclude_unset=True)
+                arguments = validated.recorded
+                earlier = _Earlier(self._ledger, diagnosis_id)
+                asked = Call(
+                    tool=name, backend=self._backend, arguments=validated.full, earlier=earlier
+                )
                 timeout = self._timeout_s if timeout_s is None else timeout_s
-                if name == KNOWLEDGE_TOOL and getattr(self._backend, "follows_runbook_urls", False):
-                    urls = self._runbook_urls(diagnosis_id, str(arguments.get("query", "")))
-                extra = {"runbook_urls": urls} if urls else {}
-                output, error = self._execute(name, validated, timeout, extra)
-
-        status: InvocationStatus = "error"
-        if output is not None:
-            status = self._status(name, output)
-            details = RetrievalDetails(evidence_refs=build_evidence_refs(name, arguments, output))
-            if name == KNOWLEDGE_TOOL:
-                details.update(self._mark_deduped(diagnosis_id, output))
-                if urls:
-                    details["runbook_urls"] = urls
+                output, error, details = self._execute(spec, asked, arguments, timeout)
+                if output is not None:
+                    status = spec.status_of(output)
         return self._ledger.record(
             InvocationDraft(
                 diagnosis_id=diagnosis_id,
@@ -248,108 +223,103 @@ class ToolRunner:
             )
         )
 
-    def _runbook_urls(self, diagnosis_id: str, query: str) -> list[str]:
-        """Runbook URLs of the alerts returned earlier in this diagnosis that the query names.
-
-        An alert is named by its name or its service; the knowledge backend puts the runbooks
-        these URLs point at first.
-        """
-        wanted = query.casefold()
-        urls: list[str] = []
-        for row in self._ledger.list(diagnosis_id):
-            if row["tool_name"] != "query_metrics" or row["output"] is None:
-                continue
-            for alert in row["output"].get("alerts", []):
-                url = alert.get("runbook_url")
-                named = [alert.get("alert_name"), alert.get("service")]
-                if url and any(n and n.casefold() in wanted for n in named):
-                    urls.append(url)
-        return list(dict.fromkeys(urls))
-
     def _execute(
-        self,
-        name: str,
-        validated: BaseModel,
-        timeout_s: float | None,
-        extra: Mapping[str, object] | None = None,
-    ) -> tuple[ToolOutput | None, str | None]:
-        """Call the backend; return ``(output, None)`` or ``(None, error text)``."""
-        method: Callable[..., object] = getattr(self._backend, name)
+        self, spec: ToolSpec, call: Call, recorded: JSONObject, timeout_s: float | None
+    ) -> tuple[JSONObject | None, str | None, RetrievalDetails]:
+        """Ask the backend; return the output and its details, or None and the error text.
+
+        ``prepare`` may add keywords for the backend and ``annotate`` retrieval details; both
+        belong to the tool's spec, as do the bounds and the output model.
+        """
+        failed = RetrievalDetails(evidence_refs=[])
         try:
-            kwargs = {**validated.model_dump(), **(extra or {})}
-            result = self._call_with_timeout(method, kwargs, timeout_s)
+            extras = dict(spec.prepare(call)) if spec.prepare is not None else {}
+            call = replace(call, extras=extras)
+            backend = self._backend
+            if isinstance(backend, AnswersEveryTool):
+                # A backend that answers every tool by name (a replay) is asked by name.
+                keywords = {**call.arguments, **extras}
+                result = self._call_with_timeout(
+                    lambda: backend.answer_tool_call(spec.name, keywords), timeout_s
+                )
+            else:
+                result = self._call_with_timeout(lambda: spec.call_backend(call), timeout_s)
         except _Timeout:
-            return None, f"timed out after {format_value(timeout_s)}s"
+            return None, f"timed out after {format_value(timeout_s)}s", failed
         except ReplayedError as exc:
-            return None, exc.invocation_error  # a replayed error, as recorded
+            return None, exc.invocation_error, failed  # a replayed error, as recorded
         except Exception as exc:  # any backend failure becomes an error row
-            return None, f"{type(exc).__name__}: {exc}"
+            return None, f"{type(exc).__name__}: {exc}", failed
         if not isinstance(result, dict):
-            return None, f"backend returned {type(result).__name__}, expected an object"
+            return None, f"backend returned {type(result).__name__}, expected an object", failed
         try:
             # Bounded first: a 10 MB message is cut before anything copies it (the JSON below).
-            plain = _plain(self._bound(name, result, validated))
+            plain = _plain(self._bound(spec, result, call.arguments))
         except (TypeError, ValueError) as exc:
-            return None, f"backend returned data that is not JSON-compatible ({exc})"
+            return None, f"backend returned data that is not JSON-compatible ({exc})", failed
         try:
-            return _OUTPUT.validate_python(plain), None
+            output = spec.validate_output(plain)
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(part) for part in first["loc"])
-            return None, f"backend returned an output of the wrong shape ({where}: {first['msg']})"
+            message = f"backend returned an output of the wrong shape ({where}: {first['msg']})"
+            return None, message, failed
+        details = RetrievalDetails(evidence_refs=[])
+        extra = spec.annotate(call, output) if spec.annotate is not None else RetrievalDetails()
+        if spec.evidence:
+            details["evidence_refs"] = spec_refs(spec, recorded, output)
+        details.update(extra)
+        return output, None, details
 
-    def _call_with_timeout(
-        self, method: Callable[..., object], kwargs: dict[str, object], timeout_s: float | None
-    ) -> object:
+    def _call_with_timeout(self, ask: Callable[[], object], timeout_s: float | None) -> object:
         if timeout_s is None or not getattr(self._backend, "needs_timeout", True):
-            return method(**kwargs)
+            return ask()
         with self._pool_lock:
             if self._pool is None:
                 # Reused worker threads: a thread per call cost about 1 ms. A call that times out
                 # cannot be cancelled; its worker finishes it in the background.
                 self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="tool-call")
             pool = self._pool
-        future = pool.submit(method, **kwargs)
+        future = pool.submit(ask)
         try:
             return future.result(timeout=timeout_s)
         except FutureTimeout:
             raise _Timeout() from None
 
     def _bound(
-        self, name: str, output: Mapping[str, object], validated: BaseModel
+        self, spec: ToolSpec, output: Mapping[str, object], arguments: Mapping[str, object]
     ) -> dict[str, object]:
         """Limit entry counts and cap string fields; set ``truncated`` when anything was cut.
 
-        Runs on the backend's own result, before it is copied into plain JSON, so the copy costs
-        what the bounded output costs whatever the backend returned.
+        The tool's spec says how (``Bounds``) and what the output reports (``Counts``). Runs on
+        the backend's own result, before it is copied into plain JSON, so the copy costs what
+        the bounded output costs whatever the backend returned.
         """
-        if name in HELPER_TOOLS:
-            return {key: _cap_strings(item, self._field_cap)[0] for key, item in output.items()}
-        limit = MAX_ENTRIES
-        if name == "query_logs":
-            limit = min(int(getattr(validated, "limit", MAX_ENTRIES)), MAX_ENTRIES)
-        elif name == KNOWLEDGE_TOOL:
-            limit = min(int(getattr(validated, "top_k", MAX_ENTRIES)), MAX_ENTRIES)
+        cap = spec.bounds.field_chars or self._field_cap
+        if not spec.evidence:
+            return {key: _cap_strings(item, cap)[0] for key, item in output.items()}
+        limit = spec.bounds.entries
+        if spec.bounds.argument is not None:
+            asked = json_shape.whole(arguments.get(spec.bounds.argument))
+            limit = min(asked, limit) if asked is not None else limit
+        counts = spec.counts
         bounded: dict[str, object] = {}
         cut_any = False
         returned = 0
-        for array in ENTRY_ARRAYS[name]:
-            found = output.get(array)
+        for array in spec.arrays:
+            found = output.get(array.name)
             listed = found if isinstance(found, list | tuple) else []
-            entries = list(listed[:limit])
-            if array == "series":
-                entries = [_series_points(entry) for entry in entries]
-            cut_any = cut_any or len(listed) > limit
-            capped, cut = _cap_strings(entries, self._field_cap)
-            bounded[array] = capped
-            cut_any = cut_any or cut
-            returned = len(entries)
-            if name == "query_metrics":
-                matched = _count(output.get(f"{array}_total"))
-                matched = max(matched or 0, len(listed))
-                if matched > returned or f"{array}_total" in output:
-                    bounded[f"{array}_total"] = matched
-        if name == "query_logs":
+            entries, cut = _bound_entries(array, listed, limit, spec.bounds.entries)
+            capped, capped_any = _cap_strings(entries, cap)
+            bounded[array.name] = capped
+            cut_any = cut_any or cut or capped_any
+            returned += len(entries)
+            if counts.per_array:
+                key = f"{array.name}_total"
+                matched = max(_count(output.get(key)) or 0, len(listed))
+                if matched > len(entries) or key in output:
+                    bounded[key] = matched
+        if counts.total:
             total = max(_count(output.get("total")) or 0, returned)
             bounded["total"] = total
             at_least = output.get("total_at_least") is True
@@ -360,43 +330,55 @@ class ToolRunner:
             )
         elif cut_any or output.get("truncated") is True:
             bounded["truncated"] = True
-        if name in ("query_metrics", "query_logs"):
+        if counts.window:
             for key in ("window_start", "window_end"):
                 value = output.get(key)
                 if isinstance(value, str):
                     bounded[key] = value[:64]
         return bounded
 
-    def _mark_deduped(self, diagnosis_id: str, output: ToolOutput) -> RetrievalDetails:
-        """Mark documents already returned in this diagnosis; return the retrieval extras."""
-        seen = {
-            doc["doc_id"]
-            for row in self._ledger.list(diagnosis_id)
-            if row["tool_name"] == KNOWLEDGE_TOOL and row["output"] is not None
-            for doc in row["output"].get("documents", [])
-            if doc.get("doc_id") is not None
-        }
-        documents = output.get("documents", [])
-        for doc in documents:
-            doc["deduped"] = doc.get("doc_id") in seen
-        return RetrievalDetails(
-            layers=["keyword"],
-            relevance=[doc.get("relevance") for doc in documents],
-            source_docs=[doc.get("source") for doc in documents],
-            deduped=[doc["doc_id"] for doc in documents if doc["deduped"] and "doc_id" in doc],
-        )
 
-    @staticmethod
-    def _status(name: str, output: ToolOutput) -> InvocationStatus:
-        if name in HELPER_TOOLS:
-            return "ok"
-        count = (
-            len(output.get("logs", []))
-            + len(output.get("alerts", []))
-            + len(output.get("series", []))
-            + len(output.get("documents", []))
-        )
-        return "ok" if count else "no_hit"
+class _Earlier:
+    """The diagnosis's invocations recorded so far, read from the ledger once, when first asked."""
+
+    def __init__(self, ledger: InvocationLedger, diagnosis_id: str) -> None:
+        self._ledger = ledger
+        self._diagnosis_id = diagnosis_id
+        self._rows: list[Invocation] | None = None
+
+    def __call__(self) -> list[Invocation]:
+        if self._rows is None:
+            self._rows = self._ledger.list(self._diagnosis_id)
+        return self._rows
+
+
+def _bound_entries(
+    array: EntryArray, listed: Sequence[object], limit: int, inner_limit: int
+) -> tuple[list[object], bool]:
+    """The first ``limit`` entries, each bounded, and whether any entry was left out.
+
+    Each kept entry goes through the array's ``bound_entry``; its inner arrays keep their first
+    ``inner_limit`` entries.
+    """
+    entries = list(listed[:limit])
+    cut = len(listed) > limit
+    if array.bound_entry is not None:
+        entries = [array.bound_entry(entry) for entry in entries]
+    if array.within:
+        kept: list[object] = []
+        for entry in entries:
+            if isinstance(entry, Mapping):
+                entry = dict(entry)
+                for inner in array.within:
+                    found = entry.get(inner.name)
+                    if isinstance(found, list | tuple):
+                        entry[inner.name], inner_cut = _bound_entries(
+                            inner, found, inner_limit, inner_limit
+                        )
+                        cut = cut or inner_cut
+            kept.append(entry)
+        entries = kept
+    return entries, cut
 
 
 def round_ms(seconds: float) -> float:
@@ -409,8 +391,8 @@ def tool_message_content(invocation: Invocation) -> str:
 
     ``invocation_id``, ``tool_name``, ``status``, ``error`` (when the call failed, with a note that
     it produced no evidence), ``evidence_refs`` as ``[{raw_path, text}]``, ``deduped`` (doc ids
-    already seen, lookup_knowledge only, when any) and, for helper tools, which have no refs,
-    their small ``output`` (e.g. ``{"now": ...}``).
+    already seen, when any) and the output keys its spec shows the model (``message_output``:
+    a helper's small output, e.g. ``{"now": ...}``), which have no refs.
     """
     details = invocation["retrieval_details"]
     message: JSONObject = {
@@ -428,6 +410,9 @@ def tool_message_content(invocation: Invocation) -> str:
     if details.get("deduped"):
         message["deduped"] = list(details.get("deduped", []))
     output = invocation["output"]
-    if invocation["tool_name"] in HELPER_TOOLS and output is not None and "now" in output:
-        message["output"] = {"now": output["now"]}
+    spec = spec_of(invocation["tool_name"])
+    if spec is not None and output is not None:
+        shown: JSONObject = {key: output[key] for key in spec.message_output if key in output}
+        if shown:
+            message["output"] = shown
     return json.dumps(message, ensure_ascii=False, separators=(",", ":"))

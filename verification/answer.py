@@ -14,7 +14,6 @@ from collections.abc import Collection, Sequence
 from state.display import one_line
 from state.records import (
     CONFIRMED_LABELS,
-    KNOWLEDGE_TOOL,
     ClaimCheck,
     ClaimLabel,
     ConfirmedItem,
@@ -28,6 +27,7 @@ from state.records import (
     NextStep,
     QuestionCoverage,
 )
+from tools.registry import is_guidance
 from verification.gatekeeper import verified_excerpts_of
 from verification.question import facet_label
 from verification.text import asserts_cause
@@ -138,7 +138,7 @@ def _evidence(gatekeeper: GatekeeperResult, claim_id: str) -> list[EvidenceLine]
             text=excerpt["text"],
         )
         for excerpt in verified_excerpts_of(gatekeeper, claim_id)
-        if excerpt["tool_name"] != KNOWLEDGE_TOOL
+        if not is_guidance(excerpt["tool_name"])
     ]
 
 

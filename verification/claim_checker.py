@@ -15,7 +15,6 @@ from typing import Final
 
 from state.display import strip_invisible
 from state.records import (
-    KNOWLEDGE_TOOL,
     Claim,
     ClaimLabel,
     ExecutorAnswer,
@@ -26,6 +25,7 @@ from state.records import (
     VerifiedExcerpt,
     VerifierReply,
 )
+from tools.registry import is_guidance
 from verification.gatekeeper import verified_excerpts_of
 from verification.text import grounded, normalize, specifics
 from verification.verdict import claim_checks, derive_verdict, facts_of, groundedness_score
@@ -210,7 +210,7 @@ def _label_claim(
     """Label one claim from its verified excerpts; returns ``(label, detail)``."""
     if not verified:
         return "unsupported", "no Gatekeeper-verified evidence binding"
-    incident = [entry for entry in verified if entry["tool_name"] != KNOWLEDGE_TOOL]
+    incident = [entry for entry in verified if not is_guidance(entry["tool_name"])]
     if not incident:
         return (
             "external_unknown",

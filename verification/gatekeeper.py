@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from state.records import (
-    KNOWLEDGE_TOOL,
     SEVERITIES,
     Binding,
     Claim,
@@ -30,6 +29,7 @@ from state.records import (
     VerifiedExcerpt,
 )
 from tools.refs import grounding_text
+from tools.registry import is_guidance
 from verification.catalog import (
     DEFAULT_RULE_SET_VERSION,
     EXCERPT_MISMATCH,
@@ -304,7 +304,7 @@ def _check_specifics(check: _Check, claim: Claim, verified: list[VerifiedExcerpt
     if not check.settings.on(UNBOUND_SPECIFICS):
         return
     settings = check.settings
-    incident = [entry for entry in verified if entry["tool_name"] != KNOWLEDGE_TOOL]
+    incident = [entry for entry in verified if not is_guidance(entry["tool_name"])]
     texts = [grounding_text(check.by_id[e["invocation_id"]], e["raw_path"]) for e in incident]
     unbound = [
         token
@@ -466,7 +466,7 @@ def verified_excerpts_of(result: GatekeeperResult, claim_id: str) -> list[Verifi
 
 def only_knowledge(excerpts: Sequence[VerifiedExcerpt]) -> bool:
     """Whether a claim's verified evidence is knowledge only (never incident evidence)."""
-    return bool(excerpts) and all(entry["tool_name"] == KNOWLEDGE_TOOL for entry in excerpts)
+    return bool(excerpts) and all(is_guidance(entry["tool_name"]) for entry in excerpts)
 
 
 __all__ = [

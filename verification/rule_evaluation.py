@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from state.records import (
-    EVIDENCE_TOOLS,
     EvidenceCallCounts,
     ExecutorAnswer,
     GatekeeperResult,
     Invocation,
     RuleEvaluation,
 )
+from tools.registry import is_evidence
 
 FORMULA_VERSION = "rule-eval.v1"
 """Version of the scoring formula below; persisted with every result."""
@@ -58,7 +58,7 @@ def evaluate_rules(
     """
     calls = EvidenceCallCounts(ok=0, no_hit=0, error=0)
     for invocation in invocations:
-        if invocation["tool_name"] in EVIDENCE_TOOLS:
+        if is_evidence(invocation["tool_name"]):
             calls[invocation["status"]] += 1
     claim_ids = {claim["claim_id"] for claim in answer["claims"] if claim["id_valid"]}
     verified = gatekeeper["verified_excerpts"]

@@ -2,8 +2,9 @@
 
 Only evidence-bearing tools appear. Each item names its calls by ``trace_ref`` (``t1``, ``t2``, ...
 in first-call order over the whole diagnosis) and keeps ``source_invocation_ids``. Output summaries
-are built from the recorded output alone, concrete facts first, rendered by ``tools.refs`` (the
-same texts the refs carry, with fields left out), and bounded per item and in total.
+are built from the recorded output alone, concrete facts first, as each tool's spec describes its
+calls (``tools.spec.Trace``: the same texts the refs carry, with fields left out), and bounded per
+item and in total.
 """
 
 from __future__ import annotations
@@ -12,17 +13,10 @@ import json
 from collections.abc import Hashable, Iterable, Sequence
 
 from state.display import clip
-from state.json_shape import texts
-from state.records import (
-    EVIDENCE_TOOLS,
-    KNOWLEDGE_TOOL,
-    DocumentEntry,
-    Invocation,
-    LogEntry,
-    ToolOutput,
-    TraceItem,
-)
-from tools.refs import alert_text, format_value, log_text, series_text
+from state.records import Invocation, TraceItem
+from tools.registry import spec_of
+from tools.render import format_value
+from tools.spec import ToolSpec
 
 TRACEABILITY_VERSION = "trace-summary.v1"
 """Version of the trace summary format, persisted beside the snapshot."""
@@ -33,8 +27,6 @@ MERGE_IGNORED_ARGUMENTS: frozenset[str] = frozenset({"limit", "start", "end"})
 _SEPARATOR = "; "
 _MIN_CLIPPED_CHARS = 24
 _SCALARS = (str, int, float, bool)
-_EMPTY: ToolOutput = {}
-_ALERT_SUMMARY_FIELDS = ("service", "severity", "state", "value", "threshold")
 
 
 def _clip(text: str, limit: int) -> str:
@@ -80,133 +72,52 @@ def _merge_key(invocation: Invocation) -> Hashable:
     return (*head, json.dumps(kept, sort_keys=True, ensure_ascii=False, default=str))
 
 
-def _output(invocation: Invocation) -> ToolOutput:
-    output = invocation["output"]
-    return output if output is not None else _EMPTY
+def _is_effective(spec: ToolSpec, invocation: Invocation) -> bool:
+    """Whether a call is an effective hit: ok, and a hit by its tool's rule.
 
-
-def _deduped_ids(invocation: Invocation) -> set[str]:
-    return set(invocation["retrieval_details"].get("deduped", []))
-
-
-def _is_deduped(document: DocumentEntry, deduped_ids: set[str]) -> bool:
-    return document.get("deduped") is True or document.get("doc_id") in deduped_ids
-
-
-def _is_effective(invocation: Invocation) -> bool:
-    """Whether a call is an effective hit: ok, with entries, and not only deduped knowledge."""
-    if invocation["status"] != "ok":
-        return False
-    output = _output(invocation)
-    if invocation["tool_name"] == KNOWLEDGE_TOOL:
-        deduped_ids = _deduped_ids(invocation)
-        return any(not _is_deduped(doc, deduped_ids) for doc in output.get("documents", []))
-    return bool(output.get("logs") or output.get("alerts") or output.get("series"))
-
-
-def _distinct(values: Iterable[str | None], into: list[str]) -> None:
-    for value in values:
-        if value and value not in into:
-            into.append(value)
+    By default a call that returned entries; a tool may say otherwise (``lookup_knowledge``: not
+    only documents returned before).
+    """
+    return invocation["status"] == "ok" and spec.trace_effective(invocation)
 
 
 # --------------------------------------------------------------------------- output summaries
 
 
-def _logs_parts(output: ToolOutput) -> Iterable[str]:
-    logs = output.get("logs", [])
-    header = f"matched {len(logs)} of {output.get('total', len(logs))}"
-    yield header + (" (truncated)" if output.get("truncated") is True else "")
-    groups: dict[tuple[str | None, str | None, str | None], tuple[LogEntry, int]] = {}
-    for entry in logs:
-        key = (entry.get("level"), entry.get("service"), entry.get("message"))
-        first, count = groups.get(key, (entry, 0))
-        groups[key] = (first, count + 1)
-    # Most frequent first; the stable sort keeps first appearance among equals.
-    for first, count in sorted(groups.values(), key=lambda group: -group[1]):
-        line = log_text(first, fields=("level", "service"))
-        yield f"{line} (x{count})" if count > 1 else line
-
-
-def _metrics_parts(output: ToolOutput) -> Iterable[str]:
-    alerts, series = output.get("alerts", []), output.get("series", [])
-    if not alerts and not series:
-        yield "no alerts or series"
-        return
-    for alert in alerts:
-        line = alert_text(alert, fields=_ALERT_SUMMARY_FIELDS, summary=False)
-        yield line if alert.get("alert_name") is not None else f"alert {line}".rstrip()
-    for entry in series:
-        yield series_text(entry, fields=("min", "max", "last"))
-
-
-def _knowledge_parts(invocation: Invocation) -> Iterable[str]:
-    documents = _output(invocation).get("documents", [])
-    if not documents:
-        yield "no documents"
-        return
-    deduped_ids = _deduped_ids(invocation)
-    for document in documents:
-        words = [document.get("title") or document.get("doc_id") or ""]
-        if document.get("source"):
-            words.append(f"({document.get('source')})")
-        if document.get("relevance"):
-            words.append(f"relevance={document.get('relevance')}")
-        if _is_deduped(document, deduped_ids):
-            words.append("[deduped: already returned earlier]")
-        yield " ".join(words)
-
-
-def _output_summary(invocation: Invocation, item_chars: int) -> str:
+def _output_summary(spec: ToolSpec, invocation: Invocation, item_chars: int) -> str:
     status = invocation["status"]
     if status == "error":
         return _clip(f"error: {invocation['error'] or 'unknown error'}", item_chars)
     if status == "no_hit":
         return "no match"
-    tool_name = invocation["tool_name"]
-    output = _output(invocation)
-    if tool_name == "query_logs":
-        return _join(_logs_parts(output), item_chars)
-    if tool_name == "query_metrics":
-        return _join(_metrics_parts(output), item_chars)
-    return _join(_knowledge_parts(invocation), item_chars)
+    return _join(spec.trace_parts(invocation), item_chars)
 
 
-def _status_floor(invocation: Invocation) -> str:
+def _status_floor(spec: ToolSpec, invocation: Invocation) -> str:
     """The shortest summary an item is cut down to: its status and, when ok, its size."""
     status = invocation["status"]
     if status != "ok":
         return "error" if status == "error" else "no match"
-    output = _output(invocation)
-    tool_name = invocation["tool_name"]
-    if tool_name == "query_logs":
-        logs = len(output.get("logs", []))
-        return f"matched {logs} of {output.get('total', logs)}"
-    if tool_name == "query_metrics":
-        return f"{len(output.get('alerts', []))} alerts, {len(output.get('series', []))} series"
-    documents = output.get("documents", [])
-    deduped_ids = _deduped_ids(invocation)
-    deduped = sum(1 for doc in documents if _is_deduped(doc, deduped_ids))
-    size = f"{len(documents)} documents"
-    return f"{size} ({deduped} deduped)" if deduped else size
+    return spec.trace_floor(invocation)
 
 
 # --------------------------------------------------------------------------- building
 
 
 class _Item:
-    """One trace item while it is being built."""
+    """One trace item while it is being built (its calls are of one tool, ``spec``)."""
 
-    __slots__ = ("calls", "first_hit", "index")
+    __slots__ = ("calls", "first_hit", "index", "spec")
 
-    def __init__(self, index: int, first: Invocation) -> None:
+    def __init__(self, index: int, spec: ToolSpec, first: Invocation) -> None:
         self.index = index
+        self.spec = spec
         self.calls: list[Invocation] = [first]
-        self.first_hit: Invocation | None = first if _is_effective(first) else None
+        self.first_hit: Invocation | None = first if _is_effective(spec, first) else None
 
     def add(self, invocation: Invocation) -> None:
         self.calls.append(invocation)
-        if self.first_hit is None and _is_effective(invocation):
+        if self.first_hit is None and _is_effective(self.spec, invocation):
             self.first_hit = invocation
 
     def representative(self) -> Invocation:
@@ -227,21 +138,9 @@ class _Item:
             output_summary=output_summary,
             source_invocation_ids=[call["invocation_id"] for call in self.calls],
         )
-        if first["tool_name"] == KNOWLEDGE_TOOL:
-            queries: list[str] = []
-            layers: list[str] = []
-            relevance: list[str] = []
-            source_docs: list[str] = []
-            for call in self.calls:
-                _distinct(texts([call["arguments"].get("query")]), queries)
-                details = call["retrieval_details"]
-                _distinct(details.get("layers", []), layers)
-                _distinct(details.get("relevance", []), relevance)
-                _distinct(details.get("source_docs", []), source_docs)
-            item["query_samples"] = [_clip(query, item_chars) for query in queries]
-            item["retrieval_layers"] = layers
-            item["relevance_levels"] = relevance
-            item["source_docs"] = source_docs
+        extras = self.spec.trace.extras
+        if extras is not None:
+            extras(item, self.calls, lambda text: _clip(text, item_chars))
         if len(self.calls) > 1:
             item["repeat_count"] = len(self.calls)
             item["failed_count"] = sum(1 for call in self.calls if call["status"] == "error")
@@ -249,26 +148,28 @@ class _Item:
         return item
 
 
-def _bounded_summaries(shown: list[Invocation], item_chars: int, total_chars: int) -> list[str]:
+def _bounded_summaries(
+    shown: list[tuple[ToolSpec, Invocation]], item_chars: int, total_chars: int
+) -> list[str]:
     """Output summaries within ``total_chars`` overall, later items shortened first.
 
     Item ``i`` may use what the earlier items left after reserving the status floor of every
     later item; once one item had to be shortened, every later item gets its floor, so full
     summaries are only built while they can still be shown.
     """
-    floors = [_status_floor(invocation) for invocation in shown]
+    floors = [_status_floor(spec, invocation) for spec, invocation in shown]
     reserved = [0] * (len(shown) + 1)
     for index in range(len(shown) - 1, -1, -1):
         reserved[index] = reserved[index + 1] + len(floors[index])
     summaries: list[str] = []
     used = 0
     exhausted = False
-    for index, invocation in enumerate(shown):
+    for index, (spec, invocation) in enumerate(shown):
         floor = floors[index]
         if exhausted:
             summary = floor
         else:
-            full = _output_summary(invocation, item_chars)
+            full = _output_summary(spec, invocation, item_chars)
             allowed = total_chars - used - reserved[index + 1]
             if len(full) <= allowed:
                 summary = full
@@ -304,18 +205,21 @@ def build_trace_summary(
     item_chars = max(item_chars, 1)
     groups: dict[Hashable, _Item] = {}
     order: list[_Item] = []
+    specs: dict[str, ToolSpec | None] = {}
     for invocation in invocations:
-        if invocation["tool_name"] not in EVIDENCE_TOOLS:
+        name = invocation["tool_name"]
+        spec = specs[name] if name in specs else specs.setdefault(name, spec_of(name))
+        if spec is None or not spec.evidence:
             continue
         key = _merge_key(invocation)
         group = groups.get(key)
         if group is None:
-            group = groups[key] = _Item(len(order) + 1, invocation)
+            group = groups[key] = _Item(len(order) + 1, spec, invocation)
             order.append(group)
         else:
             group.add(invocation)
     summaries = _bounded_summaries(
-        [group.representative() for group in order], item_chars, max(total_chars, 0)
+        [(group.spec, group.representative()) for group in order], item_chars, max(total_chars, 0)
     )
     return [
         group.render(item_chars, summary) for group, summary in zip(order, summaries, strict=True)

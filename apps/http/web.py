@@ -6,7 +6,10 @@ evidence, charts, log timelines, trace, coverage, rounds) and ``/history`` (the 
 and diagnoses, and alert investigations when ``GET /api/alerts`` exists). The pages are static
 files of this package (``apps/http/webui/``, no framework, no external origin); every datum
 comes from the JSON API with the caller's key, so the API's authentication and per-identity
-ownership are the only access rules and the shell itself holds nothing to protect. The key is
+ownership are the only access rules and the shell itself holds nothing to protect. How each
+tool's entries are shown is data too: ``/assets/tools.json`` is the registry's display data
+(``tools.registry.display_data``), so the script draws entries by their display kind (log
+timeline, series chart, table, ...) and knows no tool by name. The key is
 kept in the browser's session storage; ``#key=...`` in the address is moved there and removed
 from it.
 
@@ -17,11 +20,14 @@ text nodes, never as markup.
 
 from __future__ import annotations
 
+import json
 from importlib import resources
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
+
+from tools.registry import display_data
 
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
@@ -62,6 +68,12 @@ async def page(request: Request) -> Response:
     return _response(_asset("index.html"), "text/html; charset=utf-8", cache="no-store")
 
 
+async def tool_display(request: Request) -> Response:
+    """How the page shows each registered tool's entries (``tools.registry.display_data``)."""
+    body = json.dumps(display_data(), ensure_ascii=False, separators=(",", ":"))
+    return _response(body.encode("utf-8"), "application/json")
+
+
 async def asset(request: Request) -> Response:
     """One of the page's own files (``ASSETS``); anything else is 404."""
     name = str(request.path_params["name"])
@@ -74,5 +86,6 @@ async def asset(request: Request) -> Response:
 def web_routes() -> list[BaseRoute]:
     """The routes of the web application (register them before any catch-all route)."""
     routes: list[BaseRoute] = [Route(path, page, methods=["GET", "HEAD"]) for path in PAGES]
+    routes.append(Route("/assets/tools.json", tool_display, methods=["GET", "HEAD"]))
     routes.append(Route("/assets/{name}", asset, methods=["GET", "HEAD"]))
     return routes

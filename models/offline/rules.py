@@ -14,7 +14,8 @@ evidence backend knows (``known_services`` of the task), so the rules work on an
 - a service the backend does not know is queried for logs and metrics once, to show there are
   none.
 
-Round 2 runs the queries the retry context suggests. The plan is numbered lines
+Round 2 runs the queries the retry context suggests, of the registered tools the offline rules
+may plan (``tools.spec.ToolSpec.planned_offline``). The plan is numbered lines
 ``N. tool {json args}`` that the offline executor reads back with ``parse_steps``; other lines
 are notes for a reader.
 """
@@ -26,14 +27,13 @@ import re
 from typing import Any
 
 from state.records import QuestionFacets
+from tools.registry import planned_offline
 from verification.question import analyze_question
-
-TOOLS = ("query_logs", "query_metrics", "lookup_knowledge", "get_current_time")
 
 Step = tuple[str, dict[str, Any]]
 """A tool call: its name and arguments."""
 
-_STEP = re.compile(r"^\s*\d+\.\s+(?P<tool>[a-z_]+)\s+(?P<args>\{.*\})\s*$")
+_STEP = re.compile(r"^\s*\d+\.\s+(?P<tool>[A-Za-z0-9_-]+)\s+(?P<args>\{.*\})\s*$")
 SLOW_SYMPTOMS = frozenset({"slow", "latency", "timeout", "lag"})
 """Symptoms explained by WARN logs (slow queries, lock waits) before ERROR logs."""
 HOP_NOTE = (
@@ -114,7 +114,8 @@ def plan_steps(facts: dict[str, Any]) -> list[Step]:
         retry = facts.get("retry_context") or {}
         for query in retry.get("suggested_queries", []):
             tool, args = query.get("tool"), query.get("arguments") or {}
-            if tool in TOOLS and isinstance(args, dict) and (tool, args) not in steps:
+            plannable = isinstance(tool, str) and planned_offline(tool)
+            if plannable and isinstance(args, dict) and (tool, args) not in steps:
                 steps.append((str(tool), dict(args)))
         for service in services:
             if not any(t == "query_logs" and a.get("service") == service for t, a in steps):
@@ -150,7 +151,7 @@ def parse_steps(plan: str) -> list[Step]:
     steps: list[Step] = []
     for line in plan.splitlines():
         match = _STEP.match(line)
-        if not match or match.group("tool") not in TOOLS:
+        if not match or not planned_offline(match.group("tool")):
             continue
         try:
             args = json.loads(match.group("args"))

@@ -14,7 +14,8 @@ from typing import Any, Final
 
 from models.offline.evidence import Result
 from state.display import continued, word_prefix
-from tools.refs import format_value
+from tools.registry import spec_of
+from tools.render import format_value
 from verification.question import facet_label
 
 MESSAGE_CHARS: Final = 160
@@ -118,12 +119,9 @@ def quote(message: str) -> str:
 
 def binding(result: Result, raw_path: str, excerpt: str) -> dict[str, Any]:
     """One precise binding to a ref of ``result``."""
-    source = "summary" if raw_path == "summary" else raw_path.split("[")[0].rstrip("s")
-    source = {"log": "log", "alert": "alert", "serie": "metric", "document": "knowledge"}.get(
-        source, source
-    )
+    spec = spec_of(result.tool)
     return {
-        "source_type": source,
+        "source_type": spec.source_type(raw_path) if spec is not None else None,
         "tool_name": result.tool,
         "source_invocation_id": result.invocation_id,
         "raw_path": raw_path,

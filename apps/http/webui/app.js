@@ -15,6 +15,10 @@ const LABEL_WORDS = {
   unchecked: "not checked",
 };
 const HISTORY_THREADS = 25;
+/* How each tool's entries are shown, by tool name: {role, arrays: [{name, source_type, kind,
+ * fields, within}]}, served by /assets/tools.json from the tool registry. The page draws entries
+ * by display kind (log, alert, series, document, table) and knows no tool by name. */
+let TOOL_DISPLAY = {};
 
 /* ---------------------------------------------------------------- DOM helpers */
 
@@ -332,6 +336,24 @@ function refOf(invocation, rawPath) {
   return refs.find((ref) => ref.raw_path === rawPath) || null;
 }
 
+async function loadToolDisplay() {
+  try {
+    const response = await fetch("/assets/tools.json", { headers: { Accept: "application/json" } });
+    if (response.ok) TOOL_DISPLAY = (await response.json()).tools || {};
+  } catch (_) { /* without it the claims and their refs are still shown */ }
+}
+
+function displayArrays(invocation, kind) {
+  const tool = invocation ? TOOL_DISPLAY[text(invocation.tool_name)] : null;
+  const arrays = (tool && Array.isArray(tool.arrays)) ? tool.arrays : [];
+  return kind ? arrays.filter((array) => array.kind === kind) : arrays;
+}
+
+function entriesIn(invocation, array) {
+  const list = ((invocation && invocation.output) || {})[array.name];
+  return Array.isArray(list) ? list : [];
+}
+
 function entryOf(invocation, rawPath) {
   const match = /^(\w+)\[(\d+)\]$/.exec(text(rawPath));
   if (!invocation || !match || !invocation.output) return null;
@@ -339,8 +361,13 @@ function entryOf(invocation, rawPath) {
   return Array.isArray(list) ? list[Number(match[2])] || null : null;
 }
 
+function arrayAt(invocation, rawPath) {
+  const match = /^(\w+)\[\d+\]$/.exec(text(rawPath));
+  return match ? displayArrays(invocation).find((array) => array.name === match[1]) || null : null;
+}
+
 function thresholdFor(invocation, series) {
-  const alerts = ((invocation && invocation.output) || {}).alerts || [];
+  const alerts = displayArrays(invocation, "alert").flatMap((array) => entriesIn(invocation, array));
   const service = (series.labels || {}).service;
   const candidates = alerts.filter((a) => typeof a.threshold === "number"
     && (service === undefined || a.service === service));
@@ -403,9 +430,17 @@ function chart(series, alert, caption) {
       `min ${fmtNumber(minV)}${unit} · max ${fmtNumber(maxV)}${unit} · last ${fmtNumber(values[iLast])}${unit}`));
 }
 
-function timeline(invocation, citedIndexes) {
-  const logs = ((invocation.output || {}).logs || []);
-  const times = logs.map((entry) => Date.parse(entry.timestamp));
+function logLine(entry, fields) {
+  // A log display's fields: the time first, the message last, the others between.
+  const head = fields.slice(0, -1).map((field) => entry[field])
+    .filter((value) => value !== null && value !== undefined && value !== "").map(text);
+  return `${head.join(" ")}: ${text(entry[fields[fields.length - 1]])}`;
+}
+
+function timeline(invocation, array, citedIndexes) {
+  const logs = entriesIn(invocation, array);
+  const fields = Array.isArray(array.fields) && array.fields.length > 1 ? array.fields : ["timestamp", "message"];
+  const times = logs.map((entry) => Date.parse(entry[fields[0]]));
   const output = invocation.output || {};
   const known = times.filter((t) => !Number.isNaN(t));
   let start = Date.parse(output.window_start || invocation.arguments?.start || "");
@@ -425,8 +460,8 @@ function timeline(invocation, citedIndexes) {
     s("text", { x: L, y: H - 3 }, new Date(start).toISOString()),
     s("text", { x: R, y: H - 3, "text-anchor": "end" }, new Date(end).toISOString()));
   const lines = h("ol", { class: "loglines", start: 0 }, logs.map((entry, i) => h("li", {
-    class: citedIndexes.has(i) ? "cited" : null, "data-path": `logs[${i}]` },
-  `${text(entry.timestamp)} ${text(entry.level)} ${text(entry.service)}${entry.instance ? ` ${text(entry.instance)}` : ""}: ${text(entry.message)}`,
+    class: citedIndexes.has(i) ? "cited" : null, "data-path": `${array.name}[${i}]` },
+  logLine(entry, fields),
   citedIndexes.has(i) ? h("strong", {}, " ← cited") : null)));
   return h("div", { class: "timeline" }, svg, lines);
 }
@@ -470,7 +505,7 @@ function claimsTable(ve, invocations) {
           : h("div", { class: "muted" }, "no evidence ref at this path"),
         h("div", { class: "muted" }, "excerpt: ", h("q", {}, text(binding.evidence_excerpt))),
         bindingFindings.map((f) => h("div", { class: `finding ${f.kind}` }, `${f.kind} ${text(f.rule_id)}: ${text(f.message)}`)),
-        entry && Array.isArray(entry.points) && entry.points.length
+        entry && (arrayAt(inv, binding.raw_path) || {}).kind === "series" && Array.isArray(entry.points) && entry.points.length
           ? chart(entry, thresholdFor(inv, entry), `${seriesName(entry)} (${invId} ${text(binding.raw_path)})`) : null);
     });
     const claimFindings = mine.filter((f) => !text(f.target).includes(".evidence_bindings["));
@@ -504,13 +539,15 @@ function metricsSection(ve, list) {
   const cited = citedPaths(ve);
   const figures = [];
   for (const inv of list) {
-    const series = ((inv.output || {}).series) || [];
-    series.forEach((entry, i) => {
-      const by = cited.get(`${inv.invocation_id} series[${i}]`);
-      const figure = chart(entry, thresholdFor(inv, entry),
-        `${seriesName(entry)} (${inv.invocation_id} series[${i}])${by ? `, cited by ${by.join(", ")}` : ""}`);
-      if (figure) figures.push(figure);
-    });
+    for (const array of displayArrays(inv, "series")) {
+      entriesIn(inv, array).forEach((entry, i) => {
+        const path = `${array.name}[${i}]`;
+        const by = cited.get(`${inv.invocation_id} ${path}`);
+        const figure = chart(entry, thresholdFor(inv, entry),
+          `${seriesName(entry)} (${inv.invocation_id} ${path})${by ? `, cited by ${by.join(", ")}` : ""}`);
+        if (figure) figures.push(figure);
+      });
+    }
   }
   return figures.length ? section("Metric series", "metrics", figures) : null;
 }
@@ -519,14 +556,40 @@ function logsSection(ve, list) {
   const cited = citedPaths(ve);
   const parts = [];
   for (const inv of list) {
-    const logs = ((inv.output || {}).logs) || [];
-    if (inv.tool_name !== "query_logs" || !logs.length) continue;
-    const indexes = new Set();
-    logs.forEach((_, i) => { if (cited.has(`${inv.invocation_id} logs[${i}]`)) indexes.add(i); });
-    parts.push(h("h3", {}, `${inv.invocation_id} query_logs `, h("code", {}, JSON.stringify(inv.arguments ?? {}))),
-      timeline(inv, indexes));
+    for (const array of displayArrays(inv, "log")) {
+      const logs = entriesIn(inv, array);
+      if (!logs.length) continue;
+      const indexes = new Set();
+      logs.forEach((_, i) => { if (cited.has(`${inv.invocation_id} ${array.name}[${i}]`)) indexes.add(i); });
+      parts.push(h("h3", {}, `${inv.invocation_id} ${text(inv.tool_name)} `, h("code", {}, JSON.stringify(inv.arguments ?? {}))),
+        timeline(inv, array, indexes));
+    }
   }
   return parts.length ? section("Log timeline", "logs", parts) : null;
+}
+
+function entriesSection(ve, list) {
+  // Entry arrays shown as a table of their display fields (tools without a drawing of their own).
+  const cited = citedPaths(ve);
+  const parts = [];
+  for (const inv of list) {
+    for (const array of displayArrays(inv, "table")) {
+      const entries = entriesIn(inv, array);
+      if (!entries.length) continue;
+      const fields = Array.isArray(array.fields) ? array.fields : [];
+      parts.push(h("h3", {}, `${inv.invocation_id} ${text(inv.tool_name)} ${text(array.name)}`),
+        h("div", { class: "scroll" }, h("table", { class: "entries", "data-array": `${inv.invocation_id} ${text(array.name)}` },
+          h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "ref"), fields.map((f) => h("th", { scope: "col" }, text(f))))),
+          h("tbody", {}, entries.map((entry, i) => {
+            const path = `${array.name}[${i}]`;
+            const by = cited.get(`${inv.invocation_id} ${path}`);
+            return h("tr", { class: by ? "cited" : null, "data-path": path },
+              h("td", {}, path, by ? h("strong", {}, ` ← cited by ${by.join(", ")}`) : null),
+              fields.map((f) => h("td", { class: "text" }, text((entry || {})[f]))));
+          })))));
+    }
+  }
+  return parts.length ? section("Tool entries", "entries", parts) : null;
 }
 
 function tableOf(id, headers, rows) {
@@ -537,7 +600,7 @@ function tableOf(id, headers, rows) {
 
 async function renderDiagnosis(id) {
   document.title = `Diagnosis ${id} · superbiz`;
-  const record = await getJson(`/api/diagnoses/${encodeURIComponent(id)}`);
+  const [record] = await Promise.all([getJson(`/api/diagnoses/${encodeURIComponent(id)}`), loadToolDisplay()]);
   const ve = ((record.self_evaluation || {}).verifier_evaluation) || {};
   const list = record.invocations || [];
   const invocations = new Map(list.map((inv) => [text(inv.invocation_id), inv]));
@@ -555,6 +618,7 @@ async function renderDiagnosis(id) {
     section(`Claims (round ${rounds.length || 1})`, "claims-section", claimsTable(ve, invocations)),
     metricsSection(ve, list),
     logsSection(ve, list),
+    entriesSection(ve, list),
     section("Gatekeeper", "gatekeeper",
       h("p", {}, `status ${text(gate.status)} · severity ${text(gate.severity)} · ${text(gate.checked_bindings)} binding(s) checked · failed rules: ${(gate.failed_rules || []).join(", ") || "none"}`),
       findings.length ? h("ul", { id: "findings" }, findings.map(([kind, f]) => h("li", { class: `finding ${kind}` },
