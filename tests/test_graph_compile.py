@@ -107,8 +107,11 @@ def _product_modules() -> Iterator[str]:
         yield package
         path = [str(ROOT / package)]
         for info in pkgutil.walk_packages(path, prefix=f"{package}."):
-            if not info.name.endswith(".__main__"):  # runs the command when imported
-                yield info.name
+            if info.name.endswith(".__main__"):  # runs the command when imported
+                continue
+            if info.name.startswith("persistence.migrations."):  # Alembic's scripts, run by it
+                continue
+            yield info.name
 
 
 LANGGRAPH_GRAPHS = (StateGraph, CompiledStateGraph, Pregel)
