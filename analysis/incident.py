@@ -973,12 +973,12 @@ def _discount_shared(signals: list[Signal]) -> list[Signal]:
             keyed.append((signal, None))
             continue
         rise = (signal["incident"] or 0.0) >= (signal["baseline"] or 0.0)
-        key = (signal["kind"], pointer.get("metric", ""), rise)
+        key: tuple[str, str, bool] = (signal["kind"], pointer.get("metric", ""), rise)
         families[key].add(signal["service"])
         keyed.append((signal, key))
     result: list[Signal] = []
-    for signal, key in keyed:
-        shared = len(families[key]) if key is not None else 1
+    for signal, family in keyed:
+        shared = len(families[family]) if family is not None else 1
         if shared > 1:
             signal = Signal(
                 **{**signal, "strength": round(signal["strength"] / math.sqrt(shared), 4)}

@@ -284,7 +284,8 @@ class Converter:
         baseline_logs = self._construct(fault.day, "log")
         baseline_traces = self._construct(fault.day, "trace")
         for path in [*baseline_logs, *minute_files(fault, "log")]:
-            logs.extend(entry for row in _rows(self.snapshot.read(path)) if (entry := log_entry(row)))
+            rows = _rows(self.snapshot.read(path))
+            logs.extend(entry for row in rows if (entry := log_entry(row)))
         for path in [*baseline_traces, *minute_files(fault, "trace")]:
             spans.extend(
                 entry for row in _rows(self.snapshot.read(path)) if (entry := span_entry(row))
