@@ -60,9 +60,11 @@ from evidence.composed import backend_health, configured_backend
 from graph.compile import compile_graph
 from graph.failures import DiagnosisFailed
 from graph.resume import ResumeRefused, models_configured, plan_resume
+from graph.reverify import NotReverifiable, reverify
 from graph.runner import NothingToResume, run_diagnosis, summary_of
 from models.budget import GetModel
 from models.calls import ModelCallFailed
+from models.factory import make_model_factory
 from persistence.database import DatabaseError
 from persistence.locks import ThreadBusy
 from persistence.ownership import ThreadOwners
@@ -342,8 +344,11 @@ class Service:
         chat: ChatRequest,
         on_started: Callable[[], None] | None = None,
         on_event: Callable[[dict[str, object]], None] | None = None,
+        stop: threading.Event | None = None,
     ) -> DiagnosisSummary:
         """Run one diagnosis on the caller's thread and return its summary (blocking).
+
+        ``stop``, once set, ends the run at its next stage, resumable (``graph.runner``).
 
         Raises:
             ApiError: 404 for another identity's thread, 409 while the thread is busy.
@@ -361,6 +366,7 @@ class Service:
                 question=chat.question,
                 message_id=chat.message_id,
                 on_event=_started_then(on_started, on_event),
+                stop=stop,
             )
         except ThreadBusy as exc:
             raise ApiError(
@@ -376,6 +382,7 @@ class Service:
         diagnosis_id: str,
         on_started: Callable[[], None] | None = None,
         on_event: Callable[[dict[str, object]], None] | None = None,
+        stop: threading.Event | None = None,
     ) -> DiagnosisSummary:
         """Resume an interrupted diagnosis with the settings it started with (blocking).
 
@@ -423,6 +430,7 @@ class Service:
                 audit=persistence.audit,
                 resume=True,
                 on_event=_started_then(on_started, on_event),
+                stop=stop,
             )
         except ThreadBusy as exc:
             if identity is None:  # the sweeper leaves it for its next round
@@ -457,6 +465,26 @@ class Service:
             return export_scenario(record, found["invocations"]).scenario
         except ExportError as exc:
             raise ApiError(409, str(exc)) from None
+
+    def reverify(self, identity: str, diagnosis_id: str, *, offline: bool) -> dict[str, Any]:
+        """Re-check one of the caller's diagnoses on its stored evidence (blocking).
+
+        Raises:
+            ApiError: 404 as ``diagnosis``; 409 when there is nothing recorded to re-check.
+        """
+        self.diagnosis(identity, diagnosis_id)  # 404 unless the caller owns it
+        persistence, _ = self.open()
+        try:
+            report = reverify(
+                diagnosis_id,
+                audit=persistence.audit,
+                ledger=persistence.ledger,
+                get_model=self._get_model or make_model_factory(),
+                context=Context(offline=True) if offline else Context(),
+            )
+        except NotReverifiable as exc:
+            raise ApiError(409, str(exc)) from None
+        return dict(report)
 
     def thread_diagnoses(self, identity: str, thread_id: str) -> dict[str, Any]:
         """The diagnoses of one of the caller's threads, oldest first (blocking).
@@ -844,9 +872,14 @@ def create_app(
         route("/alerts", alerts.list, "GET"),
         route("/{path:path}", api.not_found, "GET", "POST", "PUT", "PATCH", "DELETE"),
     ]
+    # Imported here: the MCP server is built on this module's Service.
+    from apps.mcp.server import http_routes
+
+    mcp_routes, mcp_server = http_routes(service)
     routes: list[BaseRoute] = [
         route("/healthz", api.healthz, "GET"),
         Mount("/api", routes=api_routes),
+        *mcp_routes,
         *web_routes(),
     ]
     if standalone:
@@ -864,7 +897,8 @@ def create_app(
         sweeper.start()  # orphaned diagnoses: now, then periodically
         await anyio.to_thread.run_sync(alerts.start)  # the queue earlier runs left, then new
         try:
-            yield
+            async with mcp_server.session_manager.run():
+                yield
         finally:
             await anyio.to_thread.run_sync(alerts.stop)
             await anyio.to_thread.run_sync(sweeper.stop)
