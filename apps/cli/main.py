@@ -905,7 +905,7 @@ def serve_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 def mcp_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """``mcp``: check the key and the database, then serve MCP over stdio."""
     from apps.auth import ApiKeys, ConfigError, Limits
-    from apps.http.api import Service
+    from apps.http.service import Service
     from apps.mcp.server import run_stdio
 
     try:

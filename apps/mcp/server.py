@@ -37,8 +37,8 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from apps.auth import Caller, authenticate, presented_key, retry_after_header
-from apps.http.api import Service, _failure, parse_chat
 from apps.http.guard import ApiError
+from apps.http.service import Service, _failure, parse_chat
 from apps.mcp import views
 from graph.runner import RunStopped
 from state.display import one_line
