@@ -89,6 +89,8 @@ _SIGNAL_WEIGHT: Final[dict[SignalKind, float]] = {
     "alert": 0.5,
 }
 _REPEAT_WEIGHT: Final = 0.3
+_CLIENT_SIDE: Final = re.compile(r"client|outbound|upstream|egress", re.IGNORECASE)
+_CLIENT_SIDE_FACTOR: Final = 0.3
 _SERVICE_LABELS: Final = ("service", "service_name", "app", "application", "job")
 _MAX_SERVICES_IN_TEXT: Final = 200
 
@@ -296,8 +298,24 @@ class _LogFacts:
 
 
 _LEVEL_RANK: Final = {"info": 0, "warn": 1, "error": 2}
-_COVERAGE_BUCKET_S: Final = 10
-"""Log coverage is counted in buckets of this many seconds that hold any line."""
+_COVERAGE_GAP_S: Final = 60.0
+"""Log coverage: the time between consecutive lines counts when it is at most this long (a
+longer silence is taken as a hole in the capture, not as time observed)."""
+
+
+def _coverage_minutes(moments: list[float]) -> float:
+    """Minutes a window's log lines cover.
+
+    The sum of the gaps between consecutive lines that are at most ``_COVERAGE_GAP_S`` long, and
+    at least one second when there is any line.
+    """
+    if not moments:
+        return 0.0
+    ordered = sorted(moments)
+    covered = sum(
+        gap for a, b in zip(ordered, ordered[1:], strict=False) if (gap := b - a) <= _COVERAGE_GAP_S
+    )
+    return max(covered, 1.0) / 60.0
 
 
 def _log_signals(
@@ -305,8 +323,8 @@ def _log_signals(
 ) -> _LogFacts:
     index = TemplateIndex()
     template_of: list[int] = []
-    buckets_b: set[int] = set()
-    buckets_i: set[int] = set()
+    moments_b: list[float] = []
+    moments_i: list[float] = []
     stats: dict[tuple[str, int], _TemplateStats] = {}
     levels: dict[str, dict[str, list[int]]] = defaultdict(lambda: {"error": [0, 0], "warn": [0, 0]})
     level_samples: dict[tuple[str, str], list[LogEntry]] = defaultdict(list)
@@ -317,7 +335,7 @@ def _log_signals(
         side = window.side(moment)
         if side is None:
             continue
-        (buckets_i if side == "i" else buckets_b).add(int(moment // _COVERAGE_BUCKET_S))
+        (moments_i if side == "i" else moments_b).append(moment)
         service = log.get("service", "") or "unknown"
         level = _level_class(log.get("level", ""))
         entry = stats.get((service, template_id))
@@ -339,8 +357,8 @@ def _log_signals(
                 if len(level_samples[(service, level)]) < thresholds.MAX_EVIDENCE:
                     level_samples[(service, level)].append(log)
                 level_onset.setdefault((service, level), moment)
-    cov_b = len(buckets_b) * _COVERAGE_BUCKET_S / 60.0
-    cov_i = len(buckets_i) * _COVERAGE_BUCKET_S / 60.0
+    cov_b = _coverage_minutes(moments_b)
+    cov_i = _coverage_minutes(moments_i)
     signals: list[Signal] = []
     if logs and cov_i and not cov_b:
         gaps.append("logs: no log line in the baseline window, so log rates have no baseline")
@@ -518,6 +536,10 @@ def _series_signals(
             thin.append(f"{metric}{{{service}}}")
             continue
         signal = _series_signal(series, service, kind, direction, base, during, points, cfg)
+        if signal is not None and kind == "latency" and _CLIENT_SIDE.search(metric):
+            # The latency of the calls a service makes measures its dependencies first.
+            signal["strength"] = round(signal["strength"] * _CLIENT_SIDE_FACTOR, 4)
+            signal["detail"] += " (calls it makes)"
         if signal is not None:
             signals.append(signal)
     if thin:
@@ -1158,14 +1180,20 @@ def _rank(
     return suspects
 
 
+def _evidence_of(score: float) -> float:
+    """The evidence behind a score (the inverse of ``_score``)."""
+    return -math.log(max(1e-12, 1.0 - score))
+
+
 def _root(suspects: list[Suspect], cfg: _Config) -> tuple[Suspect | None, str | None]:
     if not suspects:
         return None, "no service deviates from its baseline"
     top = suspects[0]
     if top["score"] < cfg.root_min_score:
         return None, f"the strongest suspect ({top['service']}) scores only {top['score']:.2f}"
-    if len(suspects) > 1 and top["score"] - suspects[1]["score"] < cfg.root_margin:
-        tied = [s["service"] for s in suspects if top["score"] - s["score"] < cfg.root_margin]
+    lead = _evidence_of(top["score"]) * (1.0 - cfg.root_margin)
+    if len(suspects) > 1 and _evidence_of(suspects[1]["score"]) > lead:
+        tied = [s["service"] for s in suspects if _evidence_of(s["score"]) > lead]
         return None, "the evidence does not single out one service: " + ", ".join(tied)
     return top, None
 

@@ -42,7 +42,8 @@ Propagation and ranking
     times the share of the other anomalous services it explains, and ``CHANGE_BONUS`` for a
     change event on it within
     ``CHANGE_LEAD_S`` before (or during) its onset. The top suspect is the root cause when its score
-    is at least ``ROOT_MIN_SCORE`` and leads the next by ``ROOT_MARGIN``; otherwise the report says
+    is at least ``ROOT_MIN_SCORE`` and the next one's evidence is below ``1 - ROOT_MARGIN`` of its
+    own; otherwise the report says
     the evidence does not single one out.
 
 Caps (an analysis is bounded in time and memory whatever it is given)
@@ -83,7 +84,7 @@ EXPLAIN_BONUS: Final = 0.5
 CHANGE_BONUS: Final = 0.5
 CHANGE_LEAD_S: Final = 1800.0
 ROOT_MIN_SCORE: Final = 0.3
-ROOT_MARGIN: Final = 0.05
+ROOT_MARGIN: Final = 0.1
 
 MAX_LOGS: Final = 400_000
 MAX_SPANS: Final = 400_000
