@@ -295,6 +295,74 @@ def test_receiver_refuses_bad_input(client: TestClient, monkeypatch: pytest.Monk
     assert client.get("/api/alerts?limit=0", headers=ALICE).status_code == 422
 
 
+def _firing_with(change: Any) -> bytes:
+    body = recorded("firing")
+    change(body)
+    return json.dumps(body).encode()
+
+
+def _nested(depth: int) -> bytes:
+    body = json.dumps(recorded("firing")).encode()
+    return body[:-1] + b', "commonLabels": {"team": ' + b"[" * depth + b"]" * depth + b"}}"
+
+
+def _set(path: tuple[Any, ...], value: Any) -> Any:
+    def change(body: Any) -> None:
+        for key in path[:-1]:
+            body = body[key]
+        body[path[-1]] = value
+
+    return change
+
+
+def _rename_label(body: Any) -> None:
+    body["alerts"][0]["labels"]["serv\x00ice"] = body["alerts"][0]["labels"].pop("service")
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        (
+            _firing_with(_set(("alerts", 0, "labels", "service"), "order\x00service")),
+            "alerts[0].labels.service",
+        ),
+        (_firing_with(_rename_label), "alerts[0].labels.serv\\x00ice (a name)"),
+        (_firing_with(_set(("groupKey",), '{}:{alertname="A\x00"}')), "groupKey"),
+        (_firing_with(_set(("receiver",), "super\x00biz")), "receiver"),
+        (
+            _firing_with(_set(("alerts", 0, "labels", "service"), "order\ud800")),
+            "alerts[0].labels.service",
+        ),
+        (
+            _firing_with(_set(("alerts", 0, "startsAt"), "0001-01-01T00:00:00Z")),
+            "alerts[0].startsAt",
+        ),
+        (_nested(22_000), "commonLabels.team"),
+    ],
+    ids=[
+        "nul-label",
+        "nul-label-name",
+        "nul-group-key",
+        "nul-receiver",
+        "lone-surrogate",
+        "starts-at-year-1",
+        "nested-45kb",
+    ],
+)
+def test_receiver_refuses_unstorable_input_with_422_naming_the_field(
+    client: TestClient, body: bytes, field: str
+) -> None:
+    answer = client.post(
+        "/api/alertmanager",
+        content=body,
+        headers={**ALICE, "Content-Type": "application/json"},
+    )
+
+    assert answer.status_code == 422, answer.text
+    assert f"{field}: " in answer.json()["error"]
+    assert client.get("/api/alerts", headers=ALICE).json()["alerts"] == []
+
+
 def test_receiver_full_queue_is_429_and_a_restart_runs_what_was_queued(
     database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

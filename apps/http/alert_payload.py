@@ -14,21 +14,65 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from nodes.intake import diagnosis_id_for
-from state.display import one_line
+from state.display import has_unstorable, one_line
 from state.json_shape import json_type
 
 KNOWN_VERSION = "4"
 MAX_ALERTS_IN_QUESTION = 20
 """Alerts described one by one in the question; the rest are counted."""
 _ANNOTATION_CHARS = 300
+
+
+MAX_DEPTH = 32
+"""Deepest nesting of arrays and objects accepted (a notification nests four levels)."""
+LABEL_NAME_CHARS = 256
+LABEL_VALUE_CHARS = 1024
+ANNOTATION_CHARS = 16_384
+URL_CHARS = 4096
+NAME_CHARS = 256
+"""Longest receiver, fingerprint, version (and label name)."""
+MAX_LABELS = 128
+"""Most labels (or annotations) one alert or one group may carry."""
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _text(limit: int) -> AfterValidator:
+    """A string check: storable (no NUL, no lone surrogate) and at most ``limit`` characters."""
+
+    def check(value: str) -> str:
+        if has_unstorable(value):
+            raise ValueError("holds a NUL character or a lone UTF-16 surrogate")
+        if len(value) > limit:
+            raise ValueError(f"is {len(value)} characters long; the limit is {limit}")
+        return value
+
+    return AfterValidator(check)
+
+
+def _moment(value: datetime) -> datetime:
+    stamp = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+    if stamp < EARLIEST:
+        raise ValueError(f"{value.isoformat()} is before 1970; send the time the alert started")
+    return value
+
+
+Name = Annotated[str, _text(NAME_CHARS)]
+LabelName = Annotated[str, _text(LABEL_NAME_CHARS)]
+LabelValue = Annotated[str, _text(LABEL_VALUE_CHARS)]
+AnnotationValue = Annotated[str, _text(ANNOTATION_CHARS)]
+Url = Annotated[str, _text(URL_CHARS)]
+Labels = Annotated[dict[LabelName, LabelValue], Field(max_length=MAX_LABELS)]
+Annotations = Annotated[dict[LabelName, AnnotationValue], Field(max_length=MAX_LABELS)]
+Start = Annotated[datetime, AfterValidator(_moment)]
 
 
 class PayloadError(ValueError):
@@ -45,12 +89,12 @@ class Alert(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
     status: Literal["firing", "resolved"]
-    labels: dict[str, str]
-    annotations: dict[str, str] = Field(default_factory=dict)
-    startsAt: datetime  # noqa: N815 - Alertmanager's field name
+    labels: Labels
+    annotations: Annotations = Field(default_factory=dict)
+    startsAt: Start  # noqa: N815 - Alertmanager's field name
     endsAt: datetime | None = None  # noqa: N815
-    generatorURL: str = ""  # noqa: N815
-    fingerprint: str = ""
+    generatorURL: Url = ""  # noqa: N815
+    fingerprint: Name = ""
 
     @property
     def name(self) -> str:
@@ -70,15 +114,15 @@ class Notification(BaseModel):
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
-    version: str = KNOWN_VERSION
-    groupKey: str = Field(min_length=1, max_length=4096)  # noqa: N815
+    version: Name = KNOWN_VERSION
+    groupKey: Annotated[str, Field(min_length=1), _text(4096)]  # noqa: N815
     truncatedAlerts: int = Field(default=0, ge=0)  # noqa: N815
     status: Literal["firing", "resolved"]
-    receiver: str
-    groupLabels: dict[str, str] = Field(default_factory=dict)  # noqa: N815
-    commonLabels: dict[str, str] = Field(default_factory=dict)  # noqa: N815
-    commonAnnotations: dict[str, str] = Field(default_factory=dict)  # noqa: N815
-    externalURL: str = ""  # noqa: N815
+    receiver: Name
+    groupLabels: Labels = Field(default_factory=dict)  # noqa: N815
+    commonLabels: Labels = Field(default_factory=dict)  # noqa: N815
+    commonAnnotations: Annotations = Field(default_factory=dict)  # noqa: N815
+    externalURL: Url = ""  # noqa: N815
     alerts: list[Alert] = Field(min_length=1)
 
     @property
@@ -89,11 +133,51 @@ class Notification(BaseModel):
         )
 
 
+def _shown(part: str) -> str:
+    """A field name from the body as it can be shown (escaped, clipped)."""
+    escaped = part.encode("unicode_escape", "backslashreplace").decode("ascii")
+    return escaped if len(escaped) <= 64 else escaped[:63] + "…"
+
+
 def _where(loc: Sequence[int | str]) -> str:
     text = ""
     for part in loc:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+        if part == "[key]":
+            text += " (a name)"
+        elif isinstance(part, int):
+            text += f"[{part}]"
+        else:
+            text += f".{_shown(part)}" if text else _shown(part)
     return text or "body"
+
+
+_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}:]')
+
+
+def _too_deep(body: bytes, limit: int) -> str | None:
+    """Where ``body`` nests arrays and objects deeper than ``limit`` (a field path), or None."""
+    if body.count(b"[") + body.count(b"{") <= limit:
+        return None
+    path: list[str] = []
+    key: str | None = None
+    for match in _TOKEN.finditer(body):
+        token = match.group()
+        if token in (b"[", b"{"):
+            path.append(key or "[]")
+            key = None
+            if len(path) > limit:
+                return ".".join(p for p in path[1:] if p != "[]") or "body"
+        elif token in (b"]", b"}"):
+            if path:
+                path.pop()
+            key = None
+        elif token == b":":
+            continue
+        else:
+            end = match.end()
+            rest = body[end : end + 64].lstrip()
+            key = _shown(token[1:-1].decode("utf-8", "replace")) if rest[:1] == b":" else None
+    return None
 
 
 def parse_notification(body: bytes) -> Notification:
@@ -103,9 +187,12 @@ def parse_notification(body: bytes) -> Notification:
         PayloadError: listing every problem (field path and what is wrong); for an unknown
             ``version`` it says which version was sent.
     """
+    deep = _too_deep(body, MAX_DEPTH)
+    if deep is not None:
+        raise PayloadError([f"{deep}: nests arrays and objects more than {MAX_DEPTH} levels deep"])
     try:
         data = json.loads(body)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise PayloadError([f"the body is not valid JSON: {exc}"]) from exc
     if not isinstance(data, dict):
         raise PayloadError([f"the body must be a JSON object, got {json_type(data)}"])
@@ -113,7 +200,10 @@ def parse_notification(body: bytes) -> Notification:
     try:
         return Notification.model_validate(data)
     except ValidationError as exc:
-        problems = [f"{_where(e['loc'])}: {e['msg']}" for e in exc.errors(include_url=False)]
+        problems = [
+            f"{_where(e['loc'])}: {e['msg'].removeprefix('Value error, ')}"
+            for e in exc.errors(include_url=False)
+        ]
         if version != KNOWN_VERSION:
             problems.insert(
                 0,
