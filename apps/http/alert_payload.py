@@ -23,13 +23,18 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from nodes.intake import diagnosis_id_for
-from state.display import has_unstorable, one_line
+from state.display import clip, has_unstorable, one_line
 from state.json_shape import json_type
 
 KNOWN_VERSION = "4"
 MAX_ALERTS_IN_QUESTION = 20
 """Alerts described one by one in the question; the rest are counted."""
+MAX_QUESTION_CHARS = 4000
+"""The longest question by default (as ``/api/chat``'s ``SUPERBIZ_API_MAX_QUESTION_CHARS``)."""
 _ANNOTATION_CHARS = 300
+_NAME_CHARS = 120
+_URL_IN_LINE = 500
+_NAMES_CHARS = 600
 
 
 MAX_DEPTH = 32
@@ -250,8 +255,35 @@ def _service(alert: Alert, labels: Sequence[str]) -> str | None:
     return None
 
 
+MASK = "****"
+_SECRET_KEY = re.compile(
+    r"(?i)\b([\w.-]*?(?:token|secret|passw(?:or)?d|pwd|api[_-]?key|apikey|access[_-]?key|"
+    r"private[_-]?key|credentials?|authorization|cookie))(\s*[:=]\s*)([\"']?)(?!(?:bearer|basic)\s)([^\s\"'&,;]+)"
+)
+_SECRET_SCHEME = re.compile(r"(?i)\b(bearer|basic)(\s+)([A-Za-z0-9._~+/=-]{6,})")
+_URL_PASSWORD = re.compile(r"(://[^/\s:@]+:)([^/\s@]+)(@)")
+_SECRET_SHAPES = re.compile(
+    r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_\w{20,}|glpat-[\w-]{20,}|xox[abprs]-[\w-]{10,}"
+    r"|AKIA[0-9A-Z]{16}|sk-[\w-]{20,}|eyJ[\w-]{8,}\.[\w-]{8,}\.[\w-]{8,})"
+)
+
+
+def masked(text: str) -> str:
+    """``text`` with what looks like a secret replaced by ``****``.
+
+    Alert annotations are written by whoever writes the alerting rules and sometimes carry a
+    token: a ``key=value`` or ``key: value`` whose key names a secret (token, password, API
+    key, ...), a ``Bearer``/``Basic`` credential, the password of a URL, and tokens of
+    well-known shapes (GitHub, GitLab, Slack, AWS access keys, ``sk-`` keys, JWTs).
+    """
+    text = _SECRET_SCHEME.sub(lambda m: f"{m[1]}{m[2]}{MASK}", text)
+    text = _SECRET_KEY.sub(lambda m: f"{m[1]}{m[2]}{m[3]}{MASK}", text)
+    text = _URL_PASSWORD.sub(lambda m: f"{m[1]}{MASK}{m[3]}", text)
+    return _SECRET_SHAPES.sub(MASK, text)
+
+
 def _clip(text: str) -> str:
-    return one_line(text, _ANNOTATION_CHARS)
+    return one_line(masked(text), _ANNOTATION_CHARS)
 
 
 def alert_summary(alert: Alert, service_labels: Sequence[str]) -> dict[str, Any]:
@@ -265,51 +297,83 @@ def alert_summary(alert: Alert, service_labels: Sequence[str]) -> dict[str, Any]
         "summary": _clip(alert.annotations.get("summary", "")) or None,
     }
     if alert.annotations.get("runbook_url"):
-        entry["runbook_url"] = alert.annotations["runbook_url"].strip()
+        entry["runbook_url"] = masked(alert.annotations["runbook_url"].strip())
     if alert.generatorURL:
-        entry["generator_url"] = alert.generatorURL
+        entry["generator_url"] = masked(alert.generatorURL)
     return entry
 
 
+def _alert_line(alert: Alert, service_labels: Sequence[str]) -> str:
+    service = _service(alert, service_labels)
+    severity = alert.labels.get("severity")
+    line = f"- {one_line(alert.name, _NAME_CHARS)}"
+    if service:
+        line += f" for {one_line(service, _NAME_CHARS)}"
+    if severity:
+        line += f" (severity {one_line(severity, _NAME_CHARS)})"
+    line += f", firing since {_stamp(alert.startsAt)}"
+    for key in ("summary", "description"):
+        text = _clip(alert.annotations.get(key, ""))
+        if text:
+            line += f"; {key}: {text}"
+    if alert.annotations.get("runbook_url"):
+        line += f"; runbook: {one_line(masked(alert.annotations['runbook_url']), _URL_IN_LINE)}"
+    return line
+
+
 def build_question(
-    notification: Notification, service_labels: Sequence[str], margin: timedelta
+    notification: Notification,
+    service_labels: Sequence[str],
+    margin: timedelta,
+    limit: int = MAX_QUESTION_CHARS,
 ) -> str:
-    """The question a diagnosis of the group's firing alerts asks.
+    """The question a diagnosis of the group's firing alerts asks, at most ``limit`` characters.
 
     Alert names, services (the first configured service label an alert has), severity, the
     summary and description annotations and ``startsAt``; the window starts ``margin`` before
     the earliest ``startsAt``; each ``runbook_url`` is named so its runbook is read first.
+    Every part is clipped, secrets in annotations are masked (``masked``), and the alerts that
+    do not fit in ``limit`` are counted instead of listed.
     """
     firing = notification.firing
-    shown = firing[:MAX_ALERTS_IN_QUESTION]
-    lines = [f"Alertmanager reports {len(firing)} firing alert(s):"]
-    for alert in shown:
-        service = _service(alert, service_labels)
-        severity = alert.labels.get("severity")
-        line = f"- {alert.name}"
-        if service:
-            line += f" for {service}"
-        if severity:
-            line += f" (severity {severity})"
-        line += f", firing since {_stamp(alert.startsAt)}"
-        for key in ("summary", "description"):
-            text = _clip(alert.annotations.get(key, ""))
-            if text:
-                line += f"; {key}: {text}"
-        if alert.annotations.get("runbook_url"):
-            line += f"; runbook: {alert.annotations['runbook_url'].strip()}"
-        lines.append(line)
-    hidden = len(firing) - len(shown) + notification.truncatedAlerts
-    if hidden:
-        lines.append(f"- and {hidden} more alert(s) of the same group not listed here")
-    names = ", ".join(dict.fromkeys(a.name for a in shown))
     start = min(a.startsAt for a in firing) - margin
-    lines.append(
+    header = f"Alertmanager reports {len(firing)} firing alert(s):"
+    lines: list[str] = []
+    shown: list[Alert] = []
+    names_chars = min(_NAMES_CHARS, limit // 5)
+    for alert in firing[:MAX_ALERTS_IN_QUESTION]:
+        line = _alert_line(alert, service_labels)
+        more_shown = [*shown, alert]
+        hidden = len(firing) - len(more_shown) + notification.truncatedAlerts
+        rest = _assemble(header, lines, more_shown, hidden, start, names_chars)
+        room = limit - len(rest) - 1
+        if len(line) > room:
+            if shown:
+                break
+            line = clip(line, max(room, 1))  # the first alert is always described
+        shown, lines = more_shown, [*lines, line]
+    hidden = len(firing) - len(shown) + notification.truncatedAlerts
+    return clip(_assemble(header, lines, shown, hidden, start, names_chars), limit)
+
+
+def _assemble(
+    header: str,
+    lines: Sequence[str],
+    shown: Sequence[Alert],
+    hidden: int,
+    start: datetime,
+    names_chars: int,
+) -> str:
+    names = clip(", ".join(dict.fromkeys(one_line(a.name) for a in shown)), names_chars)
+    body = [header, *lines]
+    if hidden:
+        body.append(f"- and {hidden} more alert(s) of the same group not listed here")
+    body.append(
         f"Why is {names} firing and what is the cause? Look at the evidence from "
         f"{_stamp(start)} (before the first alert started) until now; read each alert's "
         "runbook first."
     )
-    return "\n".join(lines)
+    return "\n".join(body)
 
 
 def investigation_of(
@@ -317,6 +381,7 @@ def investigation_of(
     owner: str,
     service_labels: Sequence[str],
     margin: timedelta,
+    max_question_chars: int = MAX_QUESTION_CHARS,
 ) -> Investigation | None:
     """The investigation a notification asks for; None when no alert in it is firing."""
     firing = notification.firing
@@ -330,6 +395,6 @@ def investigation_of(
         message_id=message_id,
         diagnosis_id=diagnosis_id_for(thread_id, message_id),
         alert_set=alert_set,
-        question=build_question(notification, service_labels, margin),
+        question=build_question(notification, service_labels, margin, max_question_chars),
         alerts=[alert_summary(a, service_labels) for a in firing],
     )
