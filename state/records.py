@@ -83,6 +83,7 @@ GapKind = Literal[
     "unanswered",
     "not_run",
     "failed",
+    "conclusion_gap",
 ]
 
 DiagnosisStatus = Literal["running", "done", "failed", "abandoned"]

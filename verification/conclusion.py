@@ -22,6 +22,9 @@ The expected answer: a question asking whether something is wrong (``problem`` p
 with a problem, ``yes`` with only clean results. A comparison's conclusion must name first the
 service whose series' last value is highest (lowest when the question asks which is lower).
 
+An alert question whose alert no confirmed claim's evidence names (an alert that does not exist in
+the data) has no conclusion that follows: a nonexistent alert is said so, never a PASS.
+
 Status: ``follows`` (what is stated is what is expected); ``does_not_follow`` (it differs, the
 claims show neither, or a claim it rests on is not confirmed): the verdict cannot be PASS;
 ``derived`` (none is stated, and the confirmed claims support one yes or no: that is the
@@ -60,7 +63,8 @@ DEFAULT_THRESHOLDS: Final[dict[str, tuple[float, float, str]]] = {
     "latency": (1000.0, 1.0, "ms"),
 }
 """Documented defaults when no alert rule gives a threshold: concept -> (value in percent or
-milliseconds, value as a ratio or in seconds, unit of the first)."""
+milliseconds, value as a ratio or in seconds, unit of the first). A default applies only where
+the series' scale is known (``_threshold``)."""
 
 PROBLEM_LEVELS: Final[frozenset[str]] = frozenset(
     {"ERROR", "ERR", "FATAL", "PANIC", "CRITICAL", "CRIT", "EMERG", "EMERGENCY", "ALERT", "SEVERE"}
@@ -89,10 +93,14 @@ def stated_answer(text: str) -> str | None:
 
 
 @dataclass(frozen=True)
-class _Series:
+class SeriesReading:
+    """A series ref read: service, concept, last value, threshold (and where from), signal."""
+
     service: str
     concept: str | None
     last: float
+    threshold: float | None
+    from_alert: bool
     signal: Signal | None
 
 
@@ -100,24 +108,43 @@ def _number(text: str) -> float:
     return float(text)
 
 
-def _threshold(concept: str | None, unit: str, last: float, alerts: Sequence[str]) -> float | None:
-    """The series' threshold: an alert's of the same concept, else the documented default."""
+def alert_measures(alert: str, concept: str | None) -> bool:
+    """Whether an alert ref's alert name measures a concept (``...HighCPU`` measures cpu)."""
+    return concept is not None and concept in concepts_in(alert.split(" ")[0])
+
+
+def _threshold(
+    concept: str | None, metric: str, unit: str, alerts: Sequence[str]
+) -> tuple[float | None, bool]:
+    """The series' threshold: an alert's of the same concept, else the documented default.
+
+    A default applies only where the scale is known: a percentage (unit ``%``, or ``percent``
+    in the metric name), a ratio (``ratio`` or ``fraction`` in the name), milliseconds or
+    seconds for latency; a count (connections, messages) has no default.
+    """
     for alert in alerts:
         found = _THRESHOLD.search(alert)
-        if found and concept is not None and concept in concepts_in(alert.split(" ")[0]):
-            return _number(found.group("value"))
+        if found and alert_measures(alert, concept):
+            return _number(found.group("value")), True
     default = DEFAULT_THRESHOLDS.get(concept or "")
     if default is None:
-        return None
+        return None, False
     big, small, big_unit = default
-    if unit == big_unit or (unit == "" and last > 1.0 and big_unit == "%"):
-        return big
-    if concept == "latency" and unit not in ("s", ""):
-        return None
-    return small
+    name = metric.casefold()
+    if big_unit == "%":
+        if unit == "%" or "percent" in name or name.endswith("_pct"):
+            return big, False
+        if not unit and ("ratio" in name or "fraction" in name):
+            return small, False
+        return None, False
+    if unit == "ms" or name.endswith("_ms"):
+        return big, False
+    if unit == "s" or name.endswith("_seconds"):
+        return small, False
+    return None, False
 
 
-def series_reading(text: str, alerts: Sequence[str]) -> _Series | None:
+def series_reading(text: str, alerts: Sequence[str]) -> SeriesReading | None:
     """A series ref read: its service, concept, last value and what it shows."""
     last = _LAST.search(text)
     if last is None:
@@ -128,11 +155,12 @@ def series_reading(text: str, alerts: Sequence[str]) -> _Series | None:
     service = _SERVICE.search(text)
     value = _number(last.group("value"))
     same = [a for a in alerts if service is None or f"service={service.group('service')}" in a]
-    threshold = _threshold(concept, last.group("unit"), value, same)
+    threshold, from_alert = _threshold(concept, metric, last.group("unit"), same)
     signal: Signal | None = None
     if threshold is not None:
         signal = "problem" if value >= threshold else "clean"
-    return _Series(service.group("service") if service else "", concept, value, signal)
+    name = service.group("service") if service else ""
+    return SeriesReading(name, concept, value, threshold, from_alert, signal)
 
 
 def excerpt_signal(excerpt: VerifiedExcerpt, alerts: Sequence[str]) -> tuple[str, Signal] | None:
@@ -338,6 +366,13 @@ def _check_one(
         )
         return result("does_not_follow", None, reason)
     rested = [e for cid in rests_on for e in excerpts.get(cid, [])]
+    seen = " ".join(
+        e["text"] for cid in confirmed for e in excerpts.get(cid, []) if e["raw_path"] != "summary"
+    ).casefold()
+    absent = [name for name in intent.facets["alerts"] if name.casefold() not in seen]
+    if intent.kind == "alert_state" and absent:
+        reason = f"no evidence names the alert {', '.join(absent)}: it is not in the data"
+        return result("does_not_follow", None, reason)
     if intent.kind == "compare":
         winner, why = _comparison(intent, text, rested, alerts)
         services = {

@@ -47,7 +47,7 @@ from state.records import (
     TraceItem,
     Verdict,
 )
-from verification.intent import read_intent
+from verification.intent import CHANGE, read_intent
 from verification.question import analyze_question, is_percentile
 from verification.text import normalize
 
@@ -100,12 +100,6 @@ def floor_coverage(
     return CoverageReport(status=status, asked=asked, unanswered=unanswered)
 
 
-_CHANGE = re.compile(
-    r"\b(?:deploy\w*|rolled out|rollout|releas\w*|restart\w*|migrat\w*|config\w*|"
-    r"chang\w*|upgrad\w*|rollback|rolled back|scal\w+ (?:up|down|to)|job\w*|cron\w*|"
-    r"started|version)\b|变更|发布|上线|部署|重启|迁移|配置|升级|回滚|扩容|缩容|任务|版本|变化"
-)
-"""Words a claim about a change uses (deploys, restarts, migrations, config, job starts)."""
 _ABSOLUTE_TIME = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}")
 """An absolute time as an answer states it."""
 
@@ -127,7 +121,7 @@ def intent_facets(
     unanswered: list[str] = []
     if intent.kind == "changes":
         asked.append("changes")
-        if not any(_CHANGE.search(text.casefold()) for text in confirmed):
+        if not any(CHANGE.search(text.casefold()) for text in confirmed):
             unanswered.append("changes")
     if intent.time is not None:
         asked.append("time window")

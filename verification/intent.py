@@ -94,6 +94,16 @@ _ACTION = re.compile(
     r"怎么做|处理步骤|处置|如何应对|怎么应对|什么意思|是什么意思|含义"
 )
 
+CHANGE = re.compile(
+    r"\b(?:deploy\w*|rolled out|rollout|rolling out|releas\w*|restart\w*|migrat\w*|"
+    r"config\w*|chang\w*|upgrad\w*|downgrad\w*|rollback|rolled back|roll back|scal\w+ "
+    r"(?:up|down|to|from)|feature flag\w*|flag \w+ (?:enabled|disabled)|cron\w*|"
+    r"job \S+ start\w*|start\w* job|version \S+|reload\w*)\b|"
+    r"变更|发布|上线|部署|重启|迁移|配置|升级|回滚|扩容|缩容|任务启动|启动任务|版本|重新加载"
+)
+"""Words a log line or a claim about a change uses (deploys, restarts, migrations, config changes,
+job starts)."""
+
 _CLOCK = r"([01]?\d|2[0-3])[:：]([0-5]\d)"
 _LAST = re.compile(
     r"\b(?:in |during |over |within )?(?:the )?(?:last|past) (\d+)\s*"

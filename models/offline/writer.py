@@ -150,6 +150,16 @@ class Writer:
         self.actions: list[dict[str, Any]] = []
         self.missing: list[dict[str, Any]] = []
         self.quoted: set[tuple[str, str]] = set()
+        self.conclusion: dict[str, Any] | None = None
+
+    @property
+    def last_id(self) -> str:
+        """The id of the claim added last ('' before the first)."""
+        return str(self.claims[-1]["claim_id"]) if self.claims else ""
+
+    def conclude(self, answer: str, text: str, rests_on: list[str]) -> None:
+        """State the answer's conclusion and the claims it rests on (checked by code)."""
+        self.conclusion = {"text": text, "answer": answer, "rests_on": list(rests_on)}
 
     def claim(self, claim_type: str, text: str, bindings: list[dict[str, Any]]) -> None:
         """Add a claim (direct support, bound to exact refs)."""
@@ -322,6 +332,7 @@ class Writer:
                 "hypotheses": self.hypotheses,
                 "recommended_actions": self.actions[:3],
                 "missing_info": self.missing,
+                **({"conclusion": self.conclusion} if self.conclusion else {}),
             },
             ensure_ascii=False,
         )
