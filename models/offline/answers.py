@@ -309,8 +309,7 @@ def why_metrics(writer: Writer, found: QuestionFacets, results: list[Result], se
             writer.series(metrics, picks[0], concept)
             break
     firing = [i for i, e in enumerate(metrics.entries("alerts")) if e.get("state") == "firing"]
-    for index in firing[: 3 if found["about_alerts"] else 1]:
-        writer.alert(metrics, index)
+    writer.alert_groups(metrics, firing, limit=3 if found["about_alerts"] else 1)
 
 
 def why_hypotheses(
@@ -363,8 +362,7 @@ def overview(writer: Writer, found: QuestionFacets, results: list[Result]) -> No
     metrics = metrics_result(results, None)
     if metrics is not None:
         firing = [i for i, e in enumerate(metrics.entries("alerts")) if e.get("state") == "firing"]
-        for index in firing[:3]:
-            writer.alert(metrics, index)
+        writer.alert_groups(metrics, firing, limit=3)
     covered: set[str] = set()
     for level, limit in ((found["error_level"], 3), ("WARN", 2)):
         logs = log_result(results, None, level)
