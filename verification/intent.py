@@ -37,7 +37,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Final, Literal
 
 from state.records import QuestionFacets
-from verification.question import analyze_question
+from verification.question import analyze_question, question_words
 
 IntentKind = Literal[
     "health",
@@ -113,6 +113,10 @@ _RANGE = re.compile(
     rf"(?:\b(yesterday|today)\b|(昨天|今天))?\s*(?:from |between |在|从)?\s*{_CLOCK}\s*"
     rf"(?:-|–|—|~|to|and|至|到)\s*{_CLOCK}"
 )
+_ISO_FROM = re.compile(
+    r"\b(?:from|(?<!firing )since|after)\s+"
+    r"(\d{4}-\d{2}-\d{2}t\d{2}:\d{2}(?::\d{2})?(?:z|[+-]\d{2}:\d{2})?)"
+)
 _SINCE = re.compile(rf"\bsince\s+{_CLOCK}|(?:自|从)?\s*{_CLOCK}\s*(?:以来|之后|以后|开始)")
 _AT = re.compile(rf"(?:\b(yesterday|today)\b|(昨天|今天))?\s*(?:\bat\s+|\baround\s+|在)?{_CLOCK}")
 
@@ -121,7 +125,7 @@ _AT = re.compile(rf"(?:\b(yesterday|today)\b|(昨天|今天))?\s*(?:\bat\s+|\bar
 class TimeSpec:
     """A window as the question names it, before it is anchored to the current time."""
 
-    form: Literal["last", "range", "since", "at"]
+    form: Literal["last", "range", "since", "at", "from"]
     minutes: int = 0
     """``last``: how far back."""
     start: tuple[int, int] | None = None
@@ -130,10 +134,14 @@ class TimeSpec:
     """``range``: hour and minute."""
     days_back: int = 0
     """``yesterday``: 1."""
+    absolute: datetime | None = None
+    """``from``: an absolute start ("from 2026-05-12T09:25:00Z until now")."""
 
     def resolve(self, now: datetime) -> tuple[datetime, datetime]:
         """The absolute window (UTC), anchored to ``now``."""
         now = now.astimezone(UTC)
+        if self.form == "from" and self.absolute is not None:
+            return self.absolute, max(now, self.absolute)
         if self.form == "last":
             return now - timedelta(minutes=self.minutes), now
         day = (now - timedelta(days=self.days_back)).replace(second=0, microsecond=0)
@@ -160,6 +168,15 @@ def _fold(question: str) -> str:
 def time_spec(question: str) -> TimeSpec | None:
     """The time window a question names, or None (see the module docstring)."""
     text = _fold(question)
+    stamp = _ISO_FROM.search(text)
+    if stamp:
+        try:
+            moment = datetime.fromisoformat(stamp.group(1).upper().replace("Z", "+00:00"))
+        except ValueError:
+            moment = None
+        if moment is not None:
+            when = moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+            return TimeSpec("from", absolute=when.astimezone(UTC))
     last = _LAST.search(text)
     if last:
         amount = int(last.group(1) or last.group(3))
@@ -223,6 +240,7 @@ def read_intent(
     found = analyze_question(question, known_services, stems=stems)
     text = _fold(question)
     time = time_spec(question)
+    text = question_words(text)
     for name in [*found["services"], *found["unknown_services"], *found["alerts"]]:
         text = text.replace(name.casefold(), " ")
     kind: IntentKind
