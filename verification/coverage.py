@@ -104,6 +104,10 @@ _ABSOLUTE_TIME = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}")
 """An absolute time as an answer states it."""
 
 
+PRIMARY_FACETS: Final[frozenset[str]] = frozenset({"changes", "next steps"})
+"""Facets a question is about: left unanswered, the whole question is unanswered."""
+
+
 def intent_facets(
     question: str,
     known_services: Sequence[str],
@@ -166,7 +170,10 @@ def question_coverage(
         open_all = floor["unanswered"] + more_open
         status: CoverageStatus = floor["status"]
         if more_open:
-            status = "unanswered" if len(open_all) == len(asked_all) else "partial"
+            # What the question is about (the changes, the steps) left open leaves it open.
+            primary = any(item in PRIMARY_FACETS for item in more_open)
+            whole = primary or len(open_all) == len(asked_all)
+            status = "unanswered" if whole else "partial"
         floor = CoverageReport(
             status=strictest_status(floor["status"], status),
             asked=asked_all,
