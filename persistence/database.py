@@ -532,7 +532,8 @@ def _postgres_engine(target: DatabaseTarget) -> Engine:
     ``prepare_threshold=None``: no prepared statements, for transaction poolers). A pooled
     connection is checked before it is handed out (``persistence.pools.check_connection``: a
     query only when it has been idle long or the server sent something); a dead one is replaced.
-    A database that cannot be reached fails the checkout at once with the server's reason, since the pool connects in the caller's thread.
+    A database that cannot be reached fails the checkout at once with the server's reason,
+    since the pool connects in the caller's thread.
     """
     import psycopg
 
