@@ -162,9 +162,8 @@ def test_mcp_a_destructive_tool_needs_allow_destructive_even_when_listed(tmp_pat
     assert "annotated destructive" in listed.refused["wipe_data"]
     assert listed.refused["incident_lines"] == "not in tools"
     withdraw_all()
-    allowed = offer(
-        [edge(tmp_path, tools=["wipe_data"], allow_destructive=["wipe_data"])]
-    ).servers[0]
+    destructive = edge(tmp_path, tools=["wipe_data"], allow_destructive=["wipe_data"])
+    allowed = offer([destructive]).servers[0]
     assert allowed.offered == ["wipe_data"]
     assert "edge_wipe_data" in names()
 
@@ -340,3 +339,26 @@ def test_mcp_streamable_http_server_with_headers(edge_http: str) -> None:
     assert refused.error is not None and "MCP server 'web'" in refused.error
     assert "nope" not in refused.error
     assert spec_name("web", "incident_lines") not in names()
+
+
+def test_mcp_tools_are_shown_on_the_web_page_like_any_other(tmp_path: Path) -> None:
+    from starlette.testclient import TestClient
+
+    from apps.http.api import create_app
+
+    part = offer([edge(tmp_path)])
+    invocation = run(runner_for(part), "edge_incident_lines", {})
+    assert invocation["status"] == "ok"
+    with TestClient(create_app(f"sqlite:///{tmp_path / 'web.sqlite'}", api_keys={})) as client:
+        shown = client.get("/assets/tools.json", headers={"Host": "127.0.0.1"}).json()
+    assert shown["tools"]["edge_incident_lines"] == {
+        "role": "incident",
+        "arrays": [
+            {
+                "name": "lines",
+                "source_type": "mcp",
+                "kind": "table",
+                "fields": ["item", "line", "text"],
+            }
+        ],
+    }
