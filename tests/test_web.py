@@ -29,7 +29,7 @@ from apps.eval.evaluation import script_replies
 from apps.eval.scenario import load_scenario
 from apps.http.api import create_app
 from apps.http.web import CSP
-from evidence.environment import Environment, default_environment
+from evidence.environment import Environment, default_environment, load_environment
 from evidence.sample import SampleBackend
 from graph.compile import compile_graph
 from graph.runner import run_diagnosis
@@ -148,6 +148,11 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
                 ),
                 "hostile": _offline(
                     persistence, "Does order-service log errors?", _hostile_environment()
+                ),
+                "traced": _offline(
+                    persistence,
+                    "who calls payment-service and is it slow?",
+                    load_environment(ROOT / "tests" / "environments" / "checkout-traced.json"),
                 ),
             }
         finally:
@@ -432,6 +437,37 @@ def test_web_chart_of_a_cited_series_marks_its_min_max_and_last(page: Any, site:
     assert page.locator("#metrics figure.chart").count() >= len(invocation["output"]["series"])
     figure.scroll_into_view_if_needed()
     page.screenshot(path=str(site.shots / "diagnosis-chart.png"))
+
+
+def test_web_cited_trace_call_graph_and_span_tree_are_drawn(page: Any, site: Site) -> None:
+    _open(page, site, f"/diagnoses/{site.ids['traced']}")
+    record = _record_of(site, "traced")
+    claims = record["self_evaluation"]["verifier_evaluation"]["executor_structured_output"][
+        "claims"
+    ]
+    edge = next(
+        b
+        for claim in claims
+        for b in claim["evidence_bindings"]
+        if b["raw_path"].startswith("edges[")
+    )
+
+    graph = page.locator(
+        f"#traces figure.callgraph[data-invocation={edge['source_invocation_id']}]"
+    )
+    cited = graph.locator(f"svg g.edge.cited[data-path='{edge['raw_path']}']")
+    assert cited.count() == 1
+    assert "checkout" in graph.locator("svg").get_attribute("aria-label")
+    assert graph.locator("svg g.service").count() == 4
+    assert graph.locator("svg g.edge.failing").count() >= 1  # checkout -> payment-service
+    assert page.locator("#traces pre, #traces code.json").count() == 0  # drawn, not raw JSON
+    tree = page.locator("#traces figure.spantree").first
+    assert tree.locator("svg g.span").count() == 4
+    assert "payment-service charge" in tree.locator("ol.spans").text_content()
+    assert "traces 10 of 10" in page.locator("#trace-table").text_content()
+    assert page.problems == []
+    graph.scroll_into_view_if_needed()
+    page.screenshot(path=str(site.shots / "diagnosis-traces.png"))
 
 
 def test_web_narrow_screen_has_no_horizontal_scroll(browser: Any, site: Site) -> None:

@@ -31,6 +31,7 @@ from models.offline.evidence import (
     series_for,
 )
 from models.offline.rules import SLOW_SYMPTOMS, scopes
+from models.offline.traces import claims as trace_claims
 from models.offline.writer import Writer, summary_binding
 from state.records import QuestionFacets
 from verification.question import facet_label
@@ -77,6 +78,7 @@ def compose(task: dict[str, Any], found: QuestionFacets, results: list[Result]) 
         why(writer, found, results, services, known)
     elif not found["unknown_services"]:
         overview(writer, found, results)
+    trace_claims(writer, found, results)
     for service in unknown:
         no_data(writer, service, known)
     actions(writer, results)
