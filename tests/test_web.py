@@ -149,11 +149,6 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
                 "hostile": _offline(
                     persistence, "Does order-service log errors?", _hostile_environment()
                 ),
-                "traced": _offline(
-                    persistence,
-                    "who calls payment-service and is it slow?",
-                    load_environment(ROOT / "tests" / "environments" / "checkout-traced.json"),
-                ),
             }
         finally:
             persistence.close()
@@ -439,37 +434,6 @@ def test_web_chart_of_a_cited_series_marks_its_min_max_and_last(page: Any, site:
     page.screenshot(path=str(site.shots / "diagnosis-chart.png"))
 
 
-def test_web_cited_trace_call_graph_and_span_tree_are_drawn(page: Any, site: Site) -> None:
-    _open(page, site, f"/diagnoses/{site.ids['traced']}")
-    record = _record_of(site, "traced")
-    claims = record["self_evaluation"]["verifier_evaluation"]["executor_structured_output"][
-        "claims"
-    ]
-    edge = next(
-        b
-        for claim in claims
-        for b in claim["evidence_bindings"]
-        if b["raw_path"].startswith("edges[")
-    )
-
-    graph = page.locator(
-        f"#traces figure.callgraph[data-invocation={edge['source_invocation_id']}]"
-    )
-    cited = graph.locator(f"svg g.edge.cited[data-path='{edge['raw_path']}']")
-    assert cited.count() == 1
-    assert "checkout" in graph.locator("svg").get_attribute("aria-label")
-    assert graph.locator("svg g.service").count() == 4
-    assert graph.locator("svg g.edge.failing").count() >= 1  # checkout -> payment-service
-    assert page.locator("#traces pre, #traces code.json").count() == 0  # drawn, not raw JSON
-    tree = page.locator("#traces figure.spantree").first
-    assert tree.locator("svg g.span").count() == 4
-    assert "payment-service charge" in tree.locator("ol.spans").text_content()
-    assert "traces 10 of 10" in page.locator("#trace-table").text_content()
-    assert page.problems == []
-    graph.scroll_into_view_if_needed()
-    page.screenshot(path=str(site.shots / "diagnosis-traces.png"))
-
-
 def test_web_narrow_screen_has_no_horizontal_scroll(browser: Any, site: Site) -> None:
     context = browser.new_context(viewport={"width": 360, "height": 800})
     try:
@@ -569,3 +533,47 @@ def test_web_another_identity_cannot_reach_a_diagnosis(page: Any, site: Site) ->
     assert "order-service" not in page.locator("main").inner_text()
     _open(page, site, "/history", key="key-bob")
     assert page.locator("#history li[data-id]").count() == 0
+
+
+def test_web_cited_trace_call_graph_and_span_tree_are_drawn(page: Any, site: Site) -> None:
+    # Recorded last, for bob, so the history and identity checks above see the site unchanged.
+    persistence = open_persistence(site.database, origin="api")
+    try:
+        site.ids["traced"] = _record(
+            persistence,
+            "bob",
+            "who calls payment-service and is it slow?",
+            make_model_factory(),
+            load_environment(ROOT / "tests" / "environments" / "checkout-traced.json"),
+            Context(offline=True, language="en"),
+        )
+    finally:
+        persistence.close()
+    _open(page, site, f"/diagnoses/{site.ids['traced']}", key="key-bob")
+    record = _record_of(site, "traced", key="key-bob")
+    claims = record["self_evaluation"]["verifier_evaluation"]["executor_structured_output"][
+        "claims"
+    ]
+    edge = next(
+        b
+        for claim in claims
+        for b in claim["evidence_bindings"]
+        if b["raw_path"].startswith("edges[")
+    )
+
+    graph = page.locator(
+        f"#traces figure.callgraph[data-invocation={edge['source_invocation_id']}]"
+    )
+    cited = graph.locator(f"svg g.edge.cited[data-path='{edge['raw_path']}']")
+    assert cited.count() == 1
+    assert "checkout" in graph.locator("svg").get_attribute("aria-label")
+    assert graph.locator("svg g.service").count() == 4
+    assert graph.locator("svg g.edge.failing").count() >= 1  # checkout -> payment-service
+    assert page.locator("#traces pre, #traces code.json").count() == 0  # drawn, not raw JSON
+    tree = page.locator("#traces figure.spantree").first
+    assert tree.locator("svg g.span").count() == 4
+    assert "payment-service charge" in tree.locator("ol.spans").text_content()
+    assert "traces 10 of 10" in page.locator("#trace-table").text_content()
+    assert page.problems == []
+    graph.scroll_into_view_if_needed()
+    page.screenshot(path=str(site.shots / "diagnosis-traces.png"))
