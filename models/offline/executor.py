@@ -33,7 +33,8 @@ from models.offline.evidence import (
     read_results,
     tool_turns,
 )
-from models.offline.rules import Step, analysis, parse_steps, plan_steps
+from models.offline.question_kinds import current_time, intent_of, plan_for, windowed_steps
+from models.offline.rules import Step, analysis, parse_steps
 from models.offline.traces import follow_ups as trace_follow_ups
 from state.records import QuestionFacets
 
@@ -73,7 +74,7 @@ class OfflineExecutor(OfflineModel):
         round_no = int(task.get("round", 1))
         turns = tool_turns(messages)
         if turns == 0:
-            steps = parse_steps(str(task.get("plan", ""))) or plan_steps(task)
+            steps = parse_steps(str(task.get("plan", ""))) or plan_for(task)
             # A step of a tool the backend does not serve (traces without a trace source) is
             # left out.
             steps = [step for step in steps if not tools or step[0] in tools]
@@ -120,7 +121,14 @@ class OfflineExecutor(OfflineModel):
         With ``everything`` (the budget is spent) both at once: what was still wanted.
         """
         known = [str(s) for s in task.get("known_services", [])]
-        steps: list[Step] = [
+        steps: list[Step] = []
+        intent = intent_of(task)
+        if intent.time is not None and int(task.get("round", 1)) == 1:
+            asked = any(r.args.get("start") for r in results)
+            now = current_time(results)
+            if not asked and now is not None:
+                return windowed_steps(task, intent, now)
+        steps = [
             step for step in trace_follow_ups(found, results, turns) if not was_run(results, step)
         ]
         if steps and not everything:
