@@ -17,6 +17,7 @@ indexes:
   order; documents matching no query term are left out; `top_k` is clamped to 1..10. `score` is
   the BM25 score rounded to 3 places; `relevance` is `high` when the document has at least 0.66
   of the query's distinct terms, `medium` from 0.33, else `low`.
+- `analyze_incident`: `evidence.incident` over the environment (its log lines read at once).
 - `get_current_time`: the environment's `now` when present, else the real UTC time.
 
 Entries are returned as copies of the environment's entries. The environment is an `Environment`
@@ -28,12 +29,15 @@ from __future__ import annotations
 
 import copy
 from datetime import UTC, datetime
+from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from evidence.environment import Environment
 from evidence.environment import default_environment as default_environment
+from evidence.incident import analyze_backend
 from knowledge.rank import markdown_headings, query_terms, rank
 from state.records import DocumentEntry, LogEntry, SeriesEntry
+from tools.analyze_incident import AnalysisOutput
 from tools.backend import (
     BackendError,
     EvidenceSource,
@@ -195,6 +199,21 @@ class SampleBackend(EvidenceSource):
                 entry["source"] = doc["source"]
             documents.append(entry)
         return KnowledgeOutput(documents=documents)
+
+    def scan_logs(self, start: datetime, end: datetime, limit: int) -> list[LogEntry]:
+        """Every log line inside the inclusive window, in environment order, at most `limit`.
+
+        What `analyze_incident` reads (`evidence.incident.LogScan`); lines whose timestamp
+        cannot be read are left out.
+        """
+        found = [
+            entry for entry in self._logs if _within(entry.get("timestamp"), start, end)
+        ]
+        return copy.deepcopy(found[-limit:] if limit > 0 else [])
+
+    def analyze_incident(self, **arguments: Any) -> AnalysisOutput:
+        """The incident analysis over this environment (`evidence.incident`)."""
+        return analyze_backend(self, **arguments)
 
     def get_current_time(self, *, timezone: str | None = None) -> TimeOutput:
         """Returns the environment's `now` (or the real UTC time when it has none).

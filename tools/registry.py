@@ -14,7 +14,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from state.records import JSONObject
-from tools import get_current_time, lookup_knowledge, query_logs, query_metrics
+from tools import (
+    analyze_incident,
+    get_current_time,
+    lookup_knowledge,
+    query_logs,
+    query_metrics,
+)
 from tools.spec import EntryArray, ToolSpec
 
 _lock = threading.Lock()
@@ -140,3 +146,4 @@ register(query_logs.SPEC)
 register(query_metrics.SPEC)
 register(lookup_knowledge.SPEC)
 register(get_current_time.SPEC)
+register(analyze_incident.SPEC)
