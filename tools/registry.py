@@ -20,6 +20,7 @@ from tools import (
     lookup_knowledge,
     query_logs,
     query_metrics,
+    query_traces,
 )
 from tools.spec import EntryArray, ToolSpec
 
@@ -144,6 +145,7 @@ def display_data() -> JSONObject:
 
 register(query_logs.SPEC)
 register(query_metrics.SPEC)
+register(query_traces.SPEC)
+register(analyze_incident.SPEC)
 register(lookup_knowledge.SPEC)
 register(get_current_time.SPEC)
-register(analyze_incident.SPEC)
