@@ -61,8 +61,8 @@ MAX_LOG_LINES: Final = 400_000
 PAGE: Final = 100
 """Lines one ``query_logs`` call returns at most."""
 MAX_SUSPECTS: Final = 8
-MAX_SIGNALS_PER_SUSPECT: Final = 4
-MAX_POINTERS: Final = 4
+MAX_SIGNALS_PER_SUSPECT: Final = 8
+MAX_POINTERS: Final = 3
 
 
 @runtime_checkable
@@ -143,6 +143,9 @@ class Windows:
             fired = _first_firing(alerts)
             if fired is not None and fired - ALERT_LEAD < given and fired <= self.end:
                 given = fired - ALERT_LEAD
+        if given >= self.end:
+            gaps.append(f"the incident window cannot start at {iso(given)}, after its end")
+            given = self.end - timedelta(minutes=INCIDENT_MINUTES)
         if self.end - given > MAX_INCIDENT:
             gaps.append(
                 f"the incident window was cut to its last {MAX_INCIDENT.total_seconds() / 3600:g} h"

@@ -7,6 +7,9 @@
   line that states it, the causal chain only as a hypothesis;
 - overview: firing alerts and the services with ERROR or WARN logs.
 
+A why or overview answer opens with the root cause the incident analysis found, its chain to the
+symptom and the runner-up suspects (``models.offline.root_cause``).
+
 A service the backend does not know is never answered from an empty result: the answer says no
 data was found and asks to check the name. Nothing about another service is given as the answer
 about the one asked.
@@ -30,7 +33,8 @@ from models.offline.evidence import (
     names_in,
     series_for,
 )
-from models.offline.rules import SLOW_SYMPTOMS, scopes
+from models.offline.root_cause import root_cause_section
+from models.offline.rules import ANALYSED_KINDS, SLOW_SYMPTOMS, scopes
 from models.offline.writer import Writer, summary_binding
 from state.records import QuestionFacets
 from verification.question import facet_label
@@ -69,6 +73,8 @@ def compose(task: dict[str, Any], found: QuestionFacets, results: list[Result]) 
     unknown = [s for s in found["unknown_services"] if not has_data(results, s)]
     services = found["services"] + [s for s in found["unknown_services"] if s not in unknown]
     kind = found["kind"]
+    if kind in ANALYSED_KINDS:
+        root_cause_section(writer, found, results)
     if kind == "value":
         value(writer, found, results, services, str(task.get("question", "")))
     elif kind == "confirm":
