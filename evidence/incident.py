@@ -46,7 +46,7 @@ from tools.analyze_incident import (
     SignalRow,
     SuspectRow,
 )
-from tools.backend import BackendError, LogsOutput, MetricsOutput, parse_timestamp
+from tools.backend import BackendError, EvidenceBackend, MetricsOutput, parse_timestamp
 
 INCIDENT_MINUTES: Final = 15
 BASELINE_MINUTES: Final = 60
@@ -83,22 +83,12 @@ class SpanScan(Protocol):
         ...
 
 
-class _Backend(Protocol):
-    def query_logs(self, **query: Any) -> LogsOutput: ...
-
-    def query_metrics(self, **query: Any) -> MetricsOutput: ...
-
-    def get_current_time(self, *, timezone: str | None = None) -> Any: ...
-
-    def services(self) -> list[str]: ...
-
-
 def iso(moment: datetime) -> str:
     """``YYYY-MM-DDTHH:MM:SSZ``."""
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _now(backend: _Backend) -> datetime:
+def _now(backend: EvidenceBackend) -> datetime:
     try:
         return parse_timestamp(str(backend.get_current_time()["now"]))
     except (BackendError, KeyError, TypeError, ValueError):
@@ -186,7 +176,7 @@ def _key(entry: LogEntry) -> tuple[str, str, str, str, str]:
 class _LogReader:
     """Reads a window's lines with ``query_logs``, slice by slice (see the module docstring)."""
 
-    def __init__(self, backend: _Backend) -> None:
+    def __init__(self, backend: EvidenceBackend) -> None:
         self.backend = backend
         self.calls = 0
         self.cut: list[str] = []
@@ -210,13 +200,13 @@ class _LogReader:
         return sorted(seen.values(), key=lambda entry: str(entry.get("timestamp", "")))
 
 
-def _logs(backend: object, windows: Windows, gaps: list[str]) -> list[LogEntry]:
+def _logs(backend: EvidenceBackend, windows: Windows, gaps: list[str]) -> list[LogEntry]:
     scanner = _part(backend, "scan_logs")
     if scanner is not None:
         scanned = scanner(windows.first, windows.end, MAX_LOG_LINES)
         if scanned is not None:
             return list(scanned)
-    reader = _LogReader(backend)  # type: ignore[arg-type]
+    reader = _LogReader(backend)
     lines: list[LogEntry] = []
     for low, high in windows.pairs():
         if high > low:
@@ -235,7 +225,7 @@ def _part(backend: object, method: str) -> Callable[..., Any] | None:
 
 
 def _metrics(
-    backend: _Backend, windows: Windows, first: MetricsOutput | None, gaps: list[str]
+    backend: EvidenceBackend, windows: Windows, first: MetricsOutput | None, gaps: list[str]
 ) -> tuple[list[SeriesEntry], list[AlertEntry]]:
     window = {"start": iso(windows.first), "end": iso(windows.end)}
     try:
@@ -301,7 +291,7 @@ def _baseline_gaps(
 
 
 def gather(
-    backend: _Backend,
+    backend: EvidenceBackend,
     *,
     start: str | None = None,
     end: str | None = None,
@@ -352,7 +342,7 @@ def gather(
 
 def _pointer(pointer: EvidencePointer) -> PointerRow:
     row: PointerRow = {}
-    row.update(pointer)  # type: ignore[typeddict-item]
+    row.update(pointer)
     if row.get("kind") == "series":
         row["points"] = list(row.get("points", []))[:MAX_POINTERS]
     return row
@@ -371,9 +361,7 @@ def _signal_row(signal: Signal) -> SignalRow:
     )
 
 
-def _suspect_row(
-    rank: int, suspect: Suspect, root: bool, signals: list[SignalRow]
-) -> SuspectRow:
+def _suspect_row(rank: int, suspect: Suspect, root: bool, signals: list[SignalRow]) -> SuspectRow:
     indexes: list[int] = []
     for signal in suspect["signals"][:MAX_SIGNALS_PER_SUSPECT]:
         indexes.append(len(signals))
@@ -451,7 +439,7 @@ def report_output(report: IncidentReport) -> AnalysisOutput:
 
 
 def analyze_backend(
-    backend: _Backend,
+    backend: EvidenceBackend,
     *,
     services: list[str] | None = None,
     start: str | None = None,

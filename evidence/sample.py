@@ -36,8 +36,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from evidence.environment import Environment
 from evidence.environment import default_environment as default_environment
-from evidence.traces.answer import traces_answer
 from evidence.incident import analyze_backend
+from evidence.traces.answer import traces_answer
 from knowledge.rank import markdown_headings, query_terms, rank
 from state.records import DocumentEntry, LogEntry, SeriesEntry, SpanEntry
 from tools.analyze_incident import AnalysisOutput
@@ -221,15 +221,14 @@ class SampleBackend(EvidenceSource):
             if (start_at is None and end_at is None) or _within(span.get("start"), start_at, end_at)
         ]
         return traces_answer(copy.deepcopy(spans), request)
+
     def scan_logs(self, start: datetime, end: datetime, limit: int) -> list[LogEntry]:
         """Every log line inside the inclusive window, in environment order, at most `limit`.
 
         What `analyze_incident` reads (`evidence.incident.LogScan`); lines whose timestamp
         cannot be read are left out.
         """
-        found = [
-            entry for entry in self._logs if _within(entry.get("timestamp"), start, end)
-        ]
+        found = [entry for entry in self._logs if _within(entry.get("timestamp"), start, end)]
         return copy.deepcopy(found[-limit:] if limit > 0 else [])
 
     def scan_spans(self, start: datetime, end: datetime, limit: int) -> list[SpanEntry]:

@@ -31,11 +31,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, NotRequired, Protocol, runtime_checkable
 
 from pydantic import Field, model_validator
-from typing_extensions import NotRequired, TypedDict
+from typing_extensions import TypedDict
 
+from state.display import continued, word_prefix
 from state.records import Invocation
 from tools.backend import parse_timestamp
 from tools.render import format_value, with_message
@@ -47,6 +48,9 @@ MAX_SERVICES = 10
 """At most this many question services in one call."""
 MAX_SHOWN_POINTS = 4
 """A series pointer's ref text quotes at most this many of its points."""
+TEXT_CHARS = 160
+"""A suspect's mechanism and reason, and a signal's detail, are quoted up to this many
+characters in ref texts (a prefix ending at a word); the entry keeps them whole."""
 
 
 class AnalyzeIncidentArgs(WindowArgs):
@@ -252,13 +256,20 @@ def suspect_text(entry: SuspectRow) -> str:
         head.append(f"onset={format_value(entry.get('onset'))}")
     if entry.get("root_cause"):
         head.append("root cause")
-    text = with_message(head, entry.get("mechanism"))
+    text = with_message(head, _clipped(entry.get("mechanism")))
     explains = entry.get("explains") or []
     if explains:
         text += "; explains " + ", ".join(explains)
     if entry.get("why_not_first"):
-        text += f"; ranks lower: {format_value(entry.get('why_not_first'))}"
+        text += f"; ranks lower: {_clipped(entry.get('why_not_first'))}"
     return text
+
+
+def _clipped(value: object) -> str | None:
+    """A text field as ref texts quote it: at most ``TEXT_CHARS``, ending at a word."""
+    if value is None:
+        return None
+    return continued(word_prefix(format_value(value), TEXT_CHARS), format_value(value))
 
 
 def signal_text(entry: SignalRow) -> str:
@@ -267,10 +278,10 @@ def signal_text(entry: SignalRow) -> str:
     if entry.get("onset"):
         head.append(f"onset={format_value(entry.get('onset'))}")
     for key in ("baseline", "incident"):
-        value = entry.get(key)  # type: ignore[misc]
+        value = entry.get(key)
         if value is not None:
             head.append(f"{key}={_number(value)}")
-    return with_message(head, entry.get("detail"))
+    return with_message(head, _clipped(entry.get("detail")))
 
 
 def _points_text(points: Iterable[object]) -> str:
@@ -298,7 +309,7 @@ def pointer_text(entry: PointerRow) -> str:
         head = [
             format_value(entry.get(key))
             for key in ("timestamp", "level", "service")
-            if entry.get(key) is not None  # type: ignore[misc]
+            if entry.get(key) is not None
         ]
         return with_message(head, entry.get("message"))
     if kind == "series":
@@ -335,7 +346,7 @@ def change_text(entry: ChangeRow) -> str:
     head = [
         format_value(entry.get(key))
         for key in ("time", "service", "category")
-        if entry.get(key) is not None  # type: ignore[misc]
+        if entry.get(key) is not None
     ]
     return with_message(head, entry.get("message"))
 

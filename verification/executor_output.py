@@ -314,9 +314,9 @@ def _root_cause(raw: object) -> RootCause | None:
         return None
     service = _string(found, "service")
     ids = found.get("claim_ids")
-    claim_ids = [i.strip() for i in ids if isinstance(i, str) and given(i)] if isinstance(
-        ids, list
-    ) else []
+    claim_ids = (
+        [i.strip() for i in ids if isinstance(i, str) and given(i)] if isinstance(ids, list) else []
+    )
     if service is None or not claim_ids:
         return None
     return RootCause(

@@ -73,13 +73,12 @@ def compose(task: dict[str, Any], found: QuestionFacets, results: list[Result]) 
     unknown = [s for s in found["unknown_services"] if not has_data(results, s)]
     services = found["services"] + [s for s in found["unknown_services"] if s not in unknown]
     kind = found["kind"]
-    if kind in ANALYSED_KINDS:
-        root_cause_section(writer, found, results)
+    stated = kind in ANALYSED_KINDS and root_cause_section(writer, found, results)
     if kind == "value":
         value(writer, found, results, services, str(task.get("question", "")))
     elif kind == "confirm":
         confirm(writer, found, results, services)
-    elif services:
+    elif services and not stated:
         why(writer, found, results, services, known)
     elif not found["unknown_services"]:
         overview(writer, found, results)

@@ -30,7 +30,7 @@ from state.display import continued, word_prefix
 from state.records import QuestionFacets
 
 TOOL: Final = "analyze_incident"
-ROOT_SIGNALS: Final = 3
+ROOT_SIGNALS: Final = 2
 """Signals of the root cause quoted in the chain (after its change events)."""
 LINK_SIGNALS: Final = 2
 """Signals quoted per service up the chain."""
@@ -43,7 +43,7 @@ TEXT: Final[dict[str, dict[str, str]]] = {
     "zh": {
         "root": "最可能的根因（推断）：{service}，机制：{mechanism}",
         "change": "{service} 在 {time} 有变更（{category}）：“{message}”",
-        "signal_log": "{service} 的日志出现异常（{detail}），例如：“{message}”",
+        "signal_log": "{service} 的日志中{label}：“{message}”",
         "signal": "{service} 的指标偏离基线：{detail}",
         "link": "{service} 的日志把它与 {other} 联系起来：“{message}”",
         "edge": "调用关系：{service} 调用 {other}（{edge}）",
@@ -56,11 +56,14 @@ TEXT: Final[dict[str, dict[str, str]]] = {
         ),
         "confirm_ambiguous": "确认方法：分别核对候选服务 {candidates} 在异常开始前后的变更与日志。",
         "sep": "、",
+        "new_template": "出现了基线窗口中没有的新消息",
+        "template_jump": "某类消息的频率比基线窗口突增",
+        "error_surge": "错误比基线窗口突增",
     },
     "en": {
         "root": "Most likely root cause (inferred): {service}, mechanism: {mechanism}",
         "change": '{service} changed at {time} ({category}): "{message}"',
-        "signal_log": '{service} logs deviate from the baseline ({detail}), e.g. "{message}"',
+        "signal_log": '{service} {label}: "{message}"',
         "signal": "{service} deviates from its baseline: {detail}",
         "link": '{service} logs name {other}: "{message}"',
         "edge": "{service} calls {other} ({edge})",
@@ -77,6 +80,9 @@ TEXT: Final[dict[str, dict[str, str]]] = {
             "the onset."
         ),
         "sep": ", ",
+        "new_template": "logs a message the baseline window never had",
+        "template_jump": "logs a message far more often than in the baseline window",
+        "error_surge": "logs errors far more often than in the baseline window",
     },
 }
 
@@ -139,21 +145,20 @@ class _Section:
         signal = self.signals[index]
         service = str(signal.get("service", ""))
         detail = _short(str(signal.get("detail", "")))
-        bindings = [_ref_binding(self.analysis, f"signals[{index}]")]
         found = self.pointer(index)
-        if signal.get("kind") in _LOG_KINDS and found is not None:
+        kind = str(signal.get("kind", ""))
+        if kind in _LOG_KINDS and found is not None:
             path, item = found
             self.quoted.add(path)
             message = str(item.get("message", ""))
             excerpt = quote(message)
-            bindings.append(binding(self.analysis, path, excerpt))
             text = self.t["signal_log"].format(
-                service=service, detail=detail, message=continued(excerpt, message)
+                service=service, label=self.t[kind], message=continued(excerpt, message)
             )
-        else:
-            if found is not None:
-                bindings.append(_ref_binding(self.analysis, found[0]))
-            text = self.t["signal"].format(service=service, detail=detail)
+            self.claim("observation", text, [binding(self.analysis, path, excerpt)], "direct")
+            return
+        text = self.t["signal"].format(service=service, detail=detail)
+        bindings = [_ref_binding(self.analysis, f"signals[{index}]")]
         self.claim("observation", text, bindings, "direct")
 
     def change_claims(self, service: str) -> None:
@@ -171,7 +176,10 @@ class _Section:
                 message=continued(quote(message), message),
             )
             self.claim(
-                "observation", text, [binding(self.analysis, f"changes[{index}]", excerpt)], "direct"
+                "observation",
+                text,
+                [binding(self.analysis, f"changes[{index}]", excerpt)],
+                "direct",
             )
 
     # ----------------------------------------------------------------------- choosing
@@ -219,7 +227,7 @@ class _Section:
             return [root, target]
         return [root]
 
-    def link_claim(self, service: str, other: str) -> None:
+    def link_claim(self, service: str, other: str) -> bool:
         """The log line of ``service`` that names ``other``, else the call edge between them."""
         for index, signal in enumerate(self.signals):
             if signal.get("service") != service:
@@ -231,7 +239,7 @@ class _Section:
                     path = f"signals[{index}].evidence[{inner}]"
                     self.quoted.add(path)
                     self._link(self.analysis, path, service, other, message)
-                    return
+                    return True
         for result in self.results:
             if result.tool != "query_logs" or result.service != service:
                 continue
@@ -239,7 +247,7 @@ class _Section:
                 message = str(entry.get("message", ""))
                 if names_in(message, [other], service):
                     self._link(result, f"logs[{index}]", service, other, message)
-                    return
+                    return True
         for index, edge in enumerate(self.edges):
             if edge.get("caller") == service and edge.get("callee") == other:
                 path = f"edges[{index}]"
@@ -247,7 +255,8 @@ class _Section:
                     service=service, other=other, edge=self.analysis.refs.get(path, "")
                 )
                 self.claim("observation", text, [_ref_binding(self.analysis, path)], "direct")
-                return
+                return True
+        return False
 
     def _link(self, result: Result, path: str, service: str, other: str, message: str) -> None:
         excerpt = quote(message)
@@ -263,10 +272,6 @@ class _Section:
         service = str(suspect.get("service", ""))
         mechanism = str(suspect.get("mechanism", ""))
         bindings = [_ref_binding(self.analysis, f"suspects[{index}]")]
-        for signal in self.ranked_signals(service, root=True)[:2]:
-            found = self.pointer(signal)
-            if found is not None:
-                bindings.append(_ref_binding(self.analysis, found[0]))
         text = self.t["root"].format(service=service, mechanism=_short(mechanism))
         self.claim("causal", text, bindings, "indirect")
         self.change_claims(service)
@@ -275,15 +280,16 @@ class _Section:
         path = self.chain(service)
         for below, above in zip(path, path[1:], strict=False):
             self.link_claim(above, below)
-            for signal in self.ranked_signals(above, root=False)[:LINK_SIGNALS]:
+            picked = self.ranked_signals(above, root=False)[:LINK_SIGNALS]
+            # The symptom asked about ends the chain: its most telling signal comes last.
+            for signal in reversed(picked) if above == path[-1] else picked:
                 self.signal_claim(signal)
         explained = [str(s) for s in suspect.get("explains") or [] if str(s) not in path]
         callers = {str(e.get("caller")): str(e.get("callee")) for e in self.edges}
         for other in explained:
             callee = callers.get(other)
-            if callee is not None and callee in path:
-                self.link_claim(other, callee)
-            for signal in self.ranked_signals(other, root=False)[:LINK_SIGNALS]:
+            linked = callee is not None and callee in path and self.link_claim(other, callee)
+            for signal in self.ranked_signals(other, root=False)[: 0 if linked else 1]:
                 self.signal_claim(signal)
         claim_ids = list(self.ids)
         for rank, runner in enumerate(self.suspects):
@@ -344,19 +350,17 @@ class _Section:
 
 
 def root_cause_section(writer: Writer, found: QuestionFacets, results: list[Result]) -> bool:
-    """Write the root-cause section (see the module docstring); False when there is none.
+    """Write the root-cause section (see the module docstring); whether it states a root cause.
 
-    None is written when the analysis did not run or found no suspect.
+    Nothing is written when the analysis did not run or found no suspect.
     """
     analysis = analysis_result(results)
     if analysis is None or not analysis.entries("suspects"):
         return False
     section = _Section(writer, found, results)
-    root = next(
-        (i for i, s in enumerate(section.suspects) if s.get("root_cause") is True), None
-    )
-    if root is not None:
-        section.root_cause(root)
-    else:
+    root = next((i for i, s in enumerate(section.suspects) if s.get("root_cause") is True), None)
+    if root is None:
         section.ambiguous()
+        return False
+    section.root_cause(root)
     return True
