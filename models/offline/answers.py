@@ -80,6 +80,9 @@ def compose(task: dict[str, Any], found: QuestionFacets, results: list[Result]) 
         confirm(writer, found, results, services)
     elif services and not stated:
         why(writer, found, results, services, known)
+    elif services:  # the root cause and its chain are stated: the symptom's own measures
+        for service in services:
+            why_metrics(writer, found, results, service)
     elif not found["unknown_services"]:
         overview(writer, found, results)
     for service in unknown:

@@ -1,7 +1,7 @@
 """Offline executor: runs the plan, follows the evidence, then answers what was asked.
 
-Turns: first the plan's tool calls; then, for a why question the incident analysis did not
-cover, the services the ERROR and WARN messages name (``upstream X``, ``call to Y``,
+Turns: first the plan's tool calls; then, for a why question whose root cause the incident
+analysis did not single out, the services the ERROR and WARN messages name (``upstream X``, ``call to Y``,
 ``connection to Z``) are queried next, up to two hops; then runbooks are looked up for the
 symptoms of the question and of the messages seen; then the answer. The tool budget bounds
 all of it: a call that offers no tools means the budget is spent (``models.offline.base``); it
@@ -107,7 +107,10 @@ class OfflineExecutor(OfflineModel):
         """
         known = [str(s) for s in task.get("known_services", [])]
         steps: list[Step] = []
-        analysed = any(r.tool == "analyze_incident" and r.status == "ok" for r in results)
+        analysed = any(
+            r.tool == "analyze_incident" and r.status == "ok" and r.output.get("root_cause")
+            for r in results
+        )
         if found["kind"] == "why" and found["services"] and turns <= MAX_HOPS and not analysed:
             for service in self.hops(found, results, known):
                 steps.append(("query_logs", {"service": service, "level": found["error_level"]}))

@@ -12,8 +12,12 @@ It opens the answer of a why, "what is wrong" or alert question when the analysi
 3. the runner-up suspects and why they rank lower (bound to their suspect entries);
 4. what would confirm it, as a recommended action.
 
-When the analysis singles out no root cause the section says so and lists the candidates, each
-bound to its suspect entry and its strongest evidence; no root cause is proposed. The proposal
+Only suspects that can explain the services asked about are named: those services and the
+services they call, directly or not, by the call graph the analysis used (every suspect when
+the question names no service). When the analysis singles out no such root cause, a why question
+is told so with the candidates listed in one claim bound to their suspect entries, and no root
+cause is proposed; the rest of the answer then follows as without the
+analysis. The proposal
 (``root_cause``: service, mechanism, the ids of the claims stating it) is kept by the diagnosis
 only when those claims are confirmed (``verification.root_cause``).
 """
@@ -119,6 +123,25 @@ class _Section:
         self.gaps = out.entries("gaps")
         self.ids: list[str] = []
         self.quoted: set[str] = set()
+        self.relevant = self.relevant_suspects()
+
+    def relevant_suspects(self) -> list[int]:
+        """Suspects that can explain the services asked about: those services themselves and
+        the services they call, directly or not (all suspects when none is asked about)."""
+        asked = self.found["services"]
+        if not asked:
+            return list(range(len(self.suspects)))
+        callees: dict[str, set[str]] = {}
+        for edge in self.edges:
+            callees.setdefault(str(edge.get("caller")), set()).add(str(edge.get("callee")))
+        reach = set(asked)
+        queue = deque(asked)
+        while queue:
+            for callee in callees.get(queue.popleft(), set()):
+                if callee not in reach:
+                    reach.add(callee)
+                    queue.append(callee)
+        return [i for i, s in enumerate(self.suspects) if str(s.get("service")) in reach]
 
     # ----------------------------------------------------------------------- claims
 
@@ -292,9 +315,8 @@ class _Section:
             for signal in self.ranked_signals(other, root=False)[: 0 if linked else 1]:
                 self.signal_claim(signal)
         claim_ids = list(self.ids)
-        for rank, runner in enumerate(self.suspects):
-            if rank == index or rank > RUNNERS_UP:
-                continue
+        for rank in [i for i in self.relevant if i != index][:RUNNERS_UP]:
+            runner = self.suspects[rank]
             why = str(runner.get("why_not_first") or "")
             if not why:
                 continue
@@ -323,7 +345,8 @@ class _Section:
         }
 
     def ambiguous(self) -> None:
-        shown = self.suspects[: RUNNERS_UP + 1]
+        picked = self.relevant[: RUNNERS_UP + 1]
+        shown = [self.suspects[i] for i in picked]
         candidates = self.writer.join(
             [
                 self.t["candidate"].format(
@@ -332,17 +355,8 @@ class _Section:
                 for s in shown
             ]
         )
-        bindings = [_ref_binding(self.analysis, f"suspects[{i}]") for i in range(len(shown))]
-        gap = next(
-            (i for i, g in enumerate(self.gaps) if "root cause" in str(g.get("text", ""))), None
-        )
-        if gap is not None:
-            bindings.append(_ref_binding(self.analysis, f"gaps[{gap}]"))
+        bindings = [_ref_binding(self.analysis, f"suspects[{i}]") for i in picked]
         self.claim("state", self.t["ambiguous"].format(candidates=candidates), bindings, "indirect")
-        for suspect in shown:
-            service = str(suspect.get("service", ""))
-            for signal in self.ranked_signals(service, root=True)[:1]:
-                self.signal_claim(signal)
         names = self.writer.join([str(s.get("service", "")) for s in shown])
         self.writer.first_action(
             self.t["confirm_ambiguous"].format(candidates=names), "incident analysis"
@@ -359,8 +373,11 @@ def root_cause_section(writer: Writer, found: QuestionFacets, results: list[Resu
         return False
     section = _Section(writer, found, results)
     root = next((i for i, s in enumerate(section.suspects) if s.get("root_cause") is True), None)
+    if root is not None and root not in section.relevant:
+        root = None
     if root is None:
-        section.ambiguous()
+        if found["services"] and section.relevant:
+            section.ambiguous()
         return False
     section.root_cause(root)
     return True

@@ -11,9 +11,10 @@ evidence backend knows (``known_services`` of the task), so the rules work on an
   ``CRITICAL``) is queried instead of ERROR; the executor then follows the services the messages
   name, and looks up runbooks for the symptoms it saw;
 - an overview queries every alert and series, ERROR and WARN logs;
-- a why question and an overview (alert investigations included) start with the incident
-  analysis (``analyze_incident``), scoped to the services named and starting at the earliest
-  time the question names;
+- a why question and an overview (alert investigations included) also ask for the incident
+  analysis (``analyze_incident``, after the queries above, so a tight tool budget cuts it
+  first), scoped to the services named and starting at the earliest time the question names;
+  not when the question names only services the backend does not know;
 - a service the backend does not know is queried for logs and metrics once, to show there are
   none.
 
@@ -136,9 +137,10 @@ def plan_steps(facts: dict[str, Any]) -> list[Step]:
     elif kind == "confirm":
         steps = _confirm_steps(found)
     else:
-        steps.append(analysis_step(found, str(facts.get("question", ""))))
         for target in scopes(services, unknown):
             steps += _log_steps(target, slow, found["error_level"])
+        if services or not unknown:  # never about other services than the unknown one asked
+            steps.append(analysis_step(found, str(facts.get("question", ""))))
     for service in unknown:
         steps.append(("query_logs", {"service": service}))
         steps.append(("query_metrics", {"service": service}))

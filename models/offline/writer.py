@@ -333,7 +333,8 @@ class Writer:
             "answer_version": "executor_evidence_v2",
             "claims": self.claims,
             "hypotheses": self.hypotheses,
-            "recommended_actions": self.actions[:3],
+            # A root cause's own next step (what would confirm it) comes before three runbooks.
+            "recommended_actions": self.actions[: 4 if self.root_cause is not None else 3],
             "missing_info": self.missing,
         }
         if self.root_cause is not None:
