@@ -2,10 +2,11 @@
 
 Turns: first the plan's tool calls; then, for a why question whose root cause the incident
 analysis did not single out, the services the ERROR and WARN messages name (``upstream X``,
-``call to Y``, ``connection to Z``) are queried next, up to two hops; then runbooks are looked up for the
-symptoms of the question and of the messages seen; then the answer. The tool budget bounds
-all of it: a call that offers no tools means the budget is spent (``models.offline.base``); it
-answers then, and asks once more for what it still wanted, which the executor node records as not run (the answer lists those calls as a gap).
+``call to Y``, ``connection to Z``) are queried next, up to two hops; then runbooks are looked
+up for the symptoms of the question and of the messages seen; then the answer. The tool budget
+bounds all of it: a call that offers no tools means the budget is spent
+(``models.offline.base``); it answers then, and asks once more for what it still wanted, which
+the executor node records as not run (the answer lists those calls as a gap).
 
 The answer is built from the structured tool results (``models.offline.evidence``), per kind of
 question, by ``models.offline.answers``.
