@@ -126,8 +126,11 @@ class _Section:
         self.relevant = self.relevant_suspects()
 
     def relevant_suspects(self) -> list[int]:
-        """Suspects that can explain the services asked about: those services themselves and
-        the services they call, directly or not (all suspects when none is asked about)."""
+        """Indexes of the suspects that can explain the services asked about.
+
+        Those services themselves and the services they call, directly or not; every suspect
+        when the question names no service.
+        """
         asked = self.found["services"]
         if not asked:
             return list(range(len(self.suspects)))
