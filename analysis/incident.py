@@ -82,7 +82,7 @@ _SIGNAL_WEIGHT: Final[dict[SignalKind, float]] = {
     "cpu": 0.8,
     "memory": 0.6,
     "saturation": 0.8,
-    "throughput": 0.4,
+    "throughput": 0.25,
     "change": 0.0,
     "trace_errors": 1.0,
     "trace_latency": 0.9,
@@ -290,11 +290,13 @@ class _LogFacts:
     templates: TemplateIndex
     template_of: list[int]
     stats: dict[tuple[str, int], _TemplateStats]
-    coverage_b: int
-    coverage_i: int
+    coverage_b: float
+    coverage_i: float
 
 
 _LEVEL_RANK: Final = {"info": 0, "warn": 1, "error": 2}
+_COVERAGE_BUCKET_S: Final = 10
+"""Log coverage is counted in buckets of this many seconds that hold any line."""
 
 
 def _log_signals(
@@ -302,8 +304,8 @@ def _log_signals(
 ) -> _LogFacts:
     index = TemplateIndex()
     template_of: list[int] = []
-    minutes_b: set[int] = set()
-    minutes_i: set[int] = set()
+    buckets_b: set[int] = set()
+    buckets_i: set[int] = set()
     stats: dict[tuple[str, int], _TemplateStats] = {}
     levels: dict[str, dict[str, list[int]]] = defaultdict(lambda: {"error": [0, 0], "warn": [0, 0]})
     level_samples: dict[tuple[str, str], list[LogEntry]] = defaultdict(list)
@@ -314,7 +316,7 @@ def _log_signals(
         side = window.side(moment)
         if side is None:
             continue
-        (minutes_i if side == "i" else minutes_b).add(int(moment // 60))
+        (buckets_i if side == "i" else buckets_b).add(int(moment // _COVERAGE_BUCKET_S))
         service = log.get("service", "") or "unknown"
         level = _level_class(log.get("level", ""))
         entry = stats.get((service, template_id))
@@ -336,7 +338,8 @@ def _log_signals(
                 if len(level_samples[(service, level)]) < thresholds.MAX_EVIDENCE:
                     level_samples[(service, level)].append(log)
                 level_onset.setdefault((service, level), moment)
-    cov_b, cov_i = len(minutes_b), len(minutes_i)
+    cov_b = len(buckets_b) * _COVERAGE_BUCKET_S / 60.0
+    cov_i = len(buckets_i) * _COVERAGE_BUCKET_S / 60.0
     signals: list[Signal] = []
     if logs and cov_i and not cov_b:
         gaps.append("logs: no log line in the baseline window, so log rates have no baseline")
@@ -380,8 +383,8 @@ def _log_signals(
 def _template_signals(
     stats: dict[tuple[str, int], _TemplateStats],
     index: TemplateIndex,
-    cov_b: int,
-    cov_i: int,
+    cov_b: float,
+    cov_i: float,
     cfg: _Config,
 ) -> list[Signal]:
     per_service: dict[str, list[Signal]] = defaultdict(list)
@@ -479,8 +482,17 @@ def _series_service(series: SeriesEntry) -> str:
 
 
 def _series_signals(
-    series_list: Sequence[SeriesEntry], window: _Span, cfg: _Config, gaps: list[str]
+    series_list: Sequence[SeriesEntry],
+    window: _Span,
+    cfg: _Config,
+    gaps: list[str],
+    traced: set[str],
 ) -> list[Signal]:
+    """Series signals, one per deviating series.
+
+    Latency series of services whose spans are compared are left out: the spans measure the same
+    latency request by request.
+    """
     signals: list[Signal] = []
     thin: list[str] = []
     for series in series_list[: thresholds.MAX_SERIES]:
@@ -490,6 +502,8 @@ def _series_signals(
         if not service or classified is None:
             continue
         kind, direction = classified
+        if kind == "latency" and service in traced:
+            continue
         points = [
             (float(point[0]), float(point[1]))
             for point in (series.get("points") or [])[-thresholds.MAX_POINTS :]
@@ -514,10 +528,28 @@ def _series_signals(
     return signals
 
 
-def _ratio_floor(median: float, peak: float) -> float:
-    """The smallest error-ratio change worth a signal: 1 point, of a fraction or a percentage."""
-    scale = 100.0 if max(abs(median), abs(peak)) > 1.0 else 1.0
-    return thresholds.ERROR_RATIO_MIN_DELTA * scale
+def _absolute_floor(kind: SignalKind, series: SeriesEntry, median: float, peak: float) -> float:
+    """The smallest change of a series worth a signal, from its kind and unit.
+
+    Ratios (error, CPU, memory) by ``ERROR_RATIO_MIN_DELTA`` / ``USAGE_MIN_DELTA`` of a fraction
+    or of a percentage (a value above 1, or a name or unit saying percent); latencies by
+    ``LATENCY_MIN_MS`` in seconds or milliseconds (from the name or unit); others by nothing.
+    """
+    name = series.get("metric", "").lower()
+    unit = (series.get("unit") or "").lower()
+    percent = "percent" in name or unit in {"%", "percent"} or max(abs(median), abs(peak)) > 1.0
+    if kind == "error_ratio":
+        return thresholds.ERROR_RATIO_MIN_DELTA * (100.0 if percent else 1.0)
+    if kind in ("cpu", "memory"):
+        if "core" in name or "bytes" in name or unit in {"bytes", "b", "cores"}:
+            return 0.0
+        return thresholds.USAGE_MIN_DELTA * (100.0 if percent else 1.0)
+    if kind == "latency":
+        if unit in {"s", "seconds"} or "second" in name or name.endswith("_s"):
+            return thresholds.LATENCY_MIN_MS / 1000.0
+        if unit in {"ms", "milliseconds"} or "_ms" in name or "millisecond" in name:
+            return thresholds.LATENCY_MIN_MS
+    return 0.0
 
 
 def _series_signal(
@@ -547,15 +579,21 @@ def _series_signal(
         change = sign * (peak_value - median) / max(abs(median), 1e-9)
         if peak_z < cfg.series_z or change < cfg.series_min_change:
             continue
-        if kind == "error_ratio" and abs(peak_value - median) < _ratio_floor(median, peak_value):
+        floor = _absolute_floor(kind, series, median, peak_value)
+        if abs(peak_value - median) < floor:
+            continue
+        if kind == "throughput" and median <= 0:
             continue
         onset = min(moment for z, moment, _ in zs if z >= cfg.series_z)
-        if best is None or peak_z > best[0]:
-            best = (peak_z, sign, peak_value, onset)
+        strength = min(
+            _ratio_strength(peak_z, cfg.series_z),
+            _ratio_strength(1.0 + change, 1.0 + cfg.series_min_change),
+        )
+        if best is None or strength > best[0]:
+            best = (strength, sign, peak_value, onset)
     if best is None:
         return None
-    peak_z, sign, peak_value, onset = best
-    strength = _ratio_strength(peak_z, cfg.series_z)
+    strength, sign, peak_value, onset = best
     if kind == "throughput" and sign < 0:
         detail_kind = "drop"
     else:
@@ -706,6 +744,104 @@ def _span_signals(
             )
     if spans and not any(side == "b" for _, side in served):
         gaps.append("traces: no span in the baseline window, so trace latency has no baseline")
+    signals.extend(_call_gap_signals(spans, by_id, window, cfg))
+    return signals
+
+
+def _traced_services(spans: Sequence[tuple[float, SpanEntry]], window: _Span) -> set[str]:
+    """Services with at least ``MIN_SPANS`` spans in each window."""
+    counts: dict[tuple[str, str | None], int] = defaultdict(int)
+    for moment, span in spans:
+        counts[(span.get("service", ""), window.side(moment))] += 1
+    return {
+        service
+        for (service, side), count in counts.items()
+        if side == "i"
+        and count >= thresholds.MIN_SPANS
+        and counts.get((service, "b"), 0) >= thresholds.MIN_SPANS
+    }
+
+
+def _call_gap_signals(
+    spans: Sequence[tuple[float, SpanEntry]],
+    by_id: dict[str, SpanEntry],
+    window: _Span,
+    cfg: _Config,
+) -> list[Signal]:
+    """The time a call spends between two services, per edge, attributed to a shared service.
+
+    For a caller span whose only child is the callee's span, the call's time outside the callee
+    (the network, queues, the caller's own client) is the caller's duration minus the callee's.
+    An edge whose median of that time rose ``LATENCY_RATIO`` times and by ``LATENCY_MIN_MS`` is
+    slow. A slow network or a starved process at one service slows every call into and out of
+    it, so each service gets the share of its edges that are slow (halved when only one is).
+    """
+    children: dict[str, int] = defaultdict(int)
+    for _, span in spans:
+        children[span.get("parent_span_id", "")] += 1
+    gaps_by_edge: dict[tuple[str, str, str], list[tuple[float, SpanEntry, SpanEntry]]] = (
+        defaultdict(list)
+    )
+    for moment, span in spans:
+        parent = by_id.get(span.get("parent_span_id", ""))
+        if parent is None or parent.get("service") == span.get("service"):
+            continue
+        if children[parent.get("span_id", "")] != 1:
+            continue
+        side = window.side(moment)
+        if side is None:
+            continue
+        gap = float(parent.get("duration_ms", 0.0)) - float(span.get("duration_ms", 0.0))
+        key = (parent.get("service", ""), span.get("service", ""), side)
+        gaps_by_edge[key].append((max(0.0, gap), parent, span))
+    measured: dict[str, list[tuple[str, str]]] = defaultdict(list)
+    slow: dict[str, list[tuple[str, str, float, float, SpanEntry, SpanEntry]]] = defaultdict(list)
+    for (caller, callee, side), rows in sorted(gaps_by_edge.items()):
+        if side != "i" or len(rows) < thresholds.MIN_SPANS:
+            continue
+        before = gaps_by_edge.get((caller, callee, "b"), [])
+        if len(before) < thresholds.MIN_SPANS:
+            continue
+        p_b = percentile([row[0] for row in before], 0.5)
+        p_i = percentile([row[0] for row in rows], 0.5)
+        for service in (caller, callee):
+            measured[service].append((caller, callee))
+        if p_i - p_b < cfg.latency_min_ms or p_i / max(p_b, 1.0) < cfg.latency_ratio:
+            continue
+        sample = max(rows, key=lambda row: row[0])
+        for service in (caller, callee):
+            slow[service].append((caller, callee, p_b, p_i, sample[1], sample[2]))
+    signals: list[Signal] = []
+    for service in sorted(slow):
+        edges = slow[service]
+        worst = max(edges, key=lambda edge: edge[3] / max(edge[2], 1.0))
+        strength = min(1.0, len(edges) / 2) * _ratio_strength(
+            worst[3] / max(worst[2], 1.0), cfg.latency_ratio
+        )
+        if strength <= 0:
+            continue
+        names = ", ".join(f"{caller} -> {callee}" for caller, callee, *_ in edges[:4])
+        onsets = [parse_time(edge[5].get("start")) for edge in edges]
+        signals.append(
+            Signal(
+                kind="trace_latency",
+                service=service,
+                detail=(
+                    f"time between services on calls in and out of it: p50 {_fmt(worst[2])} ms"
+                    f" -> {_fmt(worst[3])} ms on {len(edges)} of {len(measured[service])}"
+                    f" edges ({names})"
+                ),
+                baseline=round(worst[2], 3),
+                incident=round(worst[3], 3),
+                onset=_iso_or_none(min((m for m in onsets if m is not None), default=None)),
+                strength=round(strength, 4),
+                evidence=[
+                    EvidencePointer(kind="edge", caller=edge[0], callee=edge[1])
+                    for edge in edges[: thresholds.MAX_EVIDENCE]
+                ]
+                + [_span_pointer(worst[4]), _span_pointer(worst[5])],
+            )
+        )
     return signals
 
 
@@ -812,11 +948,44 @@ def _edges(
 # --------------------------------------------------------------------------- ranking
 
 
-def _combined(signals: Sequence[Signal]) -> float:
-    remaining = 1.0
-    for signal in sorted(signals, key=lambda s: -s["strength"])[: thresholds.MAX_SIGNALS]:
-        remaining *= 1.0 - signal["strength"] * _SIGNAL_WEIGHT[signal["kind"]]
-    return 1.0 - remaining
+def _evidence(signals: Sequence[Signal]) -> float:
+    """The weight of a service's signals: the sum of the strongest, each times its kind's weight."""
+    ranked = sorted(signals, key=lambda s: -s["strength"] * _SIGNAL_WEIGHT[s["kind"]])
+    return sum(s["strength"] * _SIGNAL_WEIGHT[s["kind"]] for s in ranked[: thresholds.MAX_SIGNALS])
+
+
+def _score(evidence: float) -> float:
+    """Evidence (0 and up) as a score in 0..1."""
+    return 1.0 - math.exp(-max(0.0, evidence))
+
+
+def _discount_shared(signals: list[Signal]) -> list[Signal]:
+    """Discount series deviations that many services share: they point at none of them.
+
+    Each is divided by the square root of the number of services whose same metric moved the
+    same way.
+    """
+    families: dict[tuple[str, str, bool], set[str]] = defaultdict(set)
+    keyed: list[tuple[Signal, tuple[str, str, bool] | None]] = []
+    for signal in signals:
+        pointer = signal["evidence"][0] if signal["evidence"] else None
+        if pointer is None or pointer.get("kind") != "series":
+            keyed.append((signal, None))
+            continue
+        rise = (signal["incident"] or 0.0) >= (signal["baseline"] or 0.0)
+        key: tuple[str, str, bool] = (signal["kind"], pointer.get("metric", ""), rise)
+        families[key].add(signal["service"])
+        keyed.append((signal, key))
+    result: list[Signal] = []
+    for signal, family in keyed:
+        shared = len(families[family]) if family is not None else 1
+        if shared > 1:
+            signal = Signal(
+                **{**signal, "strength": round(signal["strength"] / math.sqrt(shared), 4)}
+            )
+            signal["detail"] += f" (also on {shared - 1} other services)"
+        result.append(signal)
+    return result
 
 
 def _onset(signals: Sequence[Signal]) -> float | None:
@@ -856,7 +1025,8 @@ def _rank(
     by_service: dict[str, list[Signal]] = defaultdict(list)
     for signal in signals:
         by_service[signal["service"]].append(signal)
-    strength = {service: _combined(items) for service, items in by_service.items()}
+    evidence = {service: _evidence(items) for service, items in by_service.items()}
+    strength = {service: _score(value) for service, value in evidence.items()}
     anomalous = {service for service, value in strength.items() if value >= cfg.anomaly_min}
     onset = {service: _onset(by_service[service]) for service in anomalous}
     graph: dict[str, set[str]] = defaultdict(set)
@@ -891,7 +1061,7 @@ def _rank(
     suspects: list[Suspect] = []
     others = max(1, len(anomalous) - 1)
     for service in anomalous:
-        score = strength[service]
+        score = evidence[service]
         if explained_by[service]:
             score *= cfg.symptom_factor
         score += cfg.explain_bonus * len(explains[service]) / others
@@ -924,7 +1094,7 @@ def _rank(
         suspects.append(
             Suspect(
                 service=service,
-                score=round(min(1.0, score), 4),
+                score=round(_score(score), 4),
                 mechanism=_mechanism(top),
                 onset=_iso_or_none(start),
                 signals=service_signals[: thresholds.MAX_SIGNALS],
@@ -1014,9 +1184,11 @@ def analyze(inputs: IncidentInputs, settings: AnalysisSettings | None = None) ->
     alerts = list(inputs.get("alerts", []))
     facts = _log_signals(logs, window, cfg, gaps)
     signals = list(facts.signals)
-    signals += _series_signals(series, window, cfg, gaps)
+    traced = _traced_services(spans, window)
+    signals += _series_signals(series, window, cfg, gaps, traced)
     signals += _span_signals(spans, window, cfg, gaps)
     signals += _alert_signals(alerts, window)
+    signals = _discount_shared(signals)
     changes = _changes(logs, facts, window, cfg)
     services = {log.get("service", "") for _, log in logs}
     services |= {span.get("service", "") for _, span in spans}
@@ -1037,8 +1209,8 @@ def analyze(inputs: IncidentInputs, settings: AnalysisSettings | None = None) ->
             incident_end=_iso(window.i1),
             baseline_start=_iso(window.b0),
             baseline_end=_iso(window.b1),
-            incident_log_minutes=facts.coverage_i,
-            baseline_log_minutes=facts.coverage_b,
+            incident_log_minutes=round(facts.coverage_i, 2),
+            baseline_log_minutes=round(facts.coverage_b, 2),
         ),
         counts={
             "logs": len(logs),

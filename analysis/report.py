@@ -137,8 +137,8 @@ class Windows(TypedDict):
     incident_end: str
     baseline_start: str
     baseline_end: str
-    incident_log_minutes: int
-    baseline_log_minutes: int
+    incident_log_minutes: float
+    baseline_log_minutes: float
 
 
 class IncidentReport(TypedDict):

@@ -12,8 +12,9 @@ Log rates
     line at all was read. A source that captured only part of a window (a sampled capture, a file
     that starts late) is then compared fairly, and a window with no coverage is a gap.
 
-Signals (each one has a strength in 0..1; a service's anomaly combines them as independent
-evidence, ``1 - prod(1 - strength * weight)``)
+Signals (each one has a strength in 0..1; a service's evidence is the sum of its strongest
+``MAX_SIGNALS`` strengths times their kind's weight, and a score is ``1 - exp(-evidence)``;
+a series deviation that several services share is divided by the square root of their number)
     - error surge: the error (or warning) rate rose at least ``SURGE_RATIO`` times over the
       baseline (one extra event per baseline window added as a floor), with at least
       ``MIN_EVENTS`` events in the incident window;
@@ -25,7 +26,9 @@ evidence, ``1 - prod(1 - strength * weight)``)
       deviation, floored at ``SERIES_REL_FLOOR`` of the median) from the baseline median, in the
       bad direction of the metric, and a relative change of at least ``SERIES_MIN_CHANGE``; the
       onset is the first such point; an error or success ratio must also move by at least
-      ``ERROR_RATIO_MIN_DELTA`` (one point: 0.01 of a fraction, 1 of a percentage);
+      ``ERROR_RATIO_MIN_DELTA`` (one point: 0.01 of a fraction, 1 of a percentage), a CPU or
+      memory usage by ``USAGE_MIN_DELTA`` (ten points), a latency by ``LATENCY_MIN_MS``; the
+      strength is the lesser of the deviation's and the relative change's;
     - trace latency: a service's served spans' p90 (or its own time, children excluded) rose
       ``LATENCY_RATIO`` times and by at least ``LATENCY_MIN_MS``, over ``MIN_SPANS`` spans;
     - trace errors: the error ratio of a service's spans rose by ``ERROR_RATIO_DELTA``.
@@ -34,8 +37,9 @@ Propagation and ranking
     A service is anomalous when its combined strength reaches ``ANOMALY_MIN``. An anomalous
     service that calls (directly or through anomalous services) an anomalous service whose onset
     is no later than its own plus ``ONSET_TOLERANCE_S`` is explained by it (a symptom): its score
-    is multiplied by ``SYMPTOM_FACTOR``. A suspect gains ``EXPLAIN_BONUS`` times the share of the
-    other anomalous services it explains, and ``CHANGE_BONUS`` for a change event on it within
+    evidence is multiplied by ``SYMPTOM_FACTOR``. A suspect's evidence gains ``EXPLAIN_BONUS``
+    times the share of the other anomalous services it explains, and ``CHANGE_BONUS`` for a
+    change event on it within
     ``CHANGE_LEAD_S`` before (or during) its onset. The top suspect is the root cause when its score
     is at least ``ROOT_MIN_SCORE`` and leads the next by ``ROOT_MARGIN``; otherwise the report says
     the evidence does not single one out.
@@ -63,6 +67,7 @@ SERIES_REL_FLOOR: Final = 0.1
 SERIES_MIN_CHANGE: Final = 0.5
 SERIES_MIN_BASELINE_POINTS: Final = 3
 ERROR_RATIO_MIN_DELTA: Final = 0.01
+USAGE_MIN_DELTA: Final = 0.1
 
 LATENCY_RATIO: Final = 2.0
 LATENCY_MIN_MS: Final = 50.0
@@ -72,8 +77,8 @@ ERROR_RATIO_DELTA: Final = 0.1
 ANOMALY_MIN: Final = 0.3
 ONSET_TOLERANCE_S: Final = 60.0
 SYMPTOM_FACTOR: Final = 0.5
-EXPLAIN_BONUS: Final = 0.3
-CHANGE_BONUS: Final = 0.2
+EXPLAIN_BONUS: Final = 0.5
+CHANGE_BONUS: Final = 0.5
 CHANGE_LEAD_S: Final = 1800.0
 ROOT_MIN_SCORE: Final = 0.3
 ROOT_MARGIN: Final = 0.05

@@ -7,7 +7,8 @@
 - a real source configured (``evidence.config``): ``ComposedBackend``, one part per kind of
   evidence, each served by its configured source: metrics (and alerts) by Prometheus /
   Alertmanager, logs by Loki, OpenSearch or local log files (at most one), knowledge by the
-  runbook index. A kind without a configured source is served by the environment file when one
+  runbook index, traces by Tempo, Jaeger or OTLP files (at most one). A kind without a
+  configured source is served by the environment file when one
   is given, else it is *unavailable* (an ``error`` invocation saying so): the bundled sample
   incident is never mixed into answers about real systems.
 
@@ -33,6 +34,9 @@ from evidence.opensearch import OpenSearchLogs
 from evidence.prometheus import PrometheusMetrics
 from evidence.replay import ReplayBackend
 from evidence.sample import SampleBackend
+from evidence.traces.files import FileTraces
+from evidence.traces.jaeger import JaegerTraces
+from evidence.traces.tempo import TempoTraces
 from knowledge.runbooks import Progress, RunbookIndex, stderr_progress
 from state.records import LogEntry
 from tools.analyze_incident import AnalysisOutput
@@ -50,6 +54,7 @@ from tools.backend import (
     MetricsRequest,
     TimeOutput,
 )
+from tools.query_traces import TracesOutput, TracesRequest
 
 
 class _Part(Protocol):
@@ -69,6 +74,10 @@ class _Metrics(_Part, Protocol):
 
 class _Knowledge(_Part, Protocol):
     def lookup_knowledge(self, *, query: str, top_k: int = 3) -> KnowledgeOutput: ...
+
+
+class _Traces(_Part, Protocol):
+    def find_traces(self, request: TracesRequest) -> TracesOutput: ...
 
 
 class _Clock(_Part, Protocol):
@@ -101,9 +110,19 @@ class Unavailable(LogSource, MetricSource):
         """Refused: no knowledge source."""
         raise self._refuse()
 
+    def find_traces(self, request: TracesRequest) -> TracesOutput:
+        """Refused: no trace source."""
+        raise self._refuse()
+
     def services(self) -> list[str]:
         """Knows no service."""
         return []
+
+
+_TRACES_FIX = (
+    "set SUPERBIZ_TRACE_FILES, SUPERBIZ_TEMPO_URL or SUPERBIZ_JAEGER_URL, or pass --env FILE "
+    "to serve an environment file's traces"
+)
 
 
 class RealClock:
@@ -125,17 +144,25 @@ class ComposedBackend(EvidenceSource):
         metrics: Serves ``query_metrics``.
         knowledge: Serves ``lookup_knowledge``.
         clock: Serves ``get_current_time``.
+        traces: Serves ``query_traces`` (default: unavailable).
     """
 
     def __init__(
-        self, *, logs: _Logs, metrics: _Metrics, knowledge: _Knowledge, clock: _Clock
+        self,
+        *,
+        logs: _Logs,
+        metrics: _Metrics,
+        knowledge: _Knowledge,
+        clock: _Clock,
+        traces: _Traces | None = None,
     ) -> None:
         self.logs = logs
         self.metrics = metrics
         self.knowledge = knowledge
         self.clock = clock
+        self.traces: _Traces = traces or Unavailable("trace", _TRACES_FIX)
         self.parts: tuple[object, ...] = tuple(
-            dict.fromkeys([logs, metrics, knowledge, clock], None)
+            dict.fromkeys([logs, metrics, knowledge, clock, self.traces], None)
         )
         self.needs_timeout = any(getattr(part, "needs_timeout", True) for part in self.parts)
 
@@ -146,6 +173,10 @@ class ComposedBackend(EvidenceSource):
     def find_metrics(self, request: MetricsRequest) -> MetricsOutput:
         """Alerts and series from the metrics part."""
         return self.metrics.find_metrics(request)
+
+    def find_traces(self, request: TracesRequest) -> TracesOutput:
+        """Traces from the trace part."""
+        return self.traces.find_traces(request)
 
     @property
     def follows_runbook_urls(self) -> bool:
@@ -244,6 +275,8 @@ def configured_backend(
         kept: Environment = Environment(
             logs=environment.get("logs", []), documents=environment.get("documents", [])
         )
+        if settings.trace_source is None:
+            kept["traces"] = environment.get("traces", [])
         if metrics is None:
             kept["alerts"] = environment.get("alerts", [])
             kept["series"] = environment.get("series", [])
@@ -276,7 +309,21 @@ def configured_backend(
         ),
         knowledge=knowledge,
         clock=RealClock(),
+        traces=_traces(settings) or file_backend,
     )
+
+
+def _traces(settings: Settings) -> _Traces | None:
+    source = settings.trace_source
+    if source == "trace_files":
+        return FileTraces(settings.trace_files)
+    tempo = settings.backend("tempo")
+    if source == "tempo" and tempo is not None:
+        return TempoTraces(tempo, timeout_s=settings.query_timeout_s)
+    jaeger = settings.backend("jaeger")
+    if source == "jaeger" and jaeger is not None:
+        return JaegerTraces(jaeger, timeout_s=settings.query_timeout_s)
+    return None
 
 
 def _metrics(settings: Settings) -> PrometheusMetrics | None:
@@ -321,6 +368,7 @@ def part_names(backend: EvidenceBackend) -> Sequence[str]:
         f"logs: {backend.logs.title}",
         f"metrics: {backend.metrics.title}",
         f"knowledge: {backend.knowledge.title}",
+        f"traces: {backend.traces.title}",
         f"time: {backend.clock.title}",
     ]
 

@@ -9,7 +9,8 @@ which labels stand, derives the legacy facts, computes the groundedness score an
    a ``direct_observation`` left without a citation is ``unsupported``. A claim none of whose
    bindings the Gatekeeper verified is ``unsupported`` (a stricter ``contradicted`` stands); one
    whose only verified evidence is knowledge is at most ``external_unknown``; one the Gatekeeper
-   flagged with ``evidence.unbound_specifics`` is at most ``overstated``.
+   flagged with ``evidence.unbound_specifics`` is at most ``overstated``; so is one whose text
+   the Verifier was shown cut (what follows the cut was never checked).
 2. **Facts and score.** direct_observation -> direct_evidence (1.0); reasonable_inference and
    overstated -> indirect_support (0.6); unsupported and external_unknown -> no_evidence (0.0);
    contradicted -> contradicted (the score is 0.0). The score is the mean over claims, 0.0 with
@@ -32,7 +33,7 @@ Verdicts are ranked here only (REJECT < LOW_CONFID < PASS): ``strictest`` and ``
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Final
 
 from state.records import (
@@ -167,6 +168,7 @@ def _check(
     trace: dict[str, TraceItem],
     unbound: set[str],
     unseen: set[str],
+    clipped: Mapping[str, int],
     notes: list[str],
 ) -> ClaimCheck:
     """The final check of one claim (rule 1 of the module docstring)."""
@@ -217,6 +219,14 @@ def _check(
         notes.append(f"{claim_id}: {UNBOUND_SPECIFICS} failed, {model_label} -> overstated")
         detail = _with_reason(detail, "states specifics found in none of its verified evidence")
         label = "overstated"
+    if claim_id in clipped and label in CONFIRMED_LABELS:
+        # The rest of a cut claim text was never checked: it must not reach the user as verified.
+        shown = clipped[claim_id]
+        notes.append(f"{claim_id}: only its first {shown} characters were checked -> overstated")
+        detail = _with_reason(
+            detail, f"only the first {shown} characters of the claim were shown to the verifier"
+        )
+        label = "overstated"
     return ClaimCheck(
         claim_id=claim_id,
         verification=label,
@@ -233,11 +243,13 @@ def claim_checks(
     trace: Sequence[TraceItem],
     notes: list[str],
     unseen: Collection[str] = (),
+    clipped: Mapping[str, int] | None = None,
 ) -> list[ClaimCheck]:
     """Exactly one final check per executor claim, in claim order (rule 1).
 
     A claim in ``unseen`` was not in the Verifier's input: it is ``unsupported`` whatever the
-    reply says about it.
+    reply says about it. A claim in ``clipped`` was shown cut (its value: the characters shown):
+    at most ``overstated``, since what follows the cut was never checked.
     """
     by_ref: dict[str, TraceItem] = {}
     for item in trace:
@@ -250,7 +262,14 @@ def claim_checks(
     by_claim = _index(proposed or [], answer["claims"], notes)
     return [
         _check(
-            claim, by_claim.get(claim["claim_id"]), gatekeeper, by_ref, unbound, set(unseen), notes
+            claim,
+            by_claim.get(claim["claim_id"]),
+            gatekeeper,
+            by_ref,
+            unbound,
+            set(unseen),
+            clipped or {},
+            notes,
         )
         for claim in answer["claims"]
     ]
@@ -325,6 +344,7 @@ def decide(
     trace: Sequence[TraceItem],
     mode: VerifierMode,
     unseen: Collection[str] = (),
+    clipped: Mapping[str, int] | None = None,
     question: str = "",
     known_services: Sequence[str] = (),
     not_run: Sequence[str] = (),
@@ -341,6 +361,7 @@ def decide(
         trace: The tool trace summary the Verifier saw.
         mode: How ``reply`` was produced.
         unseen: Claims left out of the Verifier's bounded input (never checked).
+        clipped: Claims shown to the Verifier with their text cut, with the characters shown.
         question: The user's question (its facets are the coverage floor).
         known_services: The services the evidence backend knows.
         not_run: Tool calls the tool budget cut, rendered.
@@ -350,7 +371,7 @@ def decide(
         The decision; ``verdict`` is the effective verdict.
     """
     notes = list(reply["notes"])
-    checks = claim_checks(answer, reply["claim_checks"], gatekeeper, trace, notes, unseen)
+    checks = claim_checks(answer, reply["claim_checks"], gatekeeper, trace, notes, unseen, clipped)
     facts = facts_of(checks, answer)
     score = groundedness_score(facts)
     stated = reply["groundedness_score"]
