@@ -110,6 +110,11 @@ def make_audit(audit: AuditStore, catalog: Catalog) -> Node:
         ctx = context_of(runtime)
         audit.update_channel(diagnosis_id, "usage", usage_record(state, ctx))
         audit.update_channel(diagnosis_id, "replay", replay_record(state, ctx))
+        audit.update_channel(
+            diagnosis_id,
+            "root_cause",
+            {"root_cause": state.get("root_cause"), "suspects": state.get("suspects", [])},
+        )
         finish(
             audit,
             diagnosis_id,

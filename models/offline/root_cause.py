@@ -9,7 +9,8 @@ It opens the answer of a why, "what is wrong" or alert question when the analysi
    evidence: the root's change events and signals, then per service up the chain the log line
    that names the service below it and its strongest signals (those naming the question's
    status codes and symptoms first), then the other services the root cause explains;
-3. the runner-up suspects and why they rank lower (bound to their suspect entries);
+3. the runner-up suspects and why they rank lower (bound to their suspect entries): those on a
+   call path with the root cause (it calls them or they call it, directly or not);
 4. what would confirm it, as a recommended action.
 
 Only suspects that can explain the services asked about are named: those services and the
@@ -124,6 +125,20 @@ class _Section:
         self.ids: list[str] = []
         self.quoted: set[str] = set()
         self.relevant = self.relevant_suspects()
+
+    def reach(self, service: str) -> set[str]:
+        """The services ``service`` calls, directly or not, by the analysis's call graph."""
+        callees: dict[str, set[str]] = {}
+        for edge in self.edges:
+            callees.setdefault(str(edge.get("caller")), set()).add(str(edge.get("callee")))
+        found: set[str] = set()
+        queue = deque([service])
+        while queue:
+            for callee in callees.get(queue.popleft(), set()):
+                if callee not in found:
+                    found.add(callee)
+                    queue.append(callee)
+        return found
 
     def relevant_suspects(self) -> list[int]:
         """Indexes of the suspects that can explain the services asked about.
@@ -318,7 +333,15 @@ class _Section:
             for signal in self.ranked_signals(other, root=False)[: 0 if linked else 1]:
                 self.signal_claim(signal)
         claim_ids = list(self.ids)
-        for rank in [i for i in self.relevant if i != index][:RUNNERS_UP]:
+        linked = self.reach(service) | {
+            str(self.suspects[i].get("service"))
+            for i in self.relevant
+            if service in self.reach(str(self.suspects[i].get("service")))
+        }
+        runners = [i for i in self.relevant if i != index]
+        runners = [i for i in runners if str(self.suspects[i].get("service")) in linked]
+        # An overview already lists every symptom: one runner-up there, two for a why question.
+        for rank in runners[: RUNNERS_UP if self.found["services"] else 1]:
             runner = self.suspects[rank]
             why = str(runner.get("why_not_first") or "")
             if not why:
