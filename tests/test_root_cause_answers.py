@@ -15,7 +15,7 @@ from langchain_core.messages import HumanMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.memory import InMemorySaver
 
-import evidence.incident
+import analysis.incident
 from analysis.report import IncidentReport
 from graph.compile import RunStores, compile_graph
 from graph.runner import summary_of
@@ -89,7 +89,8 @@ def test_sample_why_500_in_english_states_the_same_root_cause() -> None:
     assert _confirmed_texts(state)[0].startswith("Most likely root cause (inferred): inventory-")
     record = audit.get(state["diagnosis_id"])
     assert record is not None and record["self_evaluation"] is not None
-    assert record["self_evaluation"]["root_cause"]["root_cause"] == state["root_cause"]
+    channel = record["self_evaluation"]["root_cause"]
+    assert isinstance(channel, dict) and channel["root_cause"] == state["root_cause"]
 
 
 def _answer(*claims: tuple[str, str]) -> ExecutorAnswer:
@@ -154,7 +155,7 @@ def test_root_cause_not_named_by_its_claims_is_not_kept() -> None:
 def test_an_analysis_without_a_single_cause_lists_candidates_and_states_none(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    analyze = evidence.incident.analyze
+    analyze = analysis.incident.analyze
 
     def undecided(inputs: Any, settings: Any = None) -> IncidentReport:
         report = analyze(inputs, settings)
@@ -162,7 +163,7 @@ def test_an_analysis_without_a_single_cause_lists_candidates_and_states_none(
         report["ambiguity"] = "two services deviate alike"
         return report
 
-    monkeypatch.setattr(evidence.incident, "analyze", undecided)
+    monkeypatch.setattr("evidence.incident.analyze", undecided)
     state, _ = _ask("Why is order-service returning HTTP 500 errors?", "en")
 
     assert state["root_cause"] is None

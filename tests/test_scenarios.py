@@ -438,6 +438,7 @@ def _outcome(
         ok=ok,
         verdict=verdict,
         model_verdict=None,
+        root_cause_service=None,
         rounds=rounds,
         route=route or [],
         gatekeeper=GatekeeperBrief(status="pass", severity="none", failed_rules=failed_rules or []),

@@ -333,13 +333,13 @@ class _Section:
             for signal in self.ranked_signals(other, root=False)[: 0 if linked else 1]:
                 self.signal_claim(signal)
         claim_ids = list(self.ids)
-        linked = self.reach(service) | {
+        connected = self.reach(service) | {
             str(self.suspects[i].get("service"))
             for i in self.relevant
             if service in self.reach(str(self.suspects[i].get("service")))
         }
         runners = [i for i in self.relevant if i != index]
-        runners = [i for i in runners if str(self.suspects[i].get("service")) in linked]
+        runners = [i for i in runners if str(self.suspects[i].get("service")) in connected]
         # An overview already lists every symptom: one runner-up there, two for a why question.
         for rank in runners[: RUNNERS_UP if self.found["services"] else 1]:
             runner = self.suspects[rank]
