@@ -98,7 +98,7 @@ SEVEN: list[tuple[list[str], str, list[str], list[str]]] = [
     (
         ["order-service 为什么报 500 错误？"],
         "PASS",
-        ["status=500", "inventory-service 在查询范围内有", "Lock wait"],
+        ["status=500", "最可能的根因（推断）：inventory-service", "Lock wait"],
         ["Impact:", "38 minutes"],
     ),
     (

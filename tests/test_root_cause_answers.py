@@ -89,8 +89,9 @@ def test_sample_why_500_in_english_states_the_same_root_cause() -> None:
     assert _confirmed_texts(state)[0].startswith("Most likely root cause (inferred): inventory-")
     record = audit.get(state["diagnosis_id"])
     assert record is not None and record["self_evaluation"] is not None
-    channel = record["self_evaluation"]["root_cause"]
-    assert isinstance(channel, dict) and channel["root_cause"] == state["root_cause"]
+    assert record["self_evaluation"]["root_cause"] == state["root_cause"]
+    suspects = record["self_evaluation"]["suspects"]
+    assert isinstance(suspects, dict) and suspects["suspects"] == state["suspects"]
 
 
 def _answer(*claims: tuple[str, str]) -> ExecutorAnswer:
