@@ -39,6 +39,7 @@ RESULT_KEYS = {
     "route",
     "gatekeeper",
     "groundedness_score",
+    "root_cause_service",
     "confirmed_claims",
     "question_coverage",
     "answer",
