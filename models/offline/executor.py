@@ -32,7 +32,8 @@ from models.offline.evidence import (
     read_results,
     tool_turns,
 )
-from models.offline.rules import Step, analysis, parse_steps, plan_steps
+from models.offline.question_kinds import current_time, intent_of, plan_for, windowed_steps
+from models.offline.rules import Step, analysis, parse_steps
 from state.records import QuestionFacets
 
 MAX_HOPS: Final = 2
@@ -65,7 +66,7 @@ class OfflineExecutor(OfflineModel):
         round_no = int(task.get("round", 1))
         turns = tool_turns(messages)
         if turns == 0:
-            steps = parse_steps(str(task.get("plan", ""))) or plan_steps(task)
+            steps = parse_steps(str(task.get("plan", ""))) or plan_for(task)
             return AIMessage(content="", tool_calls=_calls(steps, round_no, turns))
         found = analysis(task)
         results = read_results(messages)
@@ -108,6 +109,12 @@ class OfflineExecutor(OfflineModel):
         """
         known = [str(s) for s in task.get("known_services", [])]
         steps: list[Step] = []
+        intent = intent_of(task)
+        if intent.time is not None and int(task.get("round", 1)) == 1:
+            asked = any(r.args.get("start") for r in results)
+            now = current_time(results)
+            if not asked and now is not None:
+                return windowed_steps(task, intent, now)
         analysed = any(
             r.tool == "analyze_incident" and r.status == "ok" and r.output.get("root_cause")
             for r in results
