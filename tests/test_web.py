@@ -285,8 +285,10 @@ def test_web_ask_by_keyboard_shows_the_stages_then_the_answer(page: Any, site: S
     page.screenshot(path=str(site.shots / "ask.png"), full_page=True)
     page.click("#diagnosis-link")
     page.wait_for_selector("body[data-ready=true] #claims")
-    assert page.locator("#root-cause").inner_text().startswith(
-        "Most likely root cause (inferred): inventory-service: "
+    assert (
+        page.locator("#root-cause")
+        .inner_text()
+        .startswith("Most likely root cause (inferred): inventory-service: ")
     )
     assert page.locator("#suspects tbody tr").first.inner_text().startswith("1\tinventory-service")
     assert page.problems == []

@@ -725,7 +725,8 @@ def render_session(record: DiagnosisRecord, invocations: list[Invocation]) -> st
         )
     root = channels.get("root_cause")
     if isinstance(root, dict):
-        claims = ", ".join(str(c) for c in root.get("claim_ids") or [])
+        ids = root.get("claim_ids")
+        claims = ", ".join(str(c) for c in ids) if isinstance(ids, list) else ""
         lines.append(
             f"root cause {root.get('service')} (inferred, claims {claims}): {root.get('mechanism')}"
         )
