@@ -30,6 +30,7 @@ from evidence.environment import Environment, default_environment
 from evidence.incident import analyze_backend
 from evidence.logfiles import FileLogs
 from evidence.loki import LokiLogs
+from evidence.mcp.tools import McpServers, offer
 from evidence.opensearch import OpenSearchLogs
 from evidence.prometheus import PrometheusMetrics
 from evidence.replay import ReplayBackend
@@ -145,6 +146,8 @@ class ComposedBackend(EvidenceSource):
         knowledge: Serves ``lookup_knowledge``.
         clock: Serves ``get_current_time``.
         traces: Serves ``query_traces`` (default: unavailable).
+        mcp: The configured MCP servers, whose tools are registered specs of their own (only
+            checked here).
     """
 
     def __init__(
@@ -155,14 +158,17 @@ class ComposedBackend(EvidenceSource):
         knowledge: _Knowledge,
         clock: _Clock,
         traces: _Traces | None = None,
+        mcp: McpServers | None = None,
     ) -> None:
         self.logs = logs
         self.metrics = metrics
         self.knowledge = knowledge
         self.clock = clock
         self.traces: _Traces = traces or Unavailable("trace", _TRACES_FIX)
+        self.mcp = mcp
+        listed: list[object] = [logs, metrics, knowledge, clock, self.traces]
         self.parts: tuple[object, ...] = tuple(
-            dict.fromkeys([logs, metrics, knowledge, clock, self.traces], None)
+            dict.fromkeys(listed + ([mcp] if mcp is not None else []), None)
         )
         self.needs_timeout = any(getattr(part, "needs_timeout", True) for part in self.parts)
 
@@ -250,6 +256,7 @@ def configured_backend(
     environment: Environment | None = None,
     database: str | None = None,
     progress: Progress | None = stderr_progress,
+    connect_mcp: bool = True,
 ) -> EvidenceBackend:
     """The evidence backend the configuration names (see the module docstring).
 
@@ -258,6 +265,8 @@ def configured_backend(
         environment: An environment file's content (``--env FILE``); None when not given.
         database: Where the runbook index lives (``--db``; None: the configured database).
         progress: Where the runbook index reports indexing on first use (default stderr).
+        connect_mcp: Start the configured MCP servers and register their tools (``evidence/mcp``;
+            once per process); False leaves them alone (``config show``).
 
     Raises:
         ConfigError: When the configuration cannot be used.
@@ -310,6 +319,7 @@ def configured_backend(
         knowledge=knowledge,
         clock=RealClock(),
         traces=_traces(settings) or file_backend,
+        mcp=offer(settings.mcp_servers) if settings.mcp_servers and connect_mcp else None,
     )
 
 
