@@ -39,7 +39,7 @@ from evidence.traces.files import FileTraces
 from evidence.traces.jaeger import JaegerTraces
 from evidence.traces.tempo import TempoTraces
 from knowledge.runbooks import Progress, RunbookIndex, stderr_progress
-from state.records import LogEntry
+from state.records import LogEntry, SpanEntry
 from tools.analyze_incident import AnalysisOutput
 from tools.backend import (
     BackendError,
@@ -184,6 +184,13 @@ class ComposedBackend(EvidenceSource):
         """Traces from the trace part."""
         return self.traces.find_traces(request)
 
+    def evidence_kinds(self) -> frozenset[str]:
+        """The kinds of evidence served: traces only when a part serves them."""
+        kinds = getattr(self.traces, "evidence_kinds", None)
+        traced = kinds() if callable(kinds) else frozenset({"traces"})
+        served = not isinstance(self.traces, Unavailable) and "traces" in traced
+        return frozenset({"logs", "metrics", "knowledge", *(["traces"] if served else [])})
+
     @property
     def follows_runbook_urls(self) -> bool:
         """Whether the knowledge part puts the runbooks alerts point at first."""
@@ -202,6 +209,11 @@ class ComposedBackend(EvidenceSource):
     def scan_logs(self, start: datetime, end: datetime, limit: int) -> list[LogEntry] | None:
         """A window's lines at once when the log part can hand them over, else None."""
         scan = getattr(self.logs, "scan_logs", None)
+        return scan(start, end, limit) if callable(scan) else None
+
+    def scan_spans(self, start: datetime, end: datetime, limit: int) -> list[SpanEntry] | None:
+        """A window's spans at once when the trace part can hand them over, else None."""
+        scan = getattr(self.traces, "scan_spans", None)
         return scan(start, end, limit) if callable(scan) else None
 
     def analyze_incident(self, **arguments: Any) -> AnalysisOutput:

@@ -255,8 +255,15 @@ def _spans(backend: object, windows: Windows, gaps: list[str]) -> list[SpanEntry
     if scanner is None:
         gaps.append("traces: no trace source hands over spans; the call graph comes from logs")
         return []
-    found = scanner(windows.first, windows.end, MAX_LOG_LINES)
-    return list(found) if found else []
+    try:
+        found = scanner(windows.first, windows.end, MAX_LOG_LINES)
+    except BackendError as exc:
+        gaps.append(f"traces: {exc}")
+        return []
+    if found is None:
+        gaps.append("traces: no trace source hands over spans; the call graph comes from logs")
+        return []
+    return list(found)
 
 
 def _moment(value: object) -> datetime | None:

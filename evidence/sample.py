@@ -222,6 +222,10 @@ class SampleBackend(EvidenceSource):
         ]
         return traces_answer(copy.deepcopy(spans), request)
 
+    def evidence_kinds(self) -> frozenset[str]:
+        """The kinds of evidence served: traces only when the environment has spans."""
+        return frozenset({"logs", "metrics", "knowledge", *(["traces"] if self._traces else [])})
+
     def scan_logs(self, start: datetime, end: datetime, limit: int) -> list[LogEntry]:
         """Every log line inside the inclusive window, in environment order, at most `limit`.
 
@@ -231,11 +235,14 @@ class SampleBackend(EvidenceSource):
         found = [entry for entry in self._logs if _within(entry.get("timestamp"), start, end)]
         return copy.deepcopy(found[-limit:] if limit > 0 else [])
 
-    def scan_spans(self, start: datetime, end: datetime, limit: int) -> list[SpanEntry]:
+    def scan_spans(self, start: datetime, end: datetime, limit: int) -> list[SpanEntry] | None:
         """Every span of the environment's `traces` starting inside the window, at most `limit`.
 
-        What `analyze_incident` reads (`evidence.incident.SpanScan`).
+        What `analyze_incident` reads (`evidence.incident.SpanScan`); None when the environment
+        has no `traces` at all.
         """
+        if not self._traces:
+            return None
         found = [span for span in self._traces if _within(span.get("start"), start, end)]
         return copy.deepcopy(found[-limit:] if limit > 0 else [])
 
