@@ -302,6 +302,10 @@ class FileTraces:
         scan = self.read(start, end)
         return traces_answer(scan.spans, request, at_least=scan.full, window=(start, end))
 
+    def scan_spans(self, start: datetime, end: datetime, limit: int) -> list[SpanEntry]:
+        """The window's spans at once, at most ``limit`` (what ``analyze_incident`` reads)."""
+        return list(self.read(start, end).spans[-limit:] if limit > 0 else [])
+
     def services(self) -> list[str]:
         """The services of the last hour's spans (empty when the files cannot be read)."""
         end = self._now()
