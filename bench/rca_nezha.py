@@ -6,8 +6,9 @@ per fault) and scores the named root-cause service against each case's expected 
 Modes:
     ``--direct``  ``analysis.incident.analyze`` on each environment, with the case's windows;
                   top-1 is ``root_cause.service``, top-3 the first three suspects.
-    default       the product offline (``superbiz diagnose --offline --json``, in process), once
-                  per question language (``--lang zh,en``), scoring the answer's ``root_cause``.
+    default       the product offline (``superbiz diagnose --offline --json``, one process per
+                  question, a throw-away SQLite database), once per question language
+                  (``--lang zh,en``), scoring the answer's ``root_cause`` and ``suspects``.
     ``--model``   the same with the configured models.
 
 It also measures the analysis on a day-sized input (``--day-scale N`` copies of one fault's data
@@ -26,7 +27,9 @@ import argparse
 import gzip
 import json
 import resource
+import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -117,29 +120,27 @@ def _show(report: IncidentReport) -> None:
             print(f"        {signal['kind']} {signal['strength']:.2f} {signal['detail'][:110]}")
 
 
-def run_product(folder: Path, case: dict[str, Any], language: str, offline: bool) -> Outcome:
-    """The product's answer to the case's question, scored by its ``root_cause``."""
-    from apps.cli.main import main as cli_main  # the product, in process
-
+def run_product(
+    folder: Path, case: dict[str, Any], language: str, offline: bool, database: Path
+) -> Outcome:
+    """The product's answer to the case's question (``superbiz diagnose --json``), scored by its
+    ``root_cause`` and ``suspects``."""
     question = case["questions"][language]
-    argv = ["diagnose", question, "--env", str(folder / case["environment"]), "--json"]
+    argv = [
+        sys.executable, "-m", "apps.cli.main", "diagnose", question,
+        "--env", str(folder / case["environment"]), "--json", "--lang", language,
+        "--db", str(database),
+    ]
     if offline:
         argv.append("--offline")
-    if language == "en":
-        argv += ["--lang", "en"]
-    import contextlib
-    import io
-
-    buffer = io.StringIO()
     started = time.perf_counter()
-    with contextlib.redirect_stdout(buffer):
-        code = cli_main(argv)
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, check=False)
     seconds = time.perf_counter() - started
     try:
-        summary = json.loads(buffer.getvalue())
+        summary = json.loads(done.stdout)
     except json.JSONDecodeError:
         return Outcome(case["name"], case["expected_service"], [], None, seconds, "error",
-                       [f"exit {code}: output is not JSON"])
+                       [f"exit {done.returncode}: {done.stderr.strip()[-200:]}"])
     root = summary.get("root_cause") or {}
     suspects = [s.get("service", "") for s in summary.get("suspects") or []]
     return Outcome(
@@ -207,6 +208,9 @@ def _report(label: str, outcomes: list[Outcome]) -> None:
             f"{o.name:50} {o.expected:32} {o.root or '-':32} {_yes(o.top1):4} {_yes(o.top3):4}"
             f" {_yes(o.anywhere):4} {o.verdict or '-':9} {o.seconds:7.2f}"
         )
+    for o in outcomes:
+        for note in o.notes:
+            print(f"  {o.name}: {note}")
     top1 = sum(o.top1 for o in outcomes) / total
     top3 = sum(o.top3 for o in outcomes) / total
     anywhere = sum(o.anywhere for o in outcomes) / total
@@ -251,9 +255,11 @@ def main(argv: list[str] | None = None) -> int:
             outcomes.append(run_direct(args.folder, case, args.verbose))
         _report("analysis.incident.analyze (--direct)", outcomes)
     else:
+        database = Path(tempfile.mkdtemp(prefix="rca_nezha_")) / "bench.db"
         for language in args.lang.split(","):
             outcomes = [
-                run_product(args.folder, case, language, offline=not args.model) for case in cases
+                run_product(args.folder, case, language, not args.model, database)
+                for case in cases
             ]
             _report(f"superbiz diagnose {'' if args.model else '--offline '}--json ({language})",
                     outcomes)
