@@ -34,7 +34,7 @@ from verification.verifier_payload import CLOSE, OPEN
 
 QUESTION = "order-service 为什么报 500？"
 PLAN_TEXT = "PLAN-MARKER-7f3a: read the ERROR logs of order-service, then decide."
-TOOL_NAMES = ["query_logs", "query_metrics", "lookup_knowledge", "get_current_time"]
+TOOL_NAMES = ["query_logs", "query_metrics", "query_traces", "lookup_knowledge", "get_current_time"]
 
 
 @dataclass
@@ -335,7 +335,7 @@ def test_models_http_uses_per_role_model_names_and_the_api_key(model_env: FakeOp
     assert {h.get("authorization") for h in model_env.headers} == {"Bearer test-key"}
 
 
-def test_models_http_executor_request_carries_the_four_tools(model_env: FakeOpenAI) -> None:
+def test_models_http_executor_request_carries_every_registered_tool(model_env: FakeOpenAI) -> None:
     _run_diagnosis()
 
     for body in model_env.by_role("executor"):
