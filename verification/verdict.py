@@ -25,9 +25,11 @@ which labels stand, derives the legacy facts, computes the groundedness score an
 5. **Effective verdict.** The strictest of the model's verdict, the derived verdict, the parse
    cap (output not valid -> LOW_CONFID), the Gatekeeper cap (severity reject -> REJECT,
    low_confid -> LOW_CONFID), the fallback cap (the claim checker stood in for an unreadable
-   reply -> LOW_CONFID), the coverage cap (question unanswered -> LOW_CONFID) and the re-check
-   cap (the claim checker re-checks a recorded diagnosis a model judged -> LOW_CONFID: it can
-   never clear a recorded verdict alone) and the fabrication rule (a claim flagged with
+   reply -> LOW_CONFID), the coverage cap (question unanswered -> LOW_CONFID; a conclusion
+   that does not follow from its claims, or a missing one, leaves it unanswered:
+   ``verification.conclusion``), the re-check cap (the claim checker re-checks a recorded
+   diagnosis a model judged -> LOW_CONFID: it can never clear a recorded verdict alone) and
+   the fabrication rule (a claim flagged with
    ``evidence.fabricated`` -> REJECT, whatever severity the catalog gives the rule).
 
 Verdicts are ranked here only (REJECT < LOW_CONFID < PASS): ``strictest`` and ``is_looser``.
@@ -58,6 +60,7 @@ from state.records import (
     VerifierReply,
 )
 from verification.catalog import FABRICATED, UNBOUND_SPECIFICS
+from verification.conclusion import check_conclusion
 from verification.coverage import coverage_cap, failed_calls, question_coverage
 from verification.gatekeeper import only_knowledge, verified_excerpts_of
 from verification.verifier_reply import short
@@ -401,6 +404,11 @@ def decide(
             "verifier output could not be parsed; deterministic claim checker used, "
             "verdict capped at LOW_CONFID"
         )
+    conclusion = check_conclusion(question, known_services, answer, checks, gatekeeper)
+    if conclusion["status"] == "does_not_follow":
+        notes.append(f"the conclusion does not follow from its claims: {conclusion['reason']}")
+    elif conclusion["status"] == "missing":
+        notes.append("the question wants a conclusion and the answer states none")
     coverage = question_coverage(
         question,
         known_services,
@@ -409,6 +417,7 @@ def decide(
         model=None if mode == "fallback" else reply.get("question_coverage"),
         not_run=not_run,
         failed=failed_calls(trace),
+        conclusion=conclusion["status"],
     )
     if coverage["status"] != "answered":
         shown = ", ".join(coverage["unanswered"]) or "none"
@@ -451,4 +460,5 @@ def decide(
         notes=notes,
         unchecked=[claim["claim_id"] for claim in answer["claims"] if claim["claim_id"] in unseen],
         question_coverage=coverage,
+        conclusion=conclusion,
     )
