@@ -70,6 +70,7 @@ def rules(result: GatekeeperResult) -> set[str]:
 FABRICATED = [
     pytest.param("order-service calls payments-db, which is down", "payments-db", id="service"),
     pytest.param("order-service runs on node-17", "node-17", id="host"),
+    pytest.param("order-service lost db-primary", "db-primary", id="database"),
     pytest.param("pod order-7f9c-x2 restarted", "order-7f9c-x2", id="pod"),
     pytest.param("order-service locks table order_lines", "order_lines", id="table"),
     pytest.param("alert OrderQueueBacklog is firing", "OrderQueueBacklog", id="alert"),

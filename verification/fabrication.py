@@ -15,7 +15,9 @@ What a claim **names** (``named``), as written after NFKC and invisible characte
   ``-worker``, ``-app``, ``-cache``, ``-queue``, ``-broker``, ``-proxy``, ``-backend``,
   ``-frontend``, ``-cluster``, ``-exporter``, ``-operator``, ``-controller``, ``-daemon``,
   ``-renderer``, ``-processor``, ``-consumer``, ``-producer``, ``-scheduler``, ``-topic``,
-  ``-bucket``), holds an underscore
+  ``-bucket``) or begins with a store (``db-``, ``pg-``, ``redis-``, ``kafka-``, ``mysql-``,
+  ``mongo-``, ``postgres-``, ``rabbitmq-``, ``zk-``, ``etcd-``, ``es-``, ``svc-``), holds an
+  underscore
   (``orders_by_customer``, ``DEADLINE_EXCEEDED``), or is dotted with parts of two letters or more
   (``db1.prod.internal``); a CamelCase name of two capitalised parts or more (``HighErrorRate``,
   ``CrashLoopBackOff``). Versions (``v2.3.1``), plain hyphenated words (``full-table``,
@@ -53,6 +55,9 @@ _KINDS: Final = (
     "frontend cluster exporter operator controller daemon renderer processor consumer producer "
     "scheduler topic bucket"
 ).split()
+_PREFIX_KINDS: Final = frozenset(
+    "db pg redis kafka mysql mongo postgres rabbitmq zk etcd es svc".split()
+)
 _NOT_NAMES: Final = frozenset(
     "utf-8 utf-16 utf-32 sha-1 sha-256 sha-512 iso-8859-1 md5 base-64 x-1 covid-19".split()
 )
@@ -113,7 +118,7 @@ def _is_entity(token: str) -> bool:
         return True
     if "." in token and "-" not in token:
         return all(len(part) >= 2 for part in parts) and any(len(part) >= 3 for part in parts)
-    return parts[-1] in _KINDS
+    return parts[-1] in _KINDS or parts[0] in _PREFIX_KINDS
 
 
 def named(claim_text: str) -> list[str]:
