@@ -18,7 +18,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from datetime import datetime
+from typing import Any, Protocol
 
 import anyio
 import anyio.to_thread
@@ -26,8 +27,10 @@ import anyio.to_thread
 from evidence.alertmanager import AlertmanagerAlerts
 from evidence.config import ConfigError, Settings, load_settings
 from evidence.environment import Environment, default_environment
+from evidence.incident import analyze_backend
 from evidence.logfiles import FileLogs
 from evidence.loki import LokiLogs
+from evidence.mcp.tools import McpServers, offer
 from evidence.opensearch import OpenSearchLogs
 from evidence.prometheus import PrometheusMetrics
 from evidence.replay import ReplayBackend
@@ -36,6 +39,8 @@ from evidence.traces.files import FileTraces
 from evidence.traces.jaeger import JaegerTraces
 from evidence.traces.tempo import TempoTraces
 from knowledge.runbooks import Progress, RunbookIndex, stderr_progress
+from state.records import LogEntry, SpanEntry
+from tools.analyze_incident import AnalysisOutput
 from tools.backend import (
     BackendError,
     BackendReport,
@@ -141,6 +146,8 @@ class ComposedBackend(EvidenceSource):
         knowledge: Serves ``lookup_knowledge``.
         clock: Serves ``get_current_time``.
         traces: Serves ``query_traces`` (default: unavailable).
+        mcp: The configured MCP servers, whose tools are registered specs of their own (only
+            checked here).
     """
 
     def __init__(
@@ -151,14 +158,17 @@ class ComposedBackend(EvidenceSource):
         knowledge: _Knowledge,
         clock: _Clock,
         traces: _Traces | None = None,
+        mcp: McpServers | None = None,
     ) -> None:
         self.logs = logs
         self.metrics = metrics
         self.knowledge = knowledge
         self.clock = clock
         self.traces: _Traces = traces or Unavailable("trace", _TRACES_FIX)
+        self.mcp = mcp
+        listed: list[object] = [logs, metrics, knowledge, clock, self.traces]
         self.parts: tuple[object, ...] = tuple(
-            dict.fromkeys([logs, metrics, knowledge, clock, self.traces], None)
+            dict.fromkeys(listed + ([mcp] if mcp is not None else []), None)
         )
         self.needs_timeout = any(getattr(part, "needs_timeout", True) for part in self.parts)
 
@@ -174,6 +184,13 @@ class ComposedBackend(EvidenceSource):
         """Traces from the trace part."""
         return self.traces.find_traces(request)
 
+    def evidence_kinds(self) -> frozenset[str]:
+        """The kinds of evidence served: traces only when a part serves them."""
+        kinds = getattr(self.traces, "evidence_kinds", None)
+        traced = kinds() if callable(kinds) else frozenset({"traces"})
+        served = not isinstance(self.traces, Unavailable) and "traces" in traced
+        return frozenset({"logs", "metrics", "knowledge", *(["traces"] if served else [])})
+
     @property
     def follows_runbook_urls(self) -> bool:
         """Whether the knowledge part puts the runbooks alerts point at first."""
@@ -188,6 +205,20 @@ class ComposedBackend(EvidenceSource):
                 query=query, top_k=top_k, runbook_urls=runbook_urls
             )
         return self.knowledge.lookup_knowledge(query=query, top_k=top_k)
+
+    def scan_logs(self, start: datetime, end: datetime, limit: int) -> list[LogEntry] | None:
+        """A window's lines at once when the log part can hand them over, else None."""
+        scan = getattr(self.logs, "scan_logs", None)
+        return scan(start, end, limit) if callable(scan) else None
+
+    def scan_spans(self, start: datetime, end: datetime, limit: int) -> list[SpanEntry] | None:
+        """A window's spans at once when the trace part can hand them over, else None."""
+        scan = getattr(self.traces, "scan_spans", None)
+        return scan(start, end, limit) if callable(scan) else None
+
+    def analyze_incident(self, **arguments: Any) -> AnalysisOutput:
+        """The incident analysis over the composed sources (``evidence.incident``)."""
+        return analyze_backend(self, **arguments)
 
     def get_current_time(self, *, timezone: str | None = None) -> TimeOutput:
         """The time from the clock part."""
@@ -237,6 +268,7 @@ def configured_backend(
     environment: Environment | None = None,
     database: str | None = None,
     progress: Progress | None = stderr_progress,
+    connect_mcp: bool = True,
 ) -> EvidenceBackend:
     """The evidence backend the configuration names (see the module docstring).
 
@@ -245,6 +277,8 @@ def configured_backend(
         environment: An environment file's content (``--env FILE``); None when not given.
         database: Where the runbook index lives (``--db``; None: the configured database).
         progress: Where the runbook index reports indexing on first use (default stderr).
+        connect_mcp: Start the configured MCP servers and register their tools (``evidence/mcp``;
+            once per process); False leaves them alone (``config show``).
 
     Raises:
         ConfigError: When the configuration cannot be used.
@@ -297,6 +331,7 @@ def configured_backend(
         knowledge=knowledge,
         clock=RealClock(),
         traces=_traces(settings) or file_backend,
+        mcp=offer(settings.mcp_servers) if settings.mcp_servers and connect_mcp else None,
     )
 
 
