@@ -112,6 +112,10 @@ CLEAN = [
     pytest.param("order-service returned HTTP 500: Cannot acquire connection", id="own-line"),
     pytest.param("order-service fails because the connection pool is exhausted", id="cause-held"),
     pytest.param("order-service 因为连接池耗尽而报错", id="cause-zh-no-english-words"),
+    pytest.param(
+        "Most likely root cause (inferred): order-service, mechanism: slow query",
+        id="cause-names-a-held-entity",
+    ),
     pytest.param("a full-table, out-of-memory, long-running read-only scan", id="plain-words"),
 ]
 

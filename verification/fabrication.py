@@ -30,8 +30,9 @@ What a claim **names** (``named``), as written after NFKC and invisible characte
 - **causes**: the words of a clause a claim gives as a cause (after ``because``, ``due to``,
   ``caused by``, ``root cause is``, ``由于``, ``因为``, ``原因是``, ``根因是``; before ``led to``,
   ``caused``, ``导致``, ``造成``): its English words of three letters or more that are neither
-  function words nor vague (``issue``, ``problem``, ``likely``...). The cause is fabricated when
-  it has such words and none of them (by stem or five-letter prefix) appears in the evidence.
+  function words nor vague (``issue``, ``problem``, ``likely``, ``inferred``...). The cause is
+  fabricated when it has such words, none of them (by stem or five-letter prefix) appears in the
+  evidence, and it names nothing the evidence holds.
 
 A name is **present** when the evidence holds it as a whole token, case-insensitively
 (``verification.text.contains_whole``: ``order-service`` is in ``order-service-7d9c-x1``).
@@ -100,7 +101,8 @@ _VAGUE: Final = frozenset(
     "could would should may can seems seem appears appear issue issues problem problems "
     "something reason reasons unknown underlying some other such more less very high low "
     "same one two three many few cause causes caused root result results due because led lead "
-    "leads which it they them".split()
+    "leads which it they them most inferred inference suspected suspect probable candidate "
+    "mechanism".split()
 )
 _PREFIX = 5
 
@@ -216,6 +218,10 @@ def fabricated(claim_text: str, evidence: Evidence, own: Iterable[str] = ()) -> 
     ]
     for clause in cause_clauses(claim_text):
         words = cause_words(clause)
-        if words and not any(evidence.has_word(word) for word in words):
+        if (
+            words
+            and not any(evidence.has_word(word) for word in words)
+            and not any(evidence.has(name) for name in named(clause))
+        ):
             missing.append(f"cause: {clause}")
     return missing
