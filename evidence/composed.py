@@ -180,6 +180,13 @@ class ComposedBackend(EvidenceSource):
         """Traces from the trace part."""
         return self.traces.find_traces(request)
 
+    def evidence_kinds(self) -> frozenset[str]:
+        """The kinds of evidence served: traces only when a part serves them."""
+        kinds = getattr(self.traces, "evidence_kinds", None)
+        traced = kinds() if callable(kinds) else frozenset({"traces"})
+        served = not isinstance(self.traces, Unavailable) and "traces" in traced
+        return frozenset({"logs", "metrics", "knowledge", *(["traces"] if served else [])})
+
     @property
     def follows_runbook_urls(self) -> bool:
         """Whether the knowledge part puts the runbooks alerts point at first."""
