@@ -380,7 +380,7 @@ def test_mcp_http_rate_limit_applies_per_key(tmp_path: Path) -> None:
     from apps.auth import Limits
 
     database = f"sqlite:///{tmp_path / 'rate.sqlite'}"
-    limits = Limits(rate_per_minute=2, rate_burst=2)
+    limits = Limits(rate_per_minute=1, rate_burst=2)
     app = create_app(database, api_keys=KEYS, limits=limits)
     port = free_port()
     server = uvicorn.Server(
@@ -398,7 +398,7 @@ def test_mcp_http_rate_limit_applies_per_key(tmp_path: Path) -> None:
             with pytest.raises(MCPError) as refused:
                 await alice.call_tool("list_diagnoses", {})
             assert refused.value.code == mcp_server.RATE_LIMITED
-            assert refused.value.message.startswith("rate limit exceeded: 2 requests per minute")
+            assert refused.value.message.startswith("rate limit exceeded: 1 requests per minute")
         async with Client(_http(f"http://127.0.0.1:{port}", "key-bob")) as bob:
             await bob.call_tool("list_diagnoses", {})
 
