@@ -95,9 +95,24 @@ class Spend:
             )
         return None
 
-    def invoke(self, model: Runnable[Any, Any], messages: Sequence[BaseMessage]) -> AIMessage:
-        """Call ``model`` and count what the call cost; its answer as a reply (``as_reply``)."""
+    def invoke(
+        self,
+        model: Runnable[Any, Any],
+        messages: Sequence[BaseMessage],
+        *,
+        read: Callable[[AIMessage], AIMessage] | None = None,
+    ) -> AIMessage:
+        """Call ``model`` and count what the call cost; its answer as a reply (``as_reply``).
+
+        Args:
+            model: the model (or a model with tools or options bound).
+            messages: what it is sent.
+            read: how the node reads the reply before it is recorded (the executor reads tool
+                calls written in the text, ``models.text_tool_calls``).
+        """
         reply = as_reply(model.invoke(list(messages), config=self.config))
+        if read is not None:
+            reply = read(reply)
         if not getattr(model, "offline", False):
             usage = getattr(reply, "usage_metadata", None) or {}
             self.added = add_usage(

@@ -31,6 +31,8 @@ JSONObject: TypeAlias = dict[str, JSONValue]
 # --------------------------------------------------------------------------- closed sets
 
 InvocationStatus = Literal["ok", "no_hit", "error"]
+ToolCallSource = Literal["native", "text"]
+"""Where a model reply's tool calls came from: the endpoint's tool calls, or its message text."""
 EvidenceLevel = Literal["direct", "none"]
 
 ParseStatusName = Literal["valid", "missing", "malformed"]
@@ -777,6 +779,12 @@ class ModelCallRecord(TypedDict):
     output_tokens: int
     truncated: bool
     redacted: bool
+    tool_call_source: NotRequired[ToolCallSource | None]
+    """``native`` or ``text`` (``models.text_tool_calls``) when the reply made tool calls."""
+    finish_reason: NotRequired[str | None]
+    """Why the endpoint stopped (``length``: the role's token limit was reached)."""
+    max_tokens: NotRequired[int | None]
+    """The role's output token limit sent with the request."""
 
 
 class ReplayRecord(TypedDict):
