@@ -131,9 +131,17 @@ class Spend:
                         role=_node_name(),
                         round=self._round,
                         record_replies=self._ctx.record_model_replies,
+                        max_tokens=output_limit(model),
                     )
                 )
         return reply
+
+
+def output_limit(model: Runnable[Any, Any]) -> int | None:
+    """The ``max_tokens`` a model (or a model with options bound) sends, if any."""
+    bound = getattr(model, "bound", model)
+    limit = getattr(model, "kwargs", {}).get("max_tokens") or getattr(bound, "max_tokens", None)
+    return limit if isinstance(limit, int) else None
 
 
 def _node_name() -> str:

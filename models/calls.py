@@ -248,7 +248,12 @@ class ResilientChatOpenAI(CallableChatModel, ChatOpenAI):
                 limit = self.request_timeout
                 if not is_number(limit) or remaining < limit:
                     options["timeout"] = remaining
-            return call.run(partial(ChatOpenAI._generate, self), **options)
+            try:
+                return call.run(partial(ChatOpenAI._generate, self), **options)
+            except openai.LengthFinishReasonError as exc:
+                # With a response_format the client refuses a reply cut at max_tokens; it is
+                # read like any other cut reply (finish_reason "length").
+                return self._create_chat_result(exc.completion)
 
         return call_with_retries(
             attempt,

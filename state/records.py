@@ -85,6 +85,7 @@ GapKind = Literal[
     "unanswered",
     "not_run",
     "failed",
+    "model",
 ]
 
 DiagnosisStatus = Literal["running", "done", "failed", "abandoned"]
@@ -330,6 +331,9 @@ class MissingInfo(TypedDict):
 
     text: str
     suggested_query: JSONObject | None
+    about_model: NotRequired[bool]
+    """Set by code (never read from a model) on a note about the model, not the incident: it
+    made no tool call, or a reply reached its token limit."""
 
 
 class ExecutorAnswer(TypedDict):

@@ -223,3 +223,48 @@ def test_local_model_stray_brace_verifier_reply_is_repaired_not_resent(
     assert repair["messages"] != first["messages"]
     assert values["verifier_result"]["reply_parse"]["repair_attempts"] == 1
     assert values["verifier_result"]["verifier_mode"] == "model"
+
+
+def test_local_model_no_tool_call_is_said_in_one_line_with_the_likely_cause(
+    model_env: FakeOpenAI,  # noqa: F811 (the imported fixture)
+) -> None:
+    answer = Fault("content", text=_recorded("answer_without_tool_call"))
+    model_env.fail("executor", answer, answer, answer, answer)
+    model_env.fail("verifier", *[Fault("content", text=_recorded("verifier_fenced"))] * 2)
+
+    values, _ = _diagnose(language="en")
+
+    lines = [line for line in values["answer"].splitlines() if "made no tool call" in line]
+    assert len(lines) == 1
+    assert "does not call tools" in lines[0] and "superbiz doctor" in lines[0]
+    assert values["verdict"] != "PASS"
+
+
+def test_local_model_chinese_answer_marks_the_models_english_gaps(
+    model_env: FakeOpenAI,  # noqa: F811 (the imported fixture)
+) -> None:
+    answer = Fault("content", text=_recorded("answer_without_tool_call"))
+    model_env.fail("executor", answer, answer, answer, answer)
+    model_env.fail("verifier", *[Fault("content", text=_recorded("verifier_fenced"))] * 2)
+
+    values, _ = _diagnose(language="zh")
+
+    text = values["answer"]
+    assert "执行模型没有调用任何工具" in text
+    assert "[模型英文原文] Check the order service's configuration and dependencies." in text
+    assert "[模型英文原文] 执行模型" not in text
+
+
+def test_local_model_reply_cut_at_its_limit_names_the_setting_to_raise(
+    model_env: FakeOpenAI,  # noqa: F811 (the imported fixture)
+) -> None:
+    cut = '{"answer_version": "executor_evidence_v2", "claims": [{"claim_id": "c1", "cl'
+    model_env.fail(
+        "executor", Fault("sleep"), *[Fault("content", text=cut, finish="length")] * 2
+    )
+
+    values, _ = _diagnose(language="en")
+
+    cut_calls = [c for c in values["model_calls"] if c.get("finish_reason") == "length"]
+    assert cut_calls and all(c["max_tokens"] == 2000 for c in cut_calls)
+    assert "(raise SUPERBIZ_EXECUTOR_MAX_TOKENS)" in values["answer"]

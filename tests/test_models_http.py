@@ -55,6 +55,8 @@ class Fault:
     headers: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
     text: str = ""
+    finish: str = "stop"
+    """The ``finish_reason`` of a ``content`` reply (``length``: cut at max_tokens)."""
 
 
 @dataclass
@@ -196,7 +198,7 @@ def _faulty_reply(body: dict[str, Any], fault: Fault) -> dict[str, Any]:
     """A 200 reply that is wrong in the way ``fault`` says."""
     model = str(body.get("model"))
     if fault.kind == "content":
-        return _completion(model, {"role": "assistant", "content": fault.text}, "stop")
+        return _completion(model, {"role": "assistant", "content": fault.text}, fault.finish)
     index = len([m for m in body["messages"] if m.get("role") == "tool"]) + 1
     if fault.kind == "malformed_args":
         call = _tool_call(index, "query_logs", '{"service": "order-serv')
