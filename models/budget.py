@@ -95,6 +95,11 @@ class Spend:
             )
         return None
 
+    def supersede_last(self) -> None:
+        """Mark the last recorded call as superseded (its node asks again and uses the next)."""
+        if self.calls:
+            self.calls[-1]["superseded"] = True
+
     def invoke(
         self,
         model: Runnable[Any, Any],

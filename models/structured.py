@@ -29,6 +29,11 @@ def response_format(name: str) -> JSONObject:
     }
 
 
+def from_endpoint(model: BaseChatModel) -> bool:
+    """Whether ``model`` sends requests to an endpoint (not a scripted or offline model)."""
+    return bool(getattr(model, "accepts_response_format", False))
+
+
 def accepts_schema(model: BaseChatModel) -> bool:
     """Whether ``model`` can send a ``response_format`` (and has not had one refused)."""
     return bool(getattr(model, "accepts_response_format", False)) and not getattr(

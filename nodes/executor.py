@@ -15,7 +15,7 @@ from langgraph.runtime import Runtime
 
 from models.budget import GetModel, Spend
 from models.messages import content_chars, message_text, readable_calls
-from models.structured import accepts_schema, with_schema
+from models.structured import accepts_schema, from_endpoint, with_schema
 from models.text_tool_calls import read_text_calls
 from nodes.common import Node, context_of, emit
 from nodes.executor_context import bounded_history, expand_tool_messages
@@ -117,22 +117,26 @@ def make_executor(get_model: GetModel, ledger: InvocationLedger) -> Node:
         with_tools = model.bind_tools(tool_specs())
         reply = readable_tool_calls(spend.invoke(with_tools, history, read=read))
         added: list[AnyMessage] = [reply]
-        offline = getattr(model, "offline", False)
+        # Only a model behind an endpoint is asked again: scripted replies are replayed as they
+        # were recorded, and the offline rules always call tools.
+        endpoint = from_endpoint(model)
         called = reply.tool_calls or any(isinstance(m, ToolMessage) for m in messages)
-        if not offline and not called and spend.stop() is None:
+        if endpoint and not called and spend.stop() is None:
             # An answer before any tool result cites nothing: the model is asked once to call a
             # tool (a model that only writes calls as text is told how).
             no_call = HumanMessage(no_call_prompt.text)
+            spend.supersede_last()
             retried = readable_tool_calls(
                 spend.invoke(with_tools, [*history, reply, no_call], read=read2)
             )
             added += [no_call, retried]
             reply = retried
-        if not offline and not reply.tool_calls and spend.stop() is None:
+        if endpoint and not reply.tool_calls and spend.stop() is None:
             status, _ = parse_executor_output(message_text(reply))
             if status["status"] == "malformed" and accepts_schema(model):
                 # An unreadable final answer is asked for once more, shaped by its schema.
                 repair = HumanMessage(final_repair.text.replace("{error}", str(status["error"])))
+                spend.supersede_last()
                 again = spend.invoke(
                     with_schema(model, "executor_evidence_v2"),
                     [*history, *added, repair],

@@ -18,7 +18,7 @@ from langgraph.runtime import Runtime
 
 from models.budget import INTERNAL_CALL, GetModel, Spend, model_label
 from models.messages import final_text, message_text, render_call
-from models.structured import with_schema
+from models.structured import from_endpoint, with_schema
 from nodes.common import Node, context_of, emit
 from nodes.prompts import load_prompt
 from state.context import Context
@@ -56,7 +56,7 @@ def ask_model(model: BaseChatModel, attempt: int) -> Runnable[Any, Any]:
     (``attempt`` > 0) is also asked at ``REPAIR_TEMPERATURE``.
     """
     asked = with_schema(model, "verifier_claim_checks")
-    if attempt > 0 and getattr(model, "accepts_response_format", False):
+    if attempt > 0 and from_endpoint(model):
         asked = asked.bind(temperature=REPAIR_TEMPERATURE)
     return asked
 

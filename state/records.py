@@ -789,6 +789,9 @@ class ModelCallRecord(TypedDict):
     """Why the endpoint stopped (``length``: the role's token limit was reached)."""
     max_tokens: NotRequired[int | None]
     """The role's output token limit sent with the request."""
+    superseded: NotRequired[bool]
+    """The node asked again in the same visit (an executor answer before any tool call, or an
+    unreadable final answer) and used the later reply; a replay script leaves this one out."""
 
 
 class ReplayRecord(TypedDict):
