@@ -7,7 +7,8 @@
 - a real source configured (``evidence.config``): ``ComposedBackend``, one part per kind of
   evidence, each served by its configured source: metrics (and alerts) by Prometheus /
   Alertmanager, logs by Loki, OpenSearch or local log files (at most one), knowledge by the
-  runbook index. A kind without a configured source is served by the environment file when one
+  runbook index, traces by Tempo, Jaeger or OTLP files (at most one). A kind without a
+  configured source is served by the environment file when one
   is given, else it is *unavailable* (an ``error`` invocation saying so): the bundled sample
   incident is never mixed into answers about real systems.
 
@@ -27,10 +28,14 @@ from evidence.config import ConfigError, Settings, load_settings
 from evidence.environment import Environment, default_environment
 from evidence.logfiles import FileLogs
 from evidence.loki import LokiLogs
+from evidence.mcp.tools import McpServers, offer
 from evidence.opensearch import OpenSearchLogs
 from evidence.prometheus import PrometheusMetrics
 from evidence.replay import ReplayBackend
 from evidence.sample import SampleBackend
+from evidence.traces.files import FileTraces
+from evidence.traces.jaeger import JaegerTraces
+from evidence.traces.tempo import TempoTraces
 from knowledge.runbooks import Progress, RunbookIndex, stderr_progress
 from tools.backend import (
     BackendError,
@@ -46,6 +51,7 @@ from tools.backend import (
     MetricsRequest,
     TimeOutput,
 )
+from tools.query_traces import TracesOutput, TracesRequest
 
 
 class _Part(Protocol):
@@ -65,6 +71,10 @@ class _Metrics(_Part, Protocol):
 
 class _Knowledge(_Part, Protocol):
     def lookup_knowledge(self, *, query: str, top_k: int = 3) -> KnowledgeOutput: ...
+
+
+class _Traces(_Part, Protocol):
+    def find_traces(self, request: TracesRequest) -> TracesOutput: ...
 
 
 class _Clock(_Part, Protocol):
@@ -97,9 +107,19 @@ class Unavailable(LogSource, MetricSource):
         """Refused: no knowledge source."""
         raise self._refuse()
 
+    def find_traces(self, request: TracesRequest) -> TracesOutput:
+        """Refused: no trace source."""
+        raise self._refuse()
+
     def services(self) -> list[str]:
         """Knows no service."""
         return []
+
+
+_TRACES_FIX = (
+    "set SUPERBIZ_TRACE_FILES, SUPERBIZ_TEMPO_URL or SUPERBIZ_JAEGER_URL, or pass --env FILE "
+    "to serve an environment file's traces"
+)
 
 
 class RealClock:
@@ -121,17 +141,30 @@ class ComposedBackend(EvidenceSource):
         metrics: Serves ``query_metrics``.
         knowledge: Serves ``lookup_knowledge``.
         clock: Serves ``get_current_time``.
+        traces: Serves ``query_traces`` (default: unavailable).
+        mcp: The configured MCP servers, whose tools are registered specs of their own (only
+            checked here).
     """
 
     def __init__(
-        self, *, logs: _Logs, metrics: _Metrics, knowledge: _Knowledge, clock: _Clock
+        self,
+        *,
+        logs: _Logs,
+        metrics: _Metrics,
+        knowledge: _Knowledge,
+        clock: _Clock,
+        traces: _Traces | None = None,
+        mcp: McpServers | None = None,
     ) -> None:
         self.logs = logs
         self.metrics = metrics
         self.knowledge = knowledge
         self.clock = clock
+        self.traces: _Traces = traces or Unavailable("trace", _TRACES_FIX)
+        self.mcp = mcp
+        listed: list[object] = [logs, metrics, knowledge, clock, self.traces]
         self.parts: tuple[object, ...] = tuple(
-            dict.fromkeys([logs, metrics, knowledge, clock], None)
+            dict.fromkeys(listed + ([mcp] if mcp is not None else []), None)
         )
         self.needs_timeout = any(getattr(part, "needs_timeout", True) for part in self.parts)
 
@@ -142,6 +175,10 @@ class ComposedBackend(EvidenceSource):
     def find_metrics(self, request: MetricsRequest) -> MetricsOutput:
         """Alerts and series from the metrics part."""
         return self.metrics.find_metrics(request)
+
+    def find_traces(self, request: TracesRequest) -> TracesOutput:
+        """Traces from the trace part."""
+        return self.traces.find_traces(request)
 
     @property
     def follows_runbook_urls(self) -> bool:
@@ -206,6 +243,7 @@ def configured_backend(
     environment: Environment | None = None,
     database: str | None = None,
     progress: Progress | None = stderr_progress,
+    connect_mcp: bool = True,
 ) -> EvidenceBackend:
     """The evidence backend the configuration names (see the module docstring).
 
@@ -214,6 +252,8 @@ def configured_backend(
         environment: An environment file's content (``--env FILE``); None when not given.
         database: Where the runbook index lives (``--db``; None: the configured database).
         progress: Where the runbook index reports indexing on first use (default stderr).
+        connect_mcp: Start the configured MCP servers and register their tools (``evidence/mcp``;
+            once per process); False leaves them alone (``config show``).
 
     Raises:
         ConfigError: When the configuration cannot be used.
@@ -231,6 +271,8 @@ def configured_backend(
         kept: Environment = Environment(
             logs=environment.get("logs", []), documents=environment.get("documents", [])
         )
+        if settings.trace_source is None:
+            kept["traces"] = environment.get("traces", [])
         if metrics is None:
             kept["alerts"] = environment.get("alerts", [])
             kept["series"] = environment.get("series", [])
@@ -263,7 +305,22 @@ def configured_backend(
         ),
         knowledge=knowledge,
         clock=RealClock(),
+        traces=_traces(settings) or file_backend,
+        mcp=offer(settings.mcp_servers) if settings.mcp_servers and connect_mcp else None,
     )
+
+
+def _traces(settings: Settings) -> _Traces | None:
+    source = settings.trace_source
+    if source == "trace_files":
+        return FileTraces(settings.trace_files)
+    tempo = settings.backend("tempo")
+    if source == "tempo" and tempo is not None:
+        return TempoTraces(tempo, timeout_s=settings.query_timeout_s)
+    jaeger = settings.backend("jaeger")
+    if source == "jaeger" and jaeger is not None:
+        return JaegerTraces(jaeger, timeout_s=settings.query_timeout_s)
+    return None
 
 
 def _metrics(settings: Settings) -> PrometheusMetrics | None:
@@ -308,6 +365,7 @@ def part_names(backend: EvidenceBackend) -> Sequence[str]:
         f"logs: {backend.logs.title}",
         f"metrics: {backend.metrics.title}",
         f"knowledge: {backend.knowledge.title}",
+        f"traces: {backend.traces.title}",
         f"time: {backend.clock.title}",
     ]
 

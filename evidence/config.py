@@ -14,9 +14,11 @@ JSON object, or a TOML table), ``ca_file`` / ``insecure`` (TLS). Its ``Setting``
 is set. Secrets (token, password, header values) never appear in a message, a ``repr`` or
 ``describe``: errors name the variable or key, never a secret's value.
 
-Two sources are no HTTP backends: local log files (``SUPERBIZ_LOG_FILES``, ``service=glob`` pairs
-separated by ``;``) and runbook folders (``SUPERBIZ_RUNBOOKS``, folders separated by ``;``). At most
-one log source (Loki, OpenSearch, log files) may be configured.
+Three sources are no HTTP backends: local log files (``SUPERBIZ_LOG_FILES``, ``service=glob``
+pairs separated by ``;``), runbook folders (``SUPERBIZ_RUNBOOKS``, folders separated by ``;``) and
+OTLP trace files (``SUPERBIZ_TRACE_FILES``, globs separated by ``;``). At most one log source
+(Loki, OpenSearch, log files) and one trace source (Tempo, Jaeger, trace files) may be
+configured.
 """
 
 from __future__ import annotations
@@ -31,6 +33,12 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from evidence.mcp.settings import (
+    McpServerSettings,
+    McpSettingsError,
+    parse_servers,
+    shown_servers,
+)
 from state import json_shape
 from state.configuration import CONFIG_VARIABLE, DEFAULT_FILE, Sources
 from state.settings import (
@@ -112,6 +120,10 @@ class Settings:
     """``(service, glob)`` pairs of local log files, in the order given."""
     runbooks: tuple[str, ...] = ()
     """Folders of Markdown runbooks (absolute paths)."""
+    trace_files: tuple[str, ...] = ()
+    """Globs of OTLP JSON trace files (absolute), in the order given."""
+    mcp_servers: tuple[McpServerSettings, ...] = ()
+    """MCP servers whose tools are offered as evidence tools (``evidence/mcp``)."""
 
     def backend(self, name: str) -> BackendSettings | None:
         """One configured backend, or None."""
@@ -120,7 +132,16 @@ class Settings:
     @property
     def real(self) -> bool:
         """Whether any real source is configured (else the bundled sample is used)."""
-        return bool(self.backends or self.log_files or self.runbooks)
+        return bool(
+            self.backends or self.log_files or self.runbooks or self.trace_files or self.mcp_servers
+        )
+
+    @property
+    def trace_source(self) -> str | None:
+        """The configured trace source (``tempo``, ``jaeger``, ``trace_files``), or None."""
+        if self.trace_files:
+            return "trace_files"
+        return next((name for name in trace_sources() if name in self.backends), None)
 
     @property
     def log_source(self) -> str | None:
@@ -132,6 +153,7 @@ class Settings:
     def secrets(self) -> list[str]:
         """Every secret value of every backend, longest first."""
         found = {s for b in self.backends.values() for s in b.secrets()}
+        found.update(s for server in self.mcp_servers for s in server.secrets())
         return sorted(found, key=len, reverse=True)
 
 
@@ -377,6 +399,22 @@ def _log_files(value: object, where: str, base: Path) -> tuple[tuple[str, str], 
     return tuple(checked)
 
 
+def _trace_files(value: object, where: str, base: Path) -> tuple[str, ...]:
+    """Globs separated by ``;`` (or a TOML array), relative ones read from ``base``."""
+    listed = json_shape.strings(_parts(value, ";"))
+    example = "e.g. /var/log/otel/traces*.json*"
+    if listed is None:
+        raise ConfigError(f"{where} must be globs separated by ; ({example})")
+    globs: list[str] = []
+    for item in (part.strip() for part in listed):
+        if item:
+            path = Path(item).expanduser()
+            globs.append(str(path if path.is_absolute() else base / path))
+    if not globs:
+        raise ConfigError(f"{where} names no file ({example})")
+    return tuple(dict.fromkeys(globs))
+
+
 def _runbooks(value: object, where: str, base: Path) -> tuple[str, ...]:
     """Folders separated by ``;`` (or a TOML array), each an existing directory."""
     listed = json_shape.strings(_parts(value, ";"))
@@ -459,7 +497,38 @@ RUNBOOKS = _top(
     (),
     show=";".join,
 )
-TOP_LEVEL: tuple[Setting, ...] = (QUERY_TIMEOUT_S, SERVICE_LABEL, LOG_FILES, RUNBOOKS)
+TRACE_FILES = _top(
+    "trace_files",
+    _trace_files,
+    "OTLP JSON trace files (the OpenTelemetry Collector's file exporter, plain or .gz): "
+    "globs separated by ;",
+    (),
+    show=";".join,
+)
+def _mcp_servers(value: object, where: str, base: Path) -> tuple[McpServerSettings, ...]:
+    try:
+        return parse_servers(value)
+    except McpSettingsError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+MCP_SERVERS = _top(
+    "mcp_servers",
+    _mcp_servers,
+    "MCP servers whose tools are evidence tools: a JSON object (or [mcp_servers.<name>] tables) "
+    "of {command, args, env} or {url, headers}, with tools, allow_destructive, timeout_s, "
+    "max_lines; env and header values are secret",
+    (),
+    show=shown_servers,
+)
+TOP_LEVEL: tuple[Setting, ...] = (
+    QUERY_TIMEOUT_S,
+    SERVICE_LABEL,
+    LOG_FILES,
+    RUNBOOKS,
+    TRACE_FILES,
+    MCP_SERVERS,
+)
 """The settings at the top of the file, in the order they are read."""
 
 
@@ -570,6 +639,12 @@ BACKENDS: tuple[Backend, ...] = (
         ),
     ),
     Backend(
+        "tempo",
+        "traces",
+        (Key("tenant", _tenant, "tenant sent as X-Scope-OrgID (a multi-tenant Tempo)"),),
+    ),
+    Backend("jaeger", "traces"),
+    Backend(
         "opensearch",
         "logs",
         (
@@ -596,10 +671,14 @@ and its client in ``evidence/composed.py``; its variables, file keys, messages a
 ``config show`` rows follow."""
 
 
-
 def backend(name: str) -> Backend:
     """The declared backend of that name."""
     return next(b for b in BACKENDS if b.name == name)
+
+
+def trace_sources() -> tuple[str, ...]:
+    """The trace sources, in the order messages name them; at most one may be configured."""
+    return (*(b.name for b in BACKENDS if b.serves == "traces"), "trace_files")
 
 
 def log_sources() -> tuple[str, ...]:
@@ -687,6 +766,18 @@ def load_settings(
             f"{' and '.join(named)} are both set: at most one log source (Loki, OpenSearch or "
             "local log files) can serve query_logs; unset all but one"
         )
+    trace_files: tuple[str, ...] = top[TRACE_FILES.name]
+    sources_of_traces = [
+        name
+        for name in trace_sources()
+        if name in backends or (name == "trace_files" and trace_files)
+    ]
+    if len(sources_of_traces) > 1:
+        named = [_setting_name(name, origins, path) for name in sources_of_traces]
+        raise ConfigError(
+            f"{' and '.join(named)} are both set: at most one trace source (Tempo, Jaeger or "
+            "OTLP trace files) can serve query_traces; unset all but one"
+        )
     return Settings(
         backends=backends,
         service_labels=top[SERVICE_LABEL.name],
@@ -695,12 +786,17 @@ def load_settings(
         origins=origins,
         log_files=log_files,
         runbooks=top[RUNBOOKS.name],
+        trace_files=trace_files,
+        mcp_servers=top[MCP_SERVERS.name],
     )
 
 
 def _setting_name(source: str, origins: Mapping[str, str], path: Path | None) -> str:
     """How a log source is named in a message: its variable, or its key in the file."""
-    setting = LOG_FILES if source == "log_files" else backend(source).settings["url"]
+    if source in ("log_files", "trace_files"):
+        setting = LOG_FILES if source == "log_files" else TRACE_FILES
+    else:
+        setting = backend(source).settings["url"]
     variable = setting.variable
     if origins.get(variable, "environment") == "environment" or path is None:
         return variable
@@ -798,7 +894,9 @@ def describe(settings: Settings) -> list[tuple[str, str, str]]:
         QUERY_TIMEOUT_S.name: settings.query_timeout_s,
         SERVICE_LABEL.name: settings.service_labels,
         LOG_FILES.name: settings.log_files,
+        TRACE_FILES.name: settings.trace_files,
         RUNBOOKS.name: settings.runbooks,
+        MCP_SERVERS.name: settings.mcp_servers,
     }
     for setting in TOP_LEVEL:
         value = values[setting.name]

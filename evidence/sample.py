@@ -17,6 +17,8 @@ indexes:
   order; documents matching no query term are left out; `top_k` is clamped to 1..10. `score` is
   the BM25 score rounded to 3 places; `relevance` is `high` when the document has at least 0.66
   of the query's distinct terms, `medium` from 0.33, else `low`.
+- `query_traces`: the spans of the environment's `traces` starting inside `start`/`end` (when
+  given), answered by `evidence.traces.answer` like every trace source.
 - `get_current_time`: the environment's `now` when present, else the real UTC time.
 
 Entries are returned as copies of the environment's entries. The environment is an `Environment`
@@ -32,6 +34,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from evidence.environment import Environment
 from evidence.environment import default_environment as default_environment
+from evidence.traces.answer import traces_answer
 from knowledge.rank import markdown_headings, query_terms, rank
 from state.records import DocumentEntry, LogEntry, SeriesEntry
 from tools.backend import (
@@ -45,6 +48,7 @@ from tools.backend import (
     TimeOutput,
     parse_timestamp,
 )
+from tools.query_traces import TracesOutput, TracesRequest
 
 _MAX_LIMIT = 100
 _MAX_TOP_K = 10
@@ -101,6 +105,7 @@ class SampleBackend(EvidenceSource):
         self._alerts = env.get("alerts", [])
         self._series = env.get("series", [])
         self._documents = env.get("documents", [])
+        self._traces = env.get("traces", [])
         self._now = env.get("now")
 
     def find_logs(self, request: LogsRequest) -> LogsOutput:
@@ -196,6 +201,23 @@ class SampleBackend(EvidenceSource):
             documents.append(entry)
         return KnowledgeOutput(documents=documents)
 
+    def find_traces(self, request: TracesRequest) -> TracesOutput:
+        """Answers `query_traces` from the environment's spans (`evidence.traces.answer`).
+
+        `start`/`end` keep the spans that start inside the inclusive window when given.
+
+        Raises:
+            BackendError: When `start` or `end` is not an ISO-8601 timestamp.
+        """
+        start_at = _bound(request.start, "start")
+        end_at = _bound(request.end, "end")
+        spans = [
+            span
+            for span in self._traces
+            if (start_at is None and end_at is None) or _within(span.get("start"), start_at, end_at)
+        ]
+        return traces_answer(copy.deepcopy(spans), request)
+
     def get_current_time(self, *, timezone: str | None = None) -> TimeOutput:
         """Returns the environment's `now` (or the real UTC time when it has none).
 
@@ -230,6 +252,7 @@ class SampleBackend(EvidenceSource):
         names = {entry.get("service") for entry in self._logs}
         names |= {entry.get("service") for entry in self._alerts}
         names |= {_labels(entry).get("service") for entry in self._series}
+        names |= {span.get("service") for span in self._traces}
         return sorted(name for name in names if name)
 
 

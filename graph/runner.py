@@ -10,8 +10,9 @@ intake node marks a diagnosis of the thread that was left ``running`` by a run t
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from typing import cast
 
 from langchain_core.messages import HumanMessage
@@ -32,6 +33,7 @@ __all__ = [
     "DiagnosisFailed",
     "Graph",
     "NothingToResume",
+    "RunStopped",
     "run_diagnosis",
     "saved_run",
     "state_of",
@@ -41,6 +43,10 @@ __all__ = [
 
 class NothingToResume(ValueError):
     """The thread has no interrupted diagnosis."""
+
+
+class RunStopped(Exception):
+    """The caller asked the run to stop (``stop`` was set); it stays resumable, as after Ctrl-C."""
 
 
 Graph = CompiledStateGraph[DiagnosisState, Context, InputState, OutputState]
@@ -70,6 +76,7 @@ def run_diagnosis(
     message_id: str | None = None,
     resume: bool = False,
     on_event: Callable[[dict[str, object]], None] | None = None,
+    stop: threading.Event | None = None,
 ) -> DiagnosisState:
     """Run (or resume) the thread's diagnosis to the end and return the final state values.
 
@@ -80,10 +87,15 @@ def run_diagnosis(
     ``message_id`` fixes the question message's id, and so the diagnosis id (the alert
     receiver answers with it before the run starts).
 
+    ``stop``, once set, ends the run at its next progress event the way Ctrl-C ends the
+    command line's: the graph sees a ``KeyboardInterrupt``, so the guard notes the diagnosis as
+    interrupted (resumable from its last checkpoint) and gives the thread back.
+
     Raises:
         NothingToResume: when ``resume`` is set and the thread has nothing interrupted.
         ThreadBusy: when another run holds the thread.
         DiagnosisFailed: when the run fails; the diagnosis is then recorded ``failed``.
+        RunStopped: when ``stop`` was set before the run ended.
     """
     config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
     payload: InputState | None
@@ -98,11 +110,22 @@ def run_diagnosis(
         payload = None
     else:
         payload = InputState(messages=[HumanMessage(question or "", id=message_id)])
+    # A generator (``Pregel.stream``), typed as an iterator: ``throw`` ends it like Ctrl-C.
+    stream = cast(
+        Generator[object, None, None],
+        app.stream(payload, config, context=context, stream_mode="custom"),
+    )
     try:
-        for chunk in app.stream(payload, config, context=context, stream_mode="custom"):
+        for chunk in stream:
             if on_event is not None and isinstance(chunk, dict):
                 on_event(chunk)
-    except (ThreadBusy, KeyboardInterrupt):
+            if stop is not None and stop.is_set():
+                try:
+                    stream.throw(KeyboardInterrupt())
+                except KeyboardInterrupt:
+                    pass
+                raise RunStopped(f"the diagnosis on thread {thread_id!r} was stopped")
+    except (ThreadBusy, KeyboardInterrupt, RunStopped):
         raise
     except Exception as exc:
         try:

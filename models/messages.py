@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from typing import Any, cast
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolCall
 
-from state.display import clean_text
+from state.display import clean_text, clean_value
 from state.json_shape import obj
 from tools.render import format_value
 
@@ -105,14 +106,23 @@ def readable_calls(reply: AIMessage) -> list[ToolCall]:
 
     langchain keeps a call whose arguments are not valid JSON apart (``invalid_tool_calls``);
     such a call keeps its id and name, and its arguments become
-    ``{INVALID_ARGUMENTS: <the raw text>}``.
+    ``{INVALID_ARGUMENTS: <the raw text>}``. Lone surrogates and NUL characters in a call's
+    name and arguments are replaced (``state.display``), as in a reply's text.
     """
-    calls = list(reply.tool_calls)
+    calls = [
+        ToolCall(
+            name=clean_text(call["name"]),
+            args=cast(dict[str, Any], clean_value(call["args"])),
+            id=call["id"],
+            type="tool_call",
+        )
+        for call in reply.tool_calls
+    ]
     for index, bad in enumerate(reply.invalid_tool_calls):
         calls.append(
             ToolCall(
-                name=str(bad.get("name") or "unnamed"),
-                args={INVALID_ARGUMENTS: str(bad.get("args") or "")[:2000]},
+                name=clean_text(str(bad.get("name") or "unnamed")),
+                args={INVALID_ARGUMENTS: clean_text(str(bad.get("args") or "")[:2000])},
                 id=str(bad.get("id") or f"invalid-{index}"),
                 type="tool_call",
             )

@@ -53,6 +53,7 @@ def make_composer(get_model: GetModel) -> Node:
             state["gatekeeper_result"],
             result["unchecked"],
             result.get("question_coverage"),
+            result.get("conclusion"),
         )
         offline = state["run_info"]["offline"]
         answer = render_template(

@@ -33,11 +33,13 @@ def readable_tool_calls(reply: AIMessage) -> AIMessage:
 
     langchain keeps a call whose arguments are not valid JSON apart (``invalid_tool_calls``);
     dropped, it would end the round. Instead the tools node answers it with a readable error
-    (``models.messages.readable_calls``).
+    (``models.messages.readable_calls``), which also replaces lone surrogates and NUL characters
+    in the calls' arguments.
     """
-    if not reply.invalid_tool_calls:
+    calls = readable_calls(reply)
+    if not reply.invalid_tool_calls and calls == reply.tool_calls:
         return reply
-    return AIMessage(content=reply.content, tool_calls=readable_calls(reply), id=reply.id)
+    return AIMessage(content=reply.content, tool_calls=calls, id=reply.id)
 
 
 def make_executor(get_model: GetModel, ledger: InvocationLedger) -> Node:

@@ -40,7 +40,12 @@ from state.records import (
 )
 from verification.claim_checker import check_claims
 from verification.verdict import decide
-from verification.verifier_payload import build_payload, render_payload, unseen_claims
+from verification.verifier_payload import (
+    build_payload,
+    clipped_claims,
+    render_payload,
+    unseen_claims,
+)
 from verification.verifier_reply import parse_verifier_reply, read_verifier_reply
 
 MAX_REPAIRS = 2
@@ -190,6 +195,7 @@ def verify(
         mode=mode,
         # The claim checker stands in with the whole answer; a model saw only the payload.
         unseen=() if mode == "fallback" else unseen_claims(payload, answer),
+        clipped=None if mode == "fallback" else clipped_claims(payload, answer),
         question=inputs["question"],
         known_services=known_services,
         not_run=inputs.get("not_run", []),

@@ -210,6 +210,14 @@ API_ALLOWED_HOSTS = Setting(
     "without keys: host names accepted in Host besides localhost, 127.0.0.1, [::1]",
     default=(),
 )
+MCP_API_KEY = Setting(
+    "mcp_api_key",
+    "SUPERBIZ_MCP_API_KEY",
+    Text(),
+    "with keys: the API key `superbiz mcp` (MCP over stdio) acts for; its identity owns the "
+    "diagnoses",
+    secret=True,
+)
 STUDIO_IDENTITY = Setting(
     "studio_identity",
     "SUPERBIZ_STUDIO_IDENTITY",
@@ -323,6 +331,7 @@ SETTINGS: tuple[Setting, ...] = (
     API_MAX_RUNS,
     API_CORS_ORIGINS,
     API_ALLOWED_HOSTS,
+    MCP_API_KEY,
     STUDIO_IDENTITY,
     ALERT_CONCURRENCY,
     ALERT_QUEUE_MAX,

@@ -1,6 +1,7 @@
 r"""Text for storing and showing: each rule once, used by every layer.
 
-- **Storable** (``clean_text``): no lone UTF-16 surrogates, no NUL. A lone surrogate cannot be
+- **Storable** (``clean_text``; ``clean_value`` for every string of a JSON value): no lone
+  UTF-16 surrogates, no NUL. A lone surrogate cannot be
   encoded as UTF-8 (it breaks JSON payloads and database writes) and PostgreSQL refuses NUL in
   text and JSON. Both can arrive in a log line, a model reply or a question; they are replaced by
   U+FFFD where such text enters, so nothing fails later.
@@ -46,6 +47,23 @@ _BOUNDARY_PUNCTUATION = " \t,;:"
 def clean_text(text: str) -> str:
     """``text`` with every lone surrogate and NUL replaced by U+FFFD."""
     return _UNSTORABLE.sub(REPLACEMENT, text)
+
+
+def clean_value(value: object) -> object:
+    """A JSON-like value with ``clean_text`` applied to every string in it, keys included.
+
+    Dicts, lists and tuples are walked (a tuple becomes a list); other values are kept.
+    """
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, dict):
+        return {
+            clean_text(key) if isinstance(key, str) else key: clean_value(item)
+            for key, item in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [clean_value(item) for item in value]
+    return value
 
 
 def has_unstorable(text: str) -> bool:

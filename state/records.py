@@ -85,6 +85,7 @@ GapKind = Literal[
     "unanswered",
     "not_run",
     "failed",
+    "conclusion_gap",
     "model",
 ]
 
@@ -336,6 +337,38 @@ class MissingInfo(TypedDict):
     made no tool call, or a reply reached its token limit."""
 
 
+ConclusionAnswer = Literal["yes", "no", "value", "unknown"]
+"""What a conclusion states: a yes, a no, a value or comparison, or that it cannot tell."""
+ConclusionStatus = Literal["follows", "derived", "does_not_follow", "missing", "not_required"]
+"""How a conclusion stands against the confirmed claims (``verification.conclusion``)."""
+
+
+class Conclusion(TypedDict):
+    """The executor's conclusion: what the answer concludes and the claims it rests on."""
+
+    text: str
+    answer: ConclusionAnswer
+    rests_on: list[str]
+
+
+class ConclusionCheck(TypedDict):
+    """A conclusion checked by code against the claims it rests on.
+
+    ``stated`` is what the answer concludes, ``expected`` what its confirmed claims support
+    (``None``: they support neither); ``claim_id`` names the claim that states it when the
+    conclusion is a claim's own yes or no.
+    """
+
+    status: ConclusionStatus
+    kind: str
+    text: str
+    stated: str | None
+    expected: str | None
+    rests_on: list[str]
+    claim_id: str | None
+    reason: str
+
+
 class ExecutorAnswer(TypedDict):
     """The executor's ``executor_evidence_v2`` object, read into records.
 
@@ -348,6 +381,8 @@ class ExecutorAnswer(TypedDict):
     recommended_actions: list[RecommendedAction]
     missing_info: list[MissingInfo]
     schema_findings: list[Finding]
+    conclusion: NotRequired[Conclusion | None]
+    """The answer's conclusion, when the executor stated one (``None``: none stated)."""
 
 
 # --------------------------------------------------------------------------- Gatekeeper
@@ -550,6 +585,8 @@ class Decision(Verdicts):
     notes: list[str]
     unchecked: list[str]
     question_coverage: QuestionCoverage
+    conclusion: NotRequired[ConclusionCheck]
+    """The answer's conclusion checked against its claims (absent on older records)."""
 
 
 class VerifierResult(Decision):
@@ -714,6 +751,8 @@ class Material(TypedDict):
     next_steps: list[NextStep]
     withheld_steps: int
     """Recommended actions left out because they state a cause as established."""
+    conclusion: NotRequired[str]
+    """The conclusion, shown first, only when code found it follows from confirmed claims."""
 
 
 class ComposerOutput(TypedDict):

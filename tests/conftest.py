@@ -19,6 +19,42 @@ from persistence.store import Persistence, open_persistence
 from tests.opensearch_kit import opensearch_url  # noqa: F401  (a session fixture)
 from tests.prometheus_kit import prometheus_stack  # noqa: F401  (a session fixture)
 
+SLOW_MODULES = frozenset(
+    {
+        "test_alert_receiver.py",
+        "test_alert_serve_recovery.py",
+        "test_alertmanager_live.py",
+        "test_api_serve.py",
+        "test_backend_edges.py",
+        "test_cli_startup.py",
+        "test_export.py",
+        "test_langgraph_dev.py",
+        "test_langgraph_serving.py",
+        "test_migration_versions.py",
+        "test_models_http.py",
+        "test_prometheus.py",
+        "test_runbooks.py",
+        "test_serve_recovery.py",
+        "test_serving.py",
+        "test_web.py",
+        "test_web_firefox.py",
+    }
+)
+"""Modules whose tests start real servers, browsers or programs: the ``slow`` marker.
+
+``pytest -m "not slow"`` runs the rest, the unit part, in well under two minutes
+(``bench/suite_loop.py`` measures it); the whole suite runs on every core (``-n auto``). A test
+module elsewhere can mark itself with ``pytestmark = pytest.mark.slow``.
+"""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Marks every test of a module in ``SLOW_MODULES`` as ``slow``."""
+    for item in items:
+        if item.path.name in SLOW_MODULES:
+            item.add_marker(pytest.mark.slow)
+
+
 _real_connect = socket.socket.connect
 
 

@@ -295,6 +295,151 @@ def test_receiver_refuses_bad_input(client: TestClient, monkeypatch: pytest.Monk
     assert client.get("/api/alerts?limit=0", headers=ALICE).status_code == 422
 
 
+def _firing_with(change: Any) -> bytes:
+    body = recorded("firing")
+    change(body)
+    return json.dumps(body).encode()
+
+
+def _nested(depth: int) -> bytes:
+    body = json.dumps(recorded("firing")).encode()
+    return body[:-1] + b', "commonLabels": {"team": ' + b"[" * depth + b"]" * depth + b"}}"
+
+
+def _set(path: tuple[Any, ...], value: Any) -> Any:
+    def change(body: Any) -> None:
+        for key in path[:-1]:
+            body = body[key]
+        body[path[-1]] = value
+
+    return change
+
+
+def _rename_label(body: Any) -> None:
+    body["alerts"][0]["labels"]["serv\x00ice"] = body["alerts"][0]["labels"].pop("service")
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        (
+            _firing_with(_set(("alerts", 0, "labels", "service"), "order\x00service")),
+            "alerts[0].labels.service",
+        ),
+        (_firing_with(_rename_label), "alerts[0].labels.serv\\x00ice (a name)"),
+        (_firing_with(_set(("groupKey",), '{}:{alertname="A\x00"}')), "groupKey"),
+        (_firing_with(_set(("receiver",), "super\x00biz")), "receiver"),
+        (
+            _firing_with(_set(("alerts", 0, "labels", "service"), "order\ud800")),
+            "alerts[0].labels.service",
+        ),
+        (
+            _firing_with(_set(("alerts", 0, "startsAt"), "0001-01-01T00:00:00Z")),
+            "alerts[0].startsAt",
+        ),
+        (_nested(22_000), "commonLabels.team"),
+    ],
+    ids=[
+        "nul-label",
+        "nul-label-name",
+        "nul-group-key",
+        "nul-receiver",
+        "lone-surrogate",
+        "starts-at-year-1",
+        "nested-45kb",
+    ],
+)
+def test_receiver_refuses_unstorable_input_with_422_naming_the_field(
+    client: TestClient, body: bytes, field: str
+) -> None:
+    answer = client.post(
+        "/api/alertmanager",
+        content=body,
+        headers={**ALICE, "Content-Type": "application/json"},
+    )
+
+    assert answer.status_code == 422, answer.text
+    assert f"{field}: " in answer.json()["error"]
+    assert client.get("/api/alerts", headers=ALICE).json()["alerts"] == []
+
+
+def test_receiver_refuses_an_oversized_alert_name_naming_the_field(client: TestClient) -> None:
+    body = recorded("firing")
+    body["alerts"][0]["labels"]["alertname"] = "A" * 100_000
+
+    answer = client.post("/api/alertmanager", json=body, headers=ALICE)
+
+    assert answer.status_code == 422
+    assert "alerts[0].labels.alertname: is 100000 characters long" in answer.json()["error"]
+
+
+def test_payload_question_is_bounded_like_chat_and_counts_what_it_leaves_out() -> None:
+    alerts = [(f"Alert{n}{'x' * 900}", f"f{n}", f"2026-12-01T10:{n:02d}:00Z") for n in range(40)]
+    body = group("g", *alerts)
+    for alert in body["alerts"]:
+        alert["annotations"]["description"] = "d" * 16_000
+        alert["labels"]["service"] = "s" * 1024
+    notification = parse_notification(json.dumps(body).encode())
+
+    question = build_question(notification, ("service",), timedelta(minutes=5))
+    short = build_question(notification, ("service",), timedelta(minutes=5), limit=1500)
+
+    assert len(question) <= 4000 and len(short) <= 1500
+    assert question.startswith("Alertmanager reports 40 firing alert(s):")
+    assert "more alert(s) of the same group not listed here" in question
+    assert question.rstrip().endswith("read each alert's runbook first.")
+    assert "Alert0" in short and "read each alert's runbook first." in short
+
+
+SECRETS = ["hunter2hunter2", "s3cr3tpass", "abcdef1234567890", "ghp_" + "A1b2" * 6]
+
+
+def test_receiver_masks_secrets_of_annotations_in_the_question_and_the_listing(
+    database_url: str,
+) -> None:
+    body = recorded("firing")
+    body["alerts"][0]["annotations"].update(
+        summary=f"login fails; curl -H 'Authorization: Bearer {SECRETS[2]}' password={SECRETS[0]}",
+        description=f"token: {SECRETS[3]} see https://bob:{SECRETS[1]}@grafana.example/d/1",
+        runbook_url=f"https://runbooks.example/HighErrorRate?api_key={SECRETS[2]}",
+    )
+    app = create_app(database_url, api_keys=KEYS)
+    stopped = TestClient(app)  # no lifespan: the question is stored, nothing runs it
+
+    accepted = stopped.post("/api/alertmanager", json=body, headers=ALICE)
+    listing = stopped.get("/api/alerts", headers=ALICE)
+    app.state.superbiz.close()
+
+    assert accepted.status_code == 202, accepted.text
+    persistence = open_persistence(database_url)
+    try:
+        (row,) = AlertQueue(persistence.db, "test").list("alice", 5)
+        claimed = AlertQueue(persistence.db, "test").claim(30)
+    finally:
+        persistence.close()
+    assert claimed is not None and "password=****" in claimed.question
+    assert "Bearer ****" in claimed.question and "bob:****@grafana" in claimed.question
+    for text in (claimed.question, listing.text, json.dumps(row)):
+        assert not [secret for secret in SECRETS if secret in text], text
+
+
+def test_receiver_listing_is_bounded_whatever_the_rows_hold() -> None:
+    big = {"alert_name": "A" * 100_000, "summary": "s" * 300, "fingerprint": "f"}
+    rows = [
+        {"diagnosis_id": f"d{n}", "alerts": [big] * 60, "error": "e" * 50_000} for n in range(40)
+    ]
+
+    page = alert_receiver.listed_page(rows)
+
+    size = len(json.dumps(page))
+    assert size <= alert_receiver.LIST_BUDGET_CHARS + 30_000, size
+    assert page["truncated"] is True
+    first = page["alerts"][0]
+    assert len(first["alerts"]) == alert_receiver.LISTED_ALERTS and first["alerts_total"] == 60
+    assert len(first["alerts"][0]["alert_name"]) <= alert_receiver.LISTED_TEXT_CHARS
+    assert len(first["error"]) <= alert_receiver.LISTED_TEXT_CHARS
+
+
 def test_receiver_full_queue_is_429_and_a_restart_runs_what_was_queued(
     database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

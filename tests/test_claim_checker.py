@@ -231,7 +231,15 @@ LABEL_CASES: dict[str, list[tuple[str, dict[str, Any], str]]] = {
     ],
     "tokenless_cjk_claim_is_inference": [("数据库连接池耗尽", {}, "reasonable_inference")],
     "tokenless_negated_claim_without_negation_in_evidence_is_inference": [
-        ("Connection from the pool was not acquired", {}, "reasonable_inference")
+        (
+            "The error ratio was not acknowledged",
+            {"sources": ("alerts[0]",)},
+            "reasonable_inference",
+        )
+    ],
+    # "Cannot acquire connection" in the log is a negation: the claim restates it.
+    "tokenless_negated_claim_restating_a_negation_in_evidence_is_direct": [
+        ("Connection from the pool was not acquired", {}, "direct_observation")
     ],
     "positive_claim_on_zero_match_summary_is_unsupported": [
         ("payment-service has ERROR logs", {"sources": ("summary-zero",)}, "unsupported"),

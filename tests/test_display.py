@@ -14,6 +14,7 @@ import pytest
 from state.display import (
     ELLIPSIS,
     clean_text,
+    clean_value,
     clip,
     clip_bytes,
     continued,
@@ -69,6 +70,28 @@ def test_strip_invisible_keeps_visible_text() -> None:
 
 def test_clean_text_replaces_what_cannot_be_stored() -> None:
     assert clean_text("a\x00b\ud800c") == "a\ufffdb\ufffdc"
+
+
+def test_clean_value_cleans_every_string_and_key_of_a_json_value() -> None:
+    value = {"q\ud800": ["a\x00", ("b\udc00", 3)], "n": None, "x": 1.5}
+
+    assert clean_value(value) == {"q\ufffd": ["a\ufffd", ["b\ufffd", 3]], "n": None, "x": 1.5}
+
+
+def test_readable_calls_replace_lone_surrogates_in_tool_call_arguments() -> None:
+    from langchain_core.messages import AIMessage
+
+    from models.messages import readable_calls
+
+    reply = AIMessage(
+        content="",
+        tool_calls=[{"name": "query_logs", "args": {"query": "x\ud83d"}, "id": "c1"}],
+    )
+
+    calls = readable_calls(reply)
+
+    assert calls[0]["args"] == {"query": "x\ufffd"}
+    assert calls[0]["id"] == "c1" and calls[0]["name"] == "query_logs"
 
 
 # --------------------------------------------------------------------------- clip

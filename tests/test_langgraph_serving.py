@@ -30,6 +30,7 @@ from langgraph_sdk import get_sync_client
 from tests.gated_openai import GatedOpenAI, gated_openai
 from tests.test_langgraph_dev import (
     CHAT_INPUT,
+    QUESTION,
     ROOT,
     Server,
     _assert_pass_answer,
@@ -291,6 +292,33 @@ def test_langgraph_mounted_api_serves_the_web_pages_with_their_policy(keyed: Ser
         assert response.headers["content-security-policy"] == CSP
     assert "/assets/app.js" in httpx.get(f"{keyed.url}/", timeout=30).text
     assert httpx.get(f"{keyed.url}/api/threads", timeout=30).status_code == 401
+
+
+def test_langgraph_mounted_api_serves_mcp_per_identity(keyed: Server) -> None:
+    import anyio
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+    from mcp.shared.exceptions import MCPError
+
+    def connect(headers: dict[str, str]) -> Client:
+        http = create_mcp_http_client(headers=headers)
+        return Client(streamable_http_client(f"{keyed.url}/mcp", http_client=http))
+
+    async def scenario() -> None:
+        async with connect(ALICE) as alice:
+            done = await alice.call_tool(
+                "diagnose", {"question": QUESTION, "offline": True}
+            )
+            view = done.structured_content
+            assert view is not None and view["verdict"] == "PASS" and view["claims"]
+        async with connect(BOB) as bob:
+            with pytest.raises(MCPError) as refused:
+                await bob.call_tool("get_diagnosis", {"diagnosis_id": view["diagnosis_id"]})
+            assert refused.value.message == f"no diagnosis {view['diagnosis_id']!r}"
+
+    anyio.run(scenario)
+    assert httpx.post(f"{keyed.url}/mcp", json={}, timeout=30).status_code == 401
 
 
 # --- a killed server --------------------------------------------------------------------------

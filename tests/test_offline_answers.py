@@ -103,7 +103,7 @@ SEVEN: list[tuple[list[str], str, list[str], list[str]]] = [
     ),
     (
         ["is the HighErrorRate alert firing for order-service?", "--lang", "en"],
-        "PASS",
+        "LOW_CONFID",
         ["No: No alert named HighErrorRate exists"],
         ["OrderServiceHigh5xxRate", "OrderServiceDBPoolSaturated"],
     ),

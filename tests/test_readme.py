@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.test_layering import LAYERS
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -105,3 +107,43 @@ def test_readme_states_the_langgraph_dev_job_concurrency_and_what_a_crash_loses(
     for kept in ("Checkpoints", "audit rows", "tool invocations"):
         assert kept in crash, kept
     assert "`superbiz diagnose --resume --thread ID`" in crash
+
+
+def _layout_section() -> str:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    return text[text.index("## Project layout") :]
+
+
+def test_readme_layout_table_lists_every_package_folder_and_no_other() -> None:
+    """Each top-level package has a row, and each row names a folder that exists."""
+    layout = _layout_section()
+    rows = set(re.findall(r"^\| `([a-z_]+)/` \|", layout, flags=re.MULTILINE))
+    packages = {
+        path.parent.name
+        for path in ROOT.glob("*/__init__.py")
+        if not path.parent.name.startswith(".") and path.parent.name != "tests"
+    }
+    assert packages, "no package folders found beside the README"
+    assert packages <= rows, f"folders without a row in the layout table: {sorted(packages - rows)}"
+    assert all((ROOT / row).is_dir() for row in rows), "a layout row names a missing folder"
+
+
+def test_readme_reading_order_names_files_that_exist() -> None:
+    """The reading order points at real modules, so it cannot go stale silently."""
+    layout = _layout_section()
+    order = layout[layout.index("Reading order") :]
+    order = order[: order.index("\n\n")] if "\n\n" in order else order
+    named = re.findall(r"`([a-z_/]+(?:\.py)?/?)`", order)
+    assert len(named) >= 8
+    missing = [name for name in named if not (ROOT / name.rstrip("/")).exists()]
+    assert not missing, f"the reading order names what does not exist: {missing}"
+
+
+def test_readme_layering_sentence_matches_the_layering_test() -> None:
+    """The layering order stated in the README is the order tests/test_layering.py enforces."""
+    layout = _layout_section()
+    sentence = layout[layout.index("Imports follow the layering") :]
+    sentence = sentence[: sentence.index("\n\n")]
+    stated = re.findall(r"`([a-z_]+)`", sentence)
+    enforced = [package for layer in LAYERS for package in layer]
+    assert stated[: len(enforced)] == enforced

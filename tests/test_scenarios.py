@@ -89,7 +89,7 @@ def _error(result: ScenarioResult) -> str:
 
 def _write(folder: Path, name: str, data: object) -> Path:
     path = folder / name
-    text = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
+    text = data if isinstance(data, str) else json.dumps(data, ensure_ascii=True)
     path.write_text(text, encoding="utf-8")
     return path
 
@@ -272,6 +272,10 @@ def test_load_scenario_names_the_file_and_the_problem(
             lambda s: s["expect"].update(verdict=None),
             "expect.verdict must not be null; leave the key out instead",
         ),
+        (
+            lambda s: s.update(question="Is order-service \ud83d failing?"),
+            "question holds a lone UTF-16 surrogate or a NUL character (at character 17)",
+        ),
     ],
     ids=[
         "tool-name",
@@ -282,6 +286,7 @@ def test_load_scenario_names_the_file_and_the_problem(
         "type",
         "bool",
         "null",
+        "lone-surrogate-in-question",
     ],
 )
 def test_load_scenario_names_the_field_by_its_path(

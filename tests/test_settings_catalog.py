@@ -317,30 +317,31 @@ def test_settings_catalog_a_backend_is_one_declaration(
             raise ValueError("must be an organisation name (letters and digits)")
         return value
 
-    tempo = Backend("tempo", "traces", (Key("org", _org, "organisation queried"),))
-    monkeypatch.setattr(evidence_config, "BACKENDS", (*evidence_config.BACKENDS, tempo))
+    zipkin = Backend("zipkin", "traces", (Key("org", _org, "organisation queried"),))
+    monkeypatch.setattr(evidence_config, "BACKENDS", (*evidence_config.BACKENDS, zipkin))
 
-    assert {s.variable for s in tempo.settings.values()} >= {
-        "SUPERBIZ_TEMPO_URL",
-        "SUPERBIZ_TEMPO_TOKEN",
-        "SUPERBIZ_TEMPO_ORG",
+    assert {s.variable for s in zipkin.settings.values()} >= {
+        "SUPERBIZ_ZIPKIN_URL",
+        "SUPERBIZ_ZIPKIN_TOKEN",
+        "SUPERBIZ_ZIPKIN_ORG",
     }
-    assert tempo.settings["token"].secret and not tempo.settings["org"].secret
+    assert zipkin.settings["token"].secret and not zipkin.settings["org"].secret
     settings = load_settings(
-        {"SUPERBIZ_TEMPO_URL": "http://127.0.0.1:3200/", "SUPERBIZ_TEMPO_ORG": "ops"}, cwd=tmp_path
+        {"SUPERBIZ_ZIPKIN_URL": "http://127.0.0.1:9411/", "SUPERBIZ_ZIPKIN_ORG": "ops"},
+        cwd=tmp_path,
     )
-    tempo_settings = settings.backend("tempo")
-    assert tempo_settings is not None
-    assert (tempo_settings.url, tempo_settings.options["org"]) == ("http://127.0.0.1:3200", "ops")
+    zipkin_settings = settings.backend("zipkin")
+    assert zipkin_settings is not None
+    assert (zipkin_settings.url, zipkin_settings.options["org"]) == ("http://127.0.0.1:9411", "ops")
 
-    with pytest.raises(ConfigError, match="unknown setting SUPERBIZ_TEMPO_ORGG"):
-        load_settings({"SUPERBIZ_TEMPO_ORGG": "ops"}, cwd=tmp_path)
-    with pytest.raises(ConfigError, match="SUPERBIZ_TEMPO_ORG='o p' must be an organisation"):
+    with pytest.raises(ConfigError, match="unknown setting SUPERBIZ_ZIPKIN_ORGG"):
+        load_settings({"SUPERBIZ_ZIPKIN_ORGG": "ops"}, cwd=tmp_path)
+    with pytest.raises(ConfigError, match="SUPERBIZ_ZIPKIN_ORG='o p' must be an organisation"):
         load_settings(
-            {"SUPERBIZ_TEMPO_URL": "http://h", "SUPERBIZ_TEMPO_ORG": "o p"}, cwd=tmp_path
+            {"SUPERBIZ_ZIPKIN_URL": "http://h", "SUPERBIZ_ZIPKIN_ORG": "o p"}, cwd=tmp_path
         )
-    (tmp_path / "superbiz.toml").write_text('[tempo]\nurl = "http://h"\ntoken = 5\n')
-    with pytest.raises(ConfigError, match=r"^tempo\.token in .* must be a string$"):
+    (tmp_path / "superbiz.toml").write_text('[zipkin]\nurl = "http://h"\ntoken = 5\n')
+    with pytest.raises(ConfigError, match=r"^zipkin\.token in .* must be a string$"):
         load_settings({}, cwd=tmp_path)
 
 

@@ -512,6 +512,7 @@ def test_finalize_result_shape_and_score_from_code() -> None:
         "notes",
         "unchecked",
         "question_coverage",
+        "conclusion",
     }
     assert result["unchecked"] == []
     assert result["groundedness_score"] == 0.8  # the model said 0.99

@@ -695,3 +695,45 @@ def test_verifier_payload_keeps_every_trace_item_of_a_long_diagnosis() -> None:
     assert [item["trace_ref"] for item in trace] == [f"t{n}" for n in range(1, 17)]
     assert all(item["output_summary"].startswith("matched 20 of 20") for item in trace)
     assert len(render_payload(payload).encode("utf-8")) < 32_000
+
+
+# --------------------------------------------------------------------------- unseen text
+
+
+LONG_TAIL = " and an operator dropped the orders table by hand"
+
+
+def long_claim() -> JSONObject:
+    """c1 grounded in its first words, with more text after the 600 characters shown."""
+    padding = ", again on the same endpoint" * 25
+    return claim(
+        "c1", C1_TEXT + padding + LONG_TAIL, binding("inv-1", "logs[0]", "HTTP 500 Cannot")
+    )
+
+
+@pytest.mark.parametrize("offline", [False, True], ids=["model", "offline"])
+def test_verifier_claim_cut_in_the_payload_is_not_confirmed_beyond_what_was_shown(
+    checkpointer: Checkpointer, offline: bool
+) -> None:
+    overrides: dict[str, BaseChatModel] = {"verifier": OfflineVerifier()} if offline else {}
+    run = one_round(
+        executor_answer(long_claim()),
+        PASS_C1,
+        overrides=overrides,
+        checkpointer=checkpointer,
+    )
+
+    if not offline:
+        shown = payload_of(run.verifier_calls()[0][1])["executor_structured_output"]["claims"]
+        assert LONG_TAIL.strip() not in shown[0]["claim_text"]
+    (check_c1,) = run.verifier["claim_checks"]
+    assert check_c1["verification"] == "overstated"
+    assert "only the first" in check_c1["detail"]
+    assert run.state["verdict"] == "LOW_CONFID"
+
+
+def test_verifier_claim_within_the_limit_is_confirmed_whole(checkpointer: Checkpointer) -> None:
+    run = one_round(executor_answer(c1()), PASS_C1, checkpointer=checkpointer)
+
+    assert run.verifier["claim_checks"][0]["verification"] == "direct_observation"
+    assert run.state["verdict"] == "PASS"

@@ -34,7 +34,8 @@ def summary_text(
     output's ``total`` when the tool reports one (``matched <n> of at least <total>`` when it
     is a lower bound), else ``n``. A tool that counts its arrays separately reads ``... <array>
     <n> of <total>, <array> <n> of <total> (complete|truncated)``, each total the output's
-    ``<array>_total`` when it has one (never less than what was returned). A tool that reports
+    ``<array>_total`` when it has one (never less than what was returned; ``of at least <total>``
+    when the output says ``<array>_total_at_least``). A tool that reports
     the absolute window it searched states ``window=<start>/<end>`` before the counts.
     ``truncated`` when fewer entries were returned than matched or the output says
     ``truncated`` (a field was capped).
@@ -57,8 +58,10 @@ def summary_text(
             returned = _count(output, array.name)
             reported = whole(output.get(f"{array.name}_total"))
             total = max(returned, reported if reported is not None else returned)
-            incomplete = incomplete or returned < total
-            pieces.append(f"{array.name} {returned} of {total}")
+            at_least = output.get(f"{array.name}_total_at_least") is True
+            incomplete = incomplete or returned < total or at_least
+            of = "at least " if at_least else ""
+            pieces.append(f"{array.name} {returned} of {of}{total}")
         state = "truncated" if incomplete else "complete"
         parts.append(f"{', '.join(pieces)} ({state})")
         return " ".join(parts)

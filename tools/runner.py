@@ -319,6 +319,9 @@ class ToolRunner:
                 matched = max(_count(output.get(key)) or 0, len(listed))
                 if matched > len(entries) or key in output:
                     bounded[key] = matched
+                if output.get(f"{key}_at_least") is True:
+                    bounded[f"{key}_at_least"] = True
+                    cut_any = True
         if counts.total:
             total = max(_count(output.get("total")) or 0, returned)
             bounded["total"] = total

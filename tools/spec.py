@@ -253,8 +253,9 @@ class Counts:
         total: ``total`` counts the matches before the bound (``total_at_least``: a lower
             bound) and ``truncated`` is always present; the summary reads ``matched <n> of
             <total>``. Otherwise ``n`` and the total both count the entries returned.
-        per_array: Each array has its own ``<array>_total``; the summary counts the arrays
-            separately (``alerts 0 of 0, series 1 of 1``).
+        per_array: Each array has its own ``<array>_total`` (a lower bound when
+            ``<array>_total_at_least``); the summary counts the arrays separately (``alerts 0 of
+            0, series 1 of 1``, ``traces 20 of at least 140``).
         window: ``window_start`` / ``window_end``, the absolute window a source searched; the
             summary states it.
     """

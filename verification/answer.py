@@ -17,6 +17,7 @@ from state.records import (
     CONFIRMED_LABELS,
     ClaimCheck,
     ClaimLabel,
+    ConclusionCheck,
     ConfirmedItem,
     DirectionItem,
     EvidenceLine,
@@ -52,6 +53,7 @@ _TEXT: dict[str, dict[str, str]] = {
             "抱歉，无法根据本次收集到的证据给出可靠的回答。"
             "以下仅列出已确认的事实和证据缺口，不给出根因结论。"
         ),
+        "answer": "回答",
         "conclusion": "结论（已确认的事实）",
         "confirmed": "已确认的事实",
         "none_confirmed": "本次没有能够由证据确认的事实。",
@@ -67,6 +69,7 @@ _TEXT: dict[str, dict[str, str]] = {
         "missing_info": "（缺少的信息）",
         "not_checked": "（未经校验：超出了校验器的输入范围）",
         "unanswered": "（问题问到了这一点，但没有已确认的事实回答它）",
+        "conclusion_gap": "（这个结论不能由已确认的事实推出）",
         "not_run": "（未执行：本轮的工具调用预算已用完）",
         "failed": "（查询失败：数据源返回了错误，本回答不含它的结果）",
         "model": "（关于模型本身，而非事故）",
@@ -88,6 +91,7 @@ _TEXT: dict[str, dict[str, str]] = {
             "Sorry, a reliable answer could not be produced from the evidence gathered. Only "
             "established facts and evidence gaps are listed below; no root cause is given."
         ),
+        "answer": "Answer",
         "conclusion": "Conclusion (confirmed facts)",
         "confirmed": "Confirmed facts",
         "none_confirmed": "No facts could be established from the evidence gathered.",
@@ -103,6 +107,7 @@ _TEXT: dict[str, dict[str, str]] = {
         "missing_info": " (missing information)",
         "not_checked": " (not checked: it did not fit the Verifier's input)",
         "unanswered": " (asked in the question; no confirmed fact answers it)",
+        "conclusion_gap": " (this conclusion does not follow from the confirmed facts)",
         "not_run": " (not run: the tool budget of the round was spent)",
         "failed": " (failed: the source answered an error; nothing from it is in this answer)",
         "model": " (about the model, not the incident)",
@@ -152,6 +157,7 @@ def select_material(
     gatekeeper: GatekeeperResult,
     unchecked: Collection[str] = (),
     coverage: QuestionCoverage | None = None,
+    conclusion: ConclusionCheck | None = None,
 ) -> Material:
     """Select the Verifier-allowed material the answer may be built from.
 
@@ -163,7 +169,9 @@ def select_material(
     Next steps: recommended_actions. A contradicted claim appears nowhere. A claim in
     ``unchecked`` (the Verifier never saw it) is a gap that says it was not checked. With a
     ``coverage``, each facet of the question left unanswered and each tool call the budget cut
-    is a gap too (these two kinds are shown under every verdict).
+    is a gap too (these two kinds are shown under every verdict). The ``conclusion``, when code
+    found it follows from confirmed claims (``verification.conclusion``), is the answer's first
+    line; one that does not follow is a gap saying why.
     """
     labels = _labels(checks)
     confirmed: list[ConfirmedItem] = []
@@ -236,7 +244,18 @@ def select_material(
             if (text := safe_text(item))
         ]
     steps = [(safe_text(item["text"]), item["source"]) for item in answer["recommended_actions"]]
-    return Material(
+    extra: dict[str, str] = {}
+    if conclusion is not None and conclusion["status"] == "follows":
+        said = safe_text(conclusion["text"])
+        if said:
+            extra["conclusion"] = said
+    elif conclusion is not None and conclusion["status"] == "does_not_follow":
+        text = safe_text(f"{conclusion['text']} ({conclusion['reason']})")
+        if text:
+            gaps.insert(
+                0, GapItem(text=text, kind="conclusion_gap", claim_id=conclusion["claim_id"])
+            )
+    material = Material(
         confirmed=confirmed,
         directions=hypotheses + overstated,
         gaps=gaps,
@@ -248,6 +267,9 @@ def select_material(
         ],
         withheld_steps=sum(1 for text, _ in steps if text and asserts_cause(text)),
     )
+    if "conclusion" in extra:
+        material["conclusion"] = extra["conclusion"]
+    return material
 
 
 def _section(t: dict[str, str], title: str, lines: list[str]) -> str:
@@ -296,10 +318,17 @@ def _direction_lines(t: dict[str, str], directions: Sequence[DirectionItem]) -> 
     return lines
 
 
-ALWAYS_SHOWN_GAPS: tuple[GapKind, ...] = ("model", "unanswered", "not_run", "failed")
+ALWAYS_SHOWN_GAPS: tuple[GapKind, ...] = (
+    "model",
+    "unanswered",
+    "not_run",
+    "failed",
+    "conclusion_gap",
+)
 """Gaps shown under every verdict: what limited the model (it made no tool call, a reply reached
 its token limit), what the question asked and no fact answers, what was not looked at because
-the tool budget was spent, and what could not be looked at because the source failed."""
+the tool budget was spent, what could not be looked at because the source failed, and a
+conclusion that does not follow from the confirmed facts."""
 
 MODEL_WORDED: tuple[GapKind, ...] = (
     "unsupported",
@@ -376,6 +405,8 @@ def render_template(
     confirmed = material["confirmed"]
     confirmed_lines = _confirmed_lines(t, confirmed)
     blocks: list[str] = []
+    if verdict == "PASS" and material.get("conclusion"):
+        blocks.append(_section(t, t["answer"], [material.get("conclusion", "")]))
     if verdict == "PASS":
         if confirmed_lines:
             blocks.append(t["pass_intro"])

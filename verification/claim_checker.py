@@ -27,6 +27,18 @@ from state.records import (
 )
 from tools.registry import is_guidance
 from verification.gatekeeper import verified_excerpts_of
+from verification.polarity import (
+    asserted_text,
+    asserted_words,
+    denied_at,
+    denies,
+    head_terms,
+    key_terms,
+    normalized,
+    same_denial,
+    scopes,
+    states_term,
+)
 from verification.text import grounded, normalize, specifics
 from verification.verdict import claim_checks, derive_verdict, facts_of, groundedness_score
 
@@ -44,19 +56,22 @@ _STOPWORDS = frozenset(
     "the and for with from was were are has have had this that these those been being into its "
     "there their than then also which while when where who what all any per".split()
 )
-_NEGATIONS = frozenset({"no", "not", "none", "never", "without", "zero"})
-_CJK_NEGATIONS = ("没有", "无", "未", "不")
 _MIN_WORD = 3
 _OVERLAP = 0.5
 
 # States that exclude each other: a claim stating one where its evidence states only the other
 # is contradicted. Terms are separated by commas; an English term of several words is matched as
-# a phrase. Chinese terms have their own pairs (``异常`` is any error, not only "down", so it is
-# never weighed against English words such as "up").
+# a phrase. A term inside a negation's scope states the other side (``no longer firing``,
+# ``不再触发``: resolved). Chinese terms have their own pairs, but for alert states
+# (``异常`` is any error, not only "down", so it is never weighed against English words such as
+# "up"); an alert's state reads the same in both languages.
 _OPPOSITE_STATES: tuple[tuple[frozenset[str], frozenset[str]], ...] = tuple(
     (frozenset(t.strip() for t in a.split(",")), frozenset(t.strip() for t in b.split(",")))
     for a, b in (
-        ("firing, triggered, pending", "resolved, inactive, cleared"),
+        (
+            "firing, triggered, pending, 触发, 告警中, 正在告警",
+            "resolved, inactive, cleared, 已恢复, 已解决",
+        ),
         (
             "up, running, healthy, available, online",
             "down, stopped, unhealthy, unavailable, offline",
@@ -65,20 +80,16 @@ _OPPOSITE_STATES: tuple[tuple[frozenset[str], frozenset[str]], ...] = tuple(
         ("present, exists", "absent, missing, not found"),
         ("enabled", "disabled"),
         ("open, opened", "closed"),
-        ("触发, 告警中", "已恢复, 已解决"),
         ("正常, 运行中, 没有异常, 无异常, 未见异常, 没有宕机, 未宕机", "异常, 宕机"),
         ("成功", "失败"),
         ("存在", "缺失, 不存在"),
     )
 )
-_CJK_NEGATION_BEFORE = ("不", "未", "无", "没", "没有", "非")
 # English "up" that states no state: a bound ("up to 3 times") or a rise ("latency went up").
 _UP_NO_STATE = re.compile(
     r"\bup to\b|\b(?:went|goes|going|go|scaled?|scaling|spiked?|jumped|shot|ramped|rose|climbed"
     r"|set|picked|sped|speeding|ticked)\s+up\b"
 )
-_NEGATED = re.compile(r"\b(?:no|not|without|never|zero)\s+(?:(?:a|an|any|the)\s+)?([a-z]{4,})")
-_CJK_WORD = re.compile("[\u4e00-\u9fff]+")
 
 
 def claim_tokens(text: str, known_services: Sequence[str] = ()) -> list[str]:
@@ -98,11 +109,8 @@ def claim_tokens(text: str, known_services: Sequence[str] = ()) -> list[str]:
 
 
 def _looks_negative(text: str) -> bool:
-    """Whether a text states an absence (English or Chinese negation)."""
-    lowered = normalize(text)
-    if set(_WORD.findall(lowered)) & _NEGATIONS:
-        return True
-    return any(marker in lowered for marker in _CJK_NEGATIONS)
+    """Whether a text states an absence (a negation, ``verification.polarity``)."""
+    return denies(text)
 
 
 def _word_overlap(claim: str, evidence: str) -> float:
@@ -117,74 +125,96 @@ def _word_overlap(claim: str, evidence: str) -> float:
     return sum(1 for word in words if word in evidence) / len(words)
 
 
-def _words(text: str) -> set[str]:
-    """The words of a normalised text (ASCII words, and runs of CJK characters)."""
-    return set(_WORD.findall(text)) | set(_CJK_WORD.findall(text))
+def _state_occurs(term: str, plain: str, text: str, *, denied: bool) -> bool:
+    """Whether ``term`` occurs in ``plain`` denied (in a negation's scope) or not, as asked.
 
-
-def _says(term: str, words: set[str], text: str) -> bool:
-    """Whether a normalised text states ``term`` (a word, an English phrase or a Chinese term).
-
-    A Chinese term right after a negation (``不存在``, ``没有异常``) is not stated, unless the
-    term itself begins with one.
+    ``plain`` is ``text`` (normalised) with the phrases that state no state blanked out, offsets
+    kept. A term that begins with a negation itself (``not found``, ``不存在``, ``没有异常``) is
+    stated as it is; an English term is matched as a whole word or phrase.
     """
-    if not term.isascii():
-        start = text.find(term)
-        while start != -1:
-            if term.startswith(_CJK_NEGATION_BEFORE) or not text[:start].endswith(
-                _CJK_NEGATION_BEFORE
+    if term.isascii():
+        pattern = rf"(?<![a-z0-9]){re.escape(term)}(?![a-z0-9])"
+        starts = [match.start() for match in re.finditer(pattern, plain)]
+    else:
+        starts = [match.start() for match in re.finditer(re.escape(term), plain)]
+    own_negation = denies(term)
+    return any((not own_negation and denied_at(text, start)) == denied for start in starts)
+
+
+def _states(text: str, plain: str, side: frozenset[str], other: frozenset[str]) -> bool:
+    """Whether a text states ``side``.
+
+    One of its terms outside a negation, or one of the opposite side's terms denied (``no longer
+    firing`` states ``resolved``).
+    """
+    return any(_state_occurs(term, plain, text, denied=False) for term in side) or any(
+        _state_occurs(term, plain, text, denied=True) for term in other
+    )
+
+
+def _blank_no_state(text: str) -> str:
+    return _UP_NO_STATE.sub(lambda match: " " * len(match.group()), text)
+
+
+def _opposite_state(claim: str, evidence: str) -> bool:
+    claim_plain, evidence_plain = _blank_no_state(claim), _blank_no_state(evidence)
+    for side, other in _OPPOSITE_STATES:
+        for stated, opposite in ((side, other), (other, side)):
+            if (
+                _states(claim, claim_plain, stated, opposite)
+                and _states(evidence, evidence_plain, opposite, stated)
+                and not _states(evidence, evidence_plain, stated, opposite)
             ):
                 return True
-            start = text.find(term, start + 1)
-        return False
-    if " " in term:
-        return re.search(rf"(?<![a-z0-9]){re.escape(term)}(?![a-z0-9])", text) is not None
-    return term in words
+    return False
 
 
-def _states(words: set[str], text: str, side: frozenset[str]) -> bool:
-    return any(_says(term, words, text) for term in side)
+def _denies_shown(claim_text: str, incident: Sequence[VerifiedExcerpt]) -> str | None:
+    """Why the claim denies what a log line or alert shows, or None.
 
-
-def _negated(text: str) -> set[str]:
-    """Words a text states as absent (``no timeout``, ``without any errors``), singular."""
-    return {word.removesuffix("s") for word in _NEGATED.findall(text)}
+    A denied clause of the claim is contradicted when one asserting evidence text (not a query
+    summary) states all of its key terms outside its own negations, unless some evidence text
+    denies the same thing (the claim then quotes or restates that negation).
+    """
+    asserting = [
+        asserted_text(entry["text"]) for entry in incident if entry["raw_path"] != "summary"
+    ]
+    for scope in scopes(claim_text):
+        keys = key_terms(scope.body)
+        if not keys or any(same_denial(scope, entry["text"]) for entry in incident):
+            continue
+        for text in asserting:
+            if all(states_term(key, text) for key in keys):
+                denied = f"{scope.cue} {scope.body.strip()}"
+                return f"the claim says {denied!r}; the evidence shows {', '.join(keys)}"
+    return None
 
 
 def contradiction(claim_text: str, incident: Sequence[VerifiedExcerpt]) -> str | None:
     """Why the verified incident evidence states the opposite of the claim, or None.
 
     A state against its opposite (firing / resolved, up / down, succeeded / failed, present /
-    absent, enabled / disabled, open / closed), or a polarity flip: the claim states what the
-    evidence says did not happen (``hit a timeout`` against ``no timeout``), or the claim says
-    something did not happen where a log line or alert says it did.
+    absent, enabled / disabled, open / closed), a denied state reading as its opposite (``no
+    longer firing`` is ``resolved``); or a polarity flip, each negation read with its whole scope
+    (``verification.polarity``): the claim states what the evidence says did not happen (``hit
+    a timeout`` against ``no timeout``), or the claim denies what a log line or alert shows
+    (``never returned HTTP 500`` against a line with ``HTTP 500``). A claim that quotes or
+    restates a negation of its evidence (``No contacts according to contactsId``) states what
+    the evidence states.
     """
-    claim = normalize(claim_text)
-    evidence = "\n".join(normalize(entry["text"]) for entry in incident)
-    claim_words, evidence_words = _words(claim), _words(evidence)
-    claim_states, evidence_states = _UP_NO_STATE.sub(" ", claim), _UP_NO_STATE.sub(" ", evidence)
-    claim_state_words, evidence_state_words = _words(claim_states), _words(evidence_states)
-    for side, other in _OPPOSITE_STATES:
-        for stated, opposite in ((side, other), (other, side)):
-            if (
-                _states(claim_state_words, claim_states, stated)
-                and _states(evidence_state_words, evidence_states, opposite)
-                and not _states(evidence_state_words, evidence_states, stated)
-            ):
-                return "the evidence states the opposite state"
-    claim_negated, evidence_negated = _negated(claim), _negated(evidence)
-    plain_evidence = {w.removesuffix("s") for w in evidence_words} - evidence_negated
-    for word in {w.removesuffix("s") for w in claim_words if len(w) >= 4} - claim_negated:
-        if word in evidence_negated and word not in plain_evidence:
-            return f"the evidence says there was no {word}"
-    asserting = "\n".join(
-        normalize(entry["text"]) for entry in incident if entry["raw_path"] != "summary"
-    )
-    asserted = {w.removesuffix("s") for w in _words(asserting)} - _negated(asserting)
-    for word in claim_negated:
-        if word in asserted:
-            return f"the claim says there was no {word}, the evidence shows one"
-    return None
+    claim = normalized(claim_text)
+    evidence = "\n".join(normalized(entry["text"]) for entry in incident)
+    if _opposite_state(claim, evidence):
+        return "the evidence states the opposite state"
+    claim_words = {word for word in asserted_words(claim_text) if len(word) > _MIN_WORD}
+    heads: set[str] = set()
+    stated: set[str] = set()
+    for entry in incident:
+        heads |= head_terms(entry["text"])
+        stated |= asserted_words(entry["text"])
+    for word in sorted(claim_words & heads - stated):
+        return f"the evidence says there was no {word}"
+    return _denies_shown(claim_text, incident)
 
 
 def _matched_nothing(summary: str, claim_text: str) -> bool:

@@ -12,6 +12,13 @@ A PASS means the question was answered, not only that every confirmed claim is g
 - **Budget**: tool calls the tool budget cut (``not_run``) make the coverage at most ``partial``.
 - **Failures**: so do tool calls that failed every time they were made (``failed``, with the
   error): what the source would have said is not in the answer.
+- **What it asks** (``verification.intent``): a question about changes is answered only by a
+  confirmed claim about a change, one naming a time only by a confirmed claim stating an
+  absolute time, one asking what to do only by a next step from a source (so a question naming
+  no service is not answered by any confirmed claim).
+- **Conclusion** (``verification.conclusion``): a question wanting a conclusion (yes/no, a
+  comparison) whose answer states none, or one that does not follow from its claims, is
+  ``unanswered``: no facet counts as answered unless the conclusion answers it.
 - **Effect**: ``unanswered`` caps the effective verdict at LOW_CONFID; ``partial`` keeps it, and
   the answer lists the unanswered facets, the calls not run and the calls that failed as gaps.
 
@@ -31,6 +38,7 @@ from knowledge.vocabulary import concepts_in
 from state.records import (
     CONFIRMED_LABELS,
     ClaimCheck,
+    ConclusionStatus,
     CoverageReport,
     CoverageStatus,
     ExecutorAnswer,
@@ -39,6 +47,7 @@ from state.records import (
     TraceItem,
     Verdict,
 )
+from verification.intent import CHANGE, read_intent
 from verification.question import analyze_question, is_percentile
 from verification.text import normalize
 
@@ -91,6 +100,44 @@ def floor_coverage(
     return CoverageReport(status=status, asked=asked, unanswered=unanswered)
 
 
+_ABSOLUTE_TIME = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}")
+"""An absolute time as an answer states it."""
+
+
+PRIMARY_FACETS: Final[frozenset[str]] = frozenset({"changes", "next steps"})
+"""Facets a question is about: left unanswered, the whole question is unanswered."""
+
+
+def intent_facets(
+    question: str,
+    known_services: Sequence[str],
+    answer: ExecutorAnswer,
+    confirmed: Sequence[str],
+) -> tuple[list[str], list[str]]:
+    """What a question asks beyond the names it names: ``(asked, unanswered)``.
+
+    A question about changes is answered only by a confirmed claim about a change (or that none
+    was logged); one naming a time only by a confirmed claim stating an absolute time; one
+    asking what to do only by a next step from a source.
+    """
+    intent = read_intent(question, known_services)
+    asked: list[str] = []
+    unanswered: list[str] = []
+    if intent.kind == "changes":
+        asked.append("changes")
+        if not any(CHANGE.search(text.casefold()) for text in confirmed):
+            unanswered.append("changes")
+    if intent.time is not None:
+        asked.append("time window")
+        if not any(_ABSOLUTE_TIME.search(text) for text in confirmed):
+            unanswered.append("time window")
+    if intent.kind == "action":
+        asked.append("next steps")
+        if not any(step["source"].strip() for step in answer["recommended_actions"]):
+            unanswered.append("next steps")
+    return asked, unanswered
+
+
 def question_coverage(
     question: str,
     known_services: Sequence[str],
@@ -100,6 +147,7 @@ def question_coverage(
     model: CoverageReport | None = None,
     not_run: Sequence[str] = (),
     failed: Sequence[str] = (),
+    conclusion: ConclusionStatus = "not_required",
 ) -> QuestionCoverage:
     """The round's coverage: the floor, lowered (never lifted) by the model and the budget.
 
@@ -111,8 +159,32 @@ def question_coverage(
         model: The Verifier's own coverage report, when its reply had one.
         not_run: Tool calls the tool budget cut, rendered (``query_logs level=ERROR ...``).
         failed: Tool calls that failed every time, rendered with their error (``failed_calls``).
+        conclusion: The status of the answer's conclusion (``verification.conclusion``): a
+            question wanting one is unanswered when none follows from the confirmed claims.
     """
-    floor = floor_coverage(question, known_services, confirmed_texts(answer, checks))
+    confirmed = confirmed_texts(answer, checks)
+    floor = floor_coverage(question, known_services, confirmed)
+    more_asked, more_open = intent_facets(question, known_services, answer, confirmed)
+    if more_asked:
+        asked_all = floor["asked"] + [item for item in more_asked if item not in floor["asked"]]
+        open_all = floor["unanswered"] + more_open
+        status: CoverageStatus = floor["status"]
+        if more_open:
+            # What the question is about (the changes, the steps) left open leaves it open.
+            primary = any(item in PRIMARY_FACETS for item in more_open)
+            whole = primary or len(open_all) == len(asked_all)
+            status = "unanswered" if whole else "partial"
+        floor = CoverageReport(
+            status=strictest_status(floor["status"], status),
+            asked=asked_all,
+            unanswered=open_all,
+        )
+    if conclusion in ("missing", "does_not_follow"):
+        floor = CoverageReport(
+            status="unanswered",
+            asked=floor["asked"] or ["conclusion"],
+            unanswered=floor["asked"] or ["conclusion"],
+        )
     asked = list(floor["asked"])
     unanswered = list(floor["unanswered"])
     if model is not None:

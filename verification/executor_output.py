@@ -16,6 +16,8 @@ from state.json_shape import json_type
 from state.records import (
     Binding,
     Claim,
+    Conclusion,
+    ConclusionAnswer,
     ExecutorAnswer,
     Finding,
     Hypothesis,
@@ -338,4 +340,34 @@ def read_answer(
             for item in _items(raw, "missing_info")
         ],
         schema_findings=reader.findings,
+        conclusion=_conclusion(raw),
     )
+
+
+_ANSWERS: dict[str, ConclusionAnswer] = {
+    "yes": "yes",
+    "no": "no",
+    "value": "value",
+    "unknown": "unknown",
+}
+
+
+def _conclusion(raw: object) -> Conclusion | None:
+    """The optional ``conclusion`` object: its text, answer and the claim ids it rests on.
+
+    Anything unreadable is no conclusion (the question is then left without one); an answer
+    other than the four is ``unknown``.
+    """
+    item = raw.get("conclusion") if isinstance(raw, dict) else None
+    if isinstance(item, str) and item.strip():
+        item = {"text": item}
+    if not isinstance(item, dict):
+        return None
+    text = _text(item, "text").strip()
+    said = _text(item, "answer").strip().casefold()
+    rests = item.get("rests_on")
+    values = rests if isinstance(rests, list) else []
+    rests_on = [normalize_id(v) for v in values if isinstance(v, str)]
+    if not text:
+        return None
+    return Conclusion(text=text, answer=_ANSWERS.get(said, "unknown"), rests_on=rests_on)

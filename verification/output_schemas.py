@@ -71,7 +71,15 @@ EXECUTOR: JSONObject = _object(
         "hypotheses": _items(_object({"text": _TEXT, "basis": _TEXT})),
         "recommended_actions": _items(_object({"text": _TEXT, "source": _TEXT})),
         "missing_info": _items(_object({"text": _TEXT}, required=["text"])),
-    }
+        "conclusion": _object(
+            {
+                "text": _TEXT,
+                "answer": {"type": "string", "enum": ["yes", "no", "value", "unknown"]},
+                "rests_on": _TEXTS,
+            }
+        ),
+    },
+    required=["answer_version", "claims", "hypotheses", "recommended_actions", "missing_info"],
 )
 
 VERIFIER: JSONObject = _object(

@@ -104,6 +104,24 @@ def _fold(question: str) -> str:
     return unicodedata.normalize("NFKC", question)
 
 
+_ALERT_CONTEXT_PARTS = re.compile(
+    r"\((?:severity|级别)[^)]*\)|;\s*(?:summary|description|runbook|摘要|描述)\s*:[^;\n]*|"
+    r"\bfiring since [^\s;,]+|\bseverity\s*[=:]?\s*\w+|\b(?:starts_?at|startsAt)\s*[=:]?\s*\S+",
+    re.IGNORECASE,
+)
+
+
+def question_words(question: str) -> str:
+    """The question without the context an alert carries (severity, annotations, start time).
+
+    Its severity, its summary and description annotations, its runbook link and its start time
+    are left out. An alert's labels and annotations are evidence context, never question words:
+    "severity critical" is not a question about CRITICAL log lines, and a summary saying "timeout"
+    does not make the question one about timeouts. Alert names and services stay.
+    """
+    return _ALERT_CONTEXT_PARTS.sub(" ", question)
+
+
 def _whole(name: str, text: str) -> int:
     """Where ``name`` occurs in ``text`` as a whole name (case-insensitive), or -1."""
     found = re.search(
@@ -226,11 +244,12 @@ def analyze_question(
     """
     text = _fold(question)
     services, unknown = named_services(text, known_services)
+    words = question_words(text)
     stemmed: list[str] = []
     if stems and not services and not unknown:
         services = stemmed = stem_services(text, known_services)
     alerts = named_alerts(text)
-    rest = text
+    rest = words
     for name in [*services, *unknown, *alerts, *(stem_of(name) for name in stemmed)]:
         rest = re.sub(re.escape(name), " ", rest, flags=re.IGNORECASE)
     concepts = concepts_in(rest)
@@ -239,7 +258,7 @@ def analyze_question(
     codes = list(dict.fromkeys(_STATUS_CODE.findall(rest)))
     about_alerts = bool(alerts) or "alert" in symptoms or bool(_ALERT_CONTEXT.search(rest))
     about_errors = bool(codes) or any(concept in ERROR_CONCEPTS for concept in symptoms)
-    kind = _kind(text, services + unknown, metrics, about_alerts or about_errors, alerts)
+    kind = _kind(words, services + unknown, metrics, about_alerts or about_errors, alerts)
     facets = [Facet(kind="service", name=name, known=True) for name in services]
     facets += [Facet(kind="service", name=name, known=False) for name in unknown]
     facets += [Facet(kind="alert", name=name, known=True) for name in alerts]
@@ -258,7 +277,7 @@ def analyze_question(
         status_codes=codes,
         about_alerts=about_alerts,
         about_errors=about_errors,
-        error_level=error_level(text),
+        error_level=error_level(words),
     )
 
 

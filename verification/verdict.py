@@ -9,7 +9,8 @@ which labels stand, derives the legacy facts, computes the groundedness score an
    a ``direct_observation`` left without a citation is ``unsupported``. A claim none of whose
    bindings the Gatekeeper verified is ``unsupported`` (a stricter ``contradicted`` stands); one
    whose only verified evidence is knowledge is at most ``external_unknown``; one the Gatekeeper
-   flagged with ``evidence.unbound_specifics`` is at most ``overstated``.
+   flagged with ``evidence.unbound_specifics`` is at most ``overstated``; so is one whose text
+   the Verifier was shown cut (what follows the cut was never checked).
 2. **Facts and score.** direct_observation -> direct_evidence (1.0); reasonable_inference and
    overstated -> indirect_support (0.6); unsupported and external_unknown -> no_evidence (0.0);
    contradicted -> contradicted (the score is 0.0). The score is the mean over claims, 0.0 with
@@ -23,7 +24,9 @@ which labels stand, derives the legacy facts, computes the groundedness score an
 5. **Effective verdict.** The strictest of the model's verdict, the derived verdict, the parse
    cap (output not valid -> LOW_CONFID), the Gatekeeper cap (severity reject -> REJECT,
    low_confid -> LOW_CONFID), the fallback cap (the claim checker stood in for an unreadable
-   reply -> LOW_CONFID), the coverage cap (question unanswered -> LOW_CONFID) and the re-check
+   reply -> LOW_CONFID), the coverage cap (question unanswered -> LOW_CONFID; a conclusion
+   that does not follow from its claims, or a missing one, leaves it unanswered:
+   ``verification.conclusion``) and the re-check
    cap (the claim checker re-checks a recorded diagnosis a model judged -> LOW_CONFID: it can
    never clear a recorded verdict alone).
 
@@ -32,7 +35,7 @@ Verdicts are ranked here only (REJECT < LOW_CONFID < PASS): ``strictest`` and ``
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Final
 
 from state.records import (
@@ -55,6 +58,7 @@ from state.records import (
     VerifierReply,
 )
 from verification.catalog import UNBOUND_SPECIFICS
+from verification.conclusion import check_conclusion
 from verification.coverage import coverage_cap, failed_calls, question_coverage
 from verification.gatekeeper import only_knowledge, verified_excerpts_of
 from verification.verifier_reply import short
@@ -167,6 +171,7 @@ def _check(
     trace: dict[str, TraceItem],
     unbound: set[str],
     unseen: set[str],
+    clipped: Mapping[str, int],
     notes: list[str],
 ) -> ClaimCheck:
     """The final check of one claim (rule 1 of the module docstring)."""
@@ -217,6 +222,14 @@ def _check(
         notes.append(f"{claim_id}: {UNBOUND_SPECIFICS} failed, {model_label} -> overstated")
         detail = _with_reason(detail, "states specifics found in none of its verified evidence")
         label = "overstated"
+    if claim_id in clipped and label in CONFIRMED_LABELS:
+        # The rest of a cut claim text was never checked: it must not reach the user as verified.
+        shown = clipped[claim_id]
+        notes.append(f"{claim_id}: only its first {shown} characters were checked -> overstated")
+        detail = _with_reason(
+            detail, f"only the first {shown} characters of the claim were shown to the verifier"
+        )
+        label = "overstated"
     return ClaimCheck(
         claim_id=claim_id,
         verification=label,
@@ -233,11 +246,13 @@ def claim_checks(
     trace: Sequence[TraceItem],
     notes: list[str],
     unseen: Collection[str] = (),
+    clipped: Mapping[str, int] | None = None,
 ) -> list[ClaimCheck]:
     """Exactly one final check per executor claim, in claim order (rule 1).
 
     A claim in ``unseen`` was not in the Verifier's input: it is ``unsupported`` whatever the
-    reply says about it.
+    reply says about it. A claim in ``clipped`` was shown cut (its value: the characters shown):
+    at most ``overstated``, since what follows the cut was never checked.
     """
     by_ref: dict[str, TraceItem] = {}
     for item in trace:
@@ -250,7 +265,14 @@ def claim_checks(
     by_claim = _index(proposed or [], answer["claims"], notes)
     return [
         _check(
-            claim, by_claim.get(claim["claim_id"]), gatekeeper, by_ref, unbound, set(unseen), notes
+            claim,
+            by_claim.get(claim["claim_id"]),
+            gatekeeper,
+            by_ref,
+            unbound,
+            set(unseen),
+            clipped or {},
+            notes,
         )
         for claim in answer["claims"]
     ]
@@ -325,6 +347,7 @@ def decide(
     trace: Sequence[TraceItem],
     mode: VerifierMode,
     unseen: Collection[str] = (),
+    clipped: Mapping[str, int] | None = None,
     question: str = "",
     known_services: Sequence[str] = (),
     not_run: Sequence[str] = (),
@@ -341,6 +364,7 @@ def decide(
         trace: The tool trace summary the Verifier saw.
         mode: How ``reply`` was produced.
         unseen: Claims left out of the Verifier's bounded input (never checked).
+        clipped: Claims shown to the Verifier with their text cut, with the characters shown.
         question: The user's question (its facets are the coverage floor).
         known_services: The services the evidence backend knows.
         not_run: Tool calls the tool budget cut, rendered.
@@ -350,7 +374,7 @@ def decide(
         The decision; ``verdict`` is the effective verdict.
     """
     notes = list(reply["notes"])
-    checks = claim_checks(answer, reply["claim_checks"], gatekeeper, trace, notes, unseen)
+    checks = claim_checks(answer, reply["claim_checks"], gatekeeper, trace, notes, unseen, clipped)
     facts = facts_of(checks, answer)
     score = groundedness_score(facts)
     stated = reply["groundedness_score"]
@@ -363,6 +387,11 @@ def decide(
             "verifier output could not be parsed; deterministic claim checker used, "
             "verdict capped at LOW_CONFID"
         )
+    conclusion = check_conclusion(question, known_services, answer, checks, gatekeeper)
+    if conclusion["status"] == "does_not_follow":
+        notes.append(f"the conclusion does not follow from its claims: {conclusion['reason']}")
+    elif conclusion["status"] == "missing":
+        notes.append("the question wants a conclusion and the answer states none")
     coverage = question_coverage(
         question,
         known_services,
@@ -371,6 +400,7 @@ def decide(
         model=None if mode == "fallback" else reply.get("question_coverage"),
         not_run=not_run,
         failed=failed_calls(trace),
+        conclusion=conclusion["status"],
     )
     if coverage["status"] != "answered":
         shown = ", ".join(coverage["unanswered"]) or "none"
@@ -406,4 +436,5 @@ def decide(
         notes=notes,
         unchecked=[claim["claim_id"] for claim in answer["claims"] if claim["claim_id"] in unseen],
         question_coverage=coverage,
+        conclusion=conclusion,
     )

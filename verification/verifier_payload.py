@@ -280,6 +280,24 @@ def unseen_claims(payload: JSONObject, answer: ExecutorAnswer) -> list[str]:
     return [claim["claim_id"] for claim in answer["claims"][count:]]
 
 
+def clipped_claims(payload: JSONObject, answer: ExecutorAnswer) -> dict[str, int]:
+    """The claims shown with their text cut, each with the characters of it that were shown.
+
+    ``CLAIM_TEXT_CHARS`` (or a tight block budget) cuts a long ``claim_text``; what follows the
+    cut was never checked, so it must not reach the user as verified (``verification.verdict``).
+    """
+    block = payload.get("executor_structured_output")
+    shown = block.get("claims") if isinstance(block, dict) else None
+    clipped: dict[str, int] = {}
+    listed = shown if isinstance(shown, list) else []
+    for claim, item in zip(answer["claims"], listed, strict=False):
+        text = item.get("claim_text") if isinstance(item, dict) else None
+        if not isinstance(text, str) or text.strip() == sanitize_text(claim["claim_text"]).strip():
+            continue
+        clipped[claim["claim_id"]] = len(text.strip().removesuffix(ELLIPSIS))
+    return clipped
+
+
 def render_payload(payload: JSONObject) -> str:
     """The Verifier's human message: the payload quoted as untrusted data."""
     body = json.dumps(payload, ensure_ascii=False, indent=None, separators=(",", ":"))

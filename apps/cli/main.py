@@ -219,6 +219,17 @@ def _parser() -> argparse.ArgumentParser:
     )
     _output_options(serve)
 
+    mcp = commands.add_parser(
+        "mcp",
+        help="serve MCP over stdin/stdout (for an MCP client such as an IDE or an assistant)",
+        description="Serve the Model Context Protocol over this process's stdin and stdout: "
+        "diagnose, get_diagnosis, list_diagnoses, get_evidence, reverify, search_runbooks, "
+        "resume_diagnosis and each diagnosis's answer and claims as resources. With API keys "
+        "configured it acts for the key in SUPERBIZ_MCP_API_KEY; without, as anonymous. Logs "
+        "go to stderr.",
+    )
+    _output_options(mcp)
+
     doctor = commands.add_parser(
         "doctor",
         help="check that every configured backend answers",
@@ -835,6 +846,8 @@ def db_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 def serve_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """``serve``: check the configuration and the database, then run uvicorn."""
     from apps.auth import ApiKeys, ConfigError, Limits, is_loopback
+    from evidence.config import ConfigError as BackendConfigError
+    from evidence.config import load_settings
     from persistence.database import resolve_target
 
     if args.workers < 1:
@@ -863,6 +876,10 @@ def serve_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     problems = check_environment()
     if problems:
         raise UsageError("; ".join(problems))
+    try:  # every route would answer 500 with a backend configuration that cannot be used
+        load_settings()
+    except BackendConfigError as exc:
+        raise UsageError(str(exc)) from exc
     _check_port_free(args.host, args.port)
     # Migrate and set up checkpoints once, before the workers start.
     _open(args, sweep=False).close()  # the workers sweep, resuming what they can
@@ -888,6 +905,36 @@ def serve_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         workers=args.workers,
         log_level="info",
     )
+    return 0
+
+
+def mcp_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """``mcp``: check the key and the database, then serve MCP over stdio."""
+    from apps.auth import ApiKeys, ConfigError, Limits
+    from apps.http.service import Service
+    from apps.mcp.server import run_stdio
+
+    try:
+        keys = ApiKeys.from_env()
+        Limits.from_env()
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from exc
+    key = configuration.value(catalog.MCP_API_KEY)
+    if not keys.open:
+        if key is None:
+            raise UsageError(
+                f"API keys are configured: set {catalog.MCP_API_KEY.variable} to the key this "
+                "MCP server acts for"
+            )
+        if keys.identity_of(key) is None:
+            raise UsageError(f"{catalog.MCP_API_KEY.variable} is not one of the API keys")
+    problems = check_environment()
+    if problems:
+        raise UsageError("; ".join(problems))
+    _open(args, sweep=False).close()  # migrate before the first call; a bad database fails here
+    err.write("superbiz: serving MCP on stdin/stdout\n")
+    err.flush()
+    run_stdio(Service(args.db, None, None, None, None), key)
     return 0
 
 
@@ -922,6 +969,7 @@ ACTIONS = {
     "eval": "evaluation",
     "db": "database upgrade",
     "serve": "serving the API",
+    "mcp": "serving MCP",
 }
 """What each command does, for the one-line message of an unexpected failure."""
 
@@ -953,6 +1001,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return eval_command(args.paths, args.json, sys.stdout, sys.stderr)
         if args.command == "serve":
             return serve_command(args, sys.stdout, sys.stderr)
+        if args.command == "mcp":
+            return mcp_command(args, sys.stdout, sys.stderr)
         if args.command == "doctor":
             from apps.cli.doctor import doctor_command
 

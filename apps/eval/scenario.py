@@ -44,6 +44,7 @@ from evidence.environment import (
     validation_message,
 )
 from state.context import Language
+from state.display import has_unstorable
 from state.records import (
     MAX_ROUNDS,
     CoverageStatus,
@@ -169,6 +170,22 @@ _Reply = Annotated[Reply, BeforeValidator(_reply)]
 _Text = Annotated[str, StringConstraints(pattern=r"\S")]
 
 
+def _storable(value: object) -> object:
+    """Refuse a text holding a lone UTF-16 surrogate or a NUL (no run could store or show it)."""
+    if isinstance(value, str) and has_unstorable(value):
+        position = next(i for i, char in enumerate(value) if has_unstorable(char))
+        raise PydanticCustomError(
+            "unstorable",
+            "holds a lone UTF-16 surrogate or a NUL character (at character {position}); "
+            "remove it or write the character it stands for",
+            {"position": position},
+        )
+    return value
+
+
+_Question = Annotated[str, BeforeValidator(_storable), StringConstraints(pattern=r"\S")]
+
+
 class _ToolCall(FileModel):
     name: Annotated[str, Field(min_length=1)]
     args: _Omittable[JSONObject] = None
@@ -226,7 +243,7 @@ class ScenarioFile(FileModel):
     """The model of a scenario file; ``record`` gives the ``Scenario`` the code works with."""
 
     id: _Text
-    question: _Text
+    question: _Question
     language: Language
     environment: EnvironmentFile
     script: _Omittable[_Script] = None

@@ -1,7 +1,8 @@
 """What a browser may do with the HTTP API: no cross-origin use unless allowed, no DNS rebinding.
 
-``ApiGuard`` wraps the API (ASGI middleware) and acts on ``/api/...`` and ``/healthz`` only; every
-other path (the LangGraph server's own routes, when the API is mounted there) passes untouched.
+``ApiGuard`` wraps the API (ASGI middleware) and acts on ``/api/...``, ``/mcp`` and ``/healthz``;
+every other path (the LangGraph server's own routes, when the API is mounted there) passes
+untouched.
 
 - **CORS is off by default.** A preflight (``OPTIONS`` with ``Access-Control-Request-Method``)
   from an origin not in ``SUPERBIZ_API_CORS_ORIGINS`` (comma-separated, e.g.
@@ -37,7 +38,7 @@ from state import catalog
 
 CORS_VAR = catalog.API_CORS_ORIGINS.variable
 HOSTS_VAR = catalog.API_ALLOWED_HOSTS.variable
-_ALLOW_HEADERS = "authorization, content-type, x-api-key"
+_ALLOW_HEADERS = "authorization, content-type, x-api-key, mcp-protocol-version, last-event-id"
 _ALLOW_METHODS = "GET, POST"
 
 
@@ -85,7 +86,7 @@ def is_loopback_name(name: str) -> bool:
 
 
 def _guarded(path: str) -> bool:
-    return path == "/healthz" or path == "/api" or path.startswith("/api/")
+    return path in ("/healthz", "/api", "/mcp") or path.startswith("/api/")
 
 
 def _json_error(status: int, message: str) -> tuple[Message, Message]:

@@ -30,8 +30,9 @@ from models.offline.evidence import (
     names_in,
     series_for,
 )
+from models.offline.question_kinds import compose_kind
 from models.offline.rules import SLOW_SYMPTOMS, scopes
-from models.offline.writer import Writer, summary_binding
+from models.offline.writer import Writer, binding, summary_binding
 from state.records import QuestionFacets
 from verification.question import facet_label
 from verification.text import asserts_cause
@@ -69,7 +70,9 @@ def compose(task: dict[str, Any], found: QuestionFacets, results: list[Result]) 
     unknown = [s for s in found["unknown_services"] if not has_data(results, s)]
     services = found["services"] + [s for s in found["unknown_services"] if s not in unknown]
     kind = found["kind"]
-    if kind == "value":
+    if compose_kind(writer, task, found, results):
+        pass
+    elif kind == "value":
         value(writer, found, results, services, str(task.get("question", "")))
     elif kind == "confirm":
         confirm(writer, found, results, services)
@@ -210,7 +213,12 @@ def confirm_alert(writer: Writer, name: str, results: list[Result], services: li
         elif anywhere or scoped is None:
             if scoped is not None:
                 text = t["no"] + t["no_alert_for"].format(service=service, name=name)
-                writer.claim("negative_observation", text, [summary_binding(scoped)])
+                bindings = [summary_binding(scoped)]
+                if anywhere:
+                    # Where the alert does exist: the evidence that it is a real alert.
+                    path = f"alerts[{anywhere[0]}]"
+                    bindings.append(binding(everywhere, path, everywhere.refs.get(path, "")))
+                writer.claim("negative_observation", text, bindings)
         else:
             writer.no_alert(name, everywhere, scoped)
 
@@ -301,8 +309,7 @@ def why_metrics(writer: Writer, found: QuestionFacets, results: list[Result], se
             writer.series(metrics, picks[0], concept)
             break
     firing = [i for i, e in enumerate(metrics.entries("alerts")) if e.get("state") == "firing"]
-    for index in firing[: 3 if found["about_alerts"] else 1]:
-        writer.alert(metrics, index)
+    writer.alert_groups(metrics, firing, limit=3 if found["about_alerts"] else 1)
 
 
 def why_hypotheses(
@@ -355,8 +362,7 @@ def overview(writer: Writer, found: QuestionFacets, results: list[Result]) -> No
     metrics = metrics_result(results, None)
     if metrics is not None:
         firing = [i for i, e in enumerate(metrics.entries("alerts")) if e.get("state") == "firing"]
-        for index in firing[:3]:
-            writer.alert(metrics, index)
+        writer.alert_groups(metrics, firing, limit=3)
     covered: set[str] = set()
     for level, limit in ((found["error_level"], 3), ("WARN", 2)):
         logs = log_result(results, None, level)

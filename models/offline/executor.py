@@ -31,7 +31,8 @@ from models.offline.evidence import (
     read_results,
     tool_turns,
 )
-from models.offline.rules import Step, analysis, parse_steps, plan_steps
+from models.offline.question_kinds import current_time, intent_of, plan_for, windowed_steps
+from models.offline.rules import Step, analysis, parse_steps
 from state.records import QuestionFacets
 
 MAX_HOPS: Final = 2
@@ -64,7 +65,7 @@ class OfflineExecutor(OfflineModel):
         round_no = int(task.get("round", 1))
         turns = tool_turns(messages)
         if turns == 0:
-            steps = parse_steps(str(task.get("plan", ""))) or plan_steps(task)
+            steps = parse_steps(str(task.get("plan", ""))) or plan_for(task)
             return AIMessage(content="", tool_calls=_calls(steps, round_no, turns))
         found = analysis(task)
         results = read_results(messages)
@@ -107,6 +108,12 @@ class OfflineExecutor(OfflineModel):
         """
         known = [str(s) for s in task.get("known_services", [])]
         steps: list[Step] = []
+        intent = intent_of(task)
+        if intent.time is not None and int(task.get("round", 1)) == 1:
+            asked = any(r.args.get("start") for r in results)
+            now = current_time(results)
+            if not asked and now is not None:
+                return windowed_steps(task, intent, now)
         if found["kind"] == "why" and found["services"] and turns <= MAX_HOPS:
             for service in self.hops(found, results, known):
                 steps.append(("query_logs", {"service": service, "level": found["error_level"]}))

@@ -7,7 +7,8 @@ from collections.abc import Sequence
 from langchain_core.messages import AIMessage, BaseMessage
 
 from models.offline.base import OfflineModel, first_json_human
-from models.offline.rules import HOP_NOTE, analysis, plan_steps, render_steps
+from models.offline.question_kinds import plan_for
+from models.offline.rules import HOP_NOTE, analysis, render_steps
 
 
 class OfflinePlanner(OfflineModel):
@@ -18,4 +19,4 @@ class OfflinePlanner(OfflineModel):
         facts = first_json_human(messages)
         found = analysis(facts)
         note = HOP_NOTE if found["kind"] == "why" and int(facts.get("round", 1)) == 1 else ""
-        return AIMessage(content=render_steps(plan_steps(facts), note=note))
+        return AIMessage(content=render_steps(plan_for(facts), note=note))

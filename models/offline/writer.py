@@ -38,6 +38,8 @@ TEXT: Final[dict[str, dict[str, str]]] = {
         "values": "（value={value}，threshold={threshold}）",
         "value_only": "（value={value}）",
         "no_alert_named": "数据中没有名为 {name} 的告警{scope}。",
+        "more_alerts": "另外正在触发的告警：{names}。",
+        "alert_series": "告警 {name} 在 {service} 的 {count} 条序列上正在触发（value={values}）。",
         "no_alert_scope": "（{service} 也没有）",
         "no_alert_for": "{service} 没有名为 {name} 的告警。",
         "no_alerts": "{service} 在数据中没有任何告警。",
@@ -83,6 +85,8 @@ TEXT: Final[dict[str, dict[str, str]]] = {
         "values": " (value={value}, threshold={threshold})",
         "value_only": " (value={value})",
         "no_alert_named": "No alert named {name} exists in the data{scope}.",
+        "more_alerts": "Also firing: {names}.",
+        "alert_series": "Alert {name} is firing on {count} series of {service} (value={values}).",
         "no_alert_scope": " (nor for {service})",
         "no_alert_for": "{service} has no alert named {name}.",
         "no_alerts": "{service} has no alerts in the data.",
@@ -150,6 +154,16 @@ class Writer:
         self.actions: list[dict[str, Any]] = []
         self.missing: list[dict[str, Any]] = []
         self.quoted: set[tuple[str, str]] = set()
+        self.conclusion: dict[str, Any] | None = None
+
+    @property
+    def last_id(self) -> str:
+        """The id of the claim added last ('' before the first)."""
+        return str(self.claims[-1]["claim_id"]) if self.claims else ""
+
+    def conclude(self, answer: str, text: str, rests_on: list[str]) -> None:
+        """State the answer's conclusion and the claims it rests on (checked by code)."""
+        self.conclusion = {"text": text, "answer": answer, "rests_on": list(rests_on)}
 
     def claim(self, claim_type: str, text: str, bindings: list[dict[str, Any]]) -> None:
         """Add a claim (direct support, bound to exact refs)."""
@@ -303,6 +317,47 @@ class Writer:
         )
         self.claim("observation", answer + text, [binding(result, path, result.refs.get(path, ""))])
 
+    def alert_groups(self, result: Result, indexes: list[int], *, limit: int = 3) -> list[str]:
+        """Alerts grouped by name, the first ``limit`` groups stated, the rest summarised.
+
+        The same alert on several series is one claim; the groups beyond ``limit`` are one claim
+        (``and 4 more firing: ...``), never dropped silently. Returns the ids of the claims.
+        """
+        groups: dict[str, list[int]] = {}
+        for index in indexes:
+            name = str(result.entries("alerts")[index].get("alert_name", ""))
+            groups.setdefault(name, []).append(index)
+        written: list[str] = []
+        ordered = list(groups.items())
+        for name, members in ordered[:limit]:
+            if len(members) == 1:
+                self.alert(result, members[0])
+            else:
+                self.alert_series(result, name, members)
+            written.append(self.last_id)
+        rest = ordered[limit:]
+        if rest:
+            bindings = [binding(result, f"alerts[{members[0]}]", name) for name, members in rest]
+            text = self.t["more_alerts"].format(names=self.join([name for name, _ in rest]))
+            self.claim("observation", text, bindings)
+            written.append(self.last_id)
+        return written
+
+    def alert_series(self, result: Result, name: str, members: list[int]) -> None:
+        """One claim for an alert firing on several series: its services and values."""
+        entries = [result.entries("alerts")[i] for i in members]
+        services = self.join(list(dict.fromkeys(str(e.get("service", "")) for e in entries)))
+        values = self.join(
+            [format_value(e.get("value")) for e in entries if e.get("value") is not None]
+        )
+        text = self.t["alert_series"].format(
+            name=name, count=len(members), service=services, values=values or "-"
+        )
+        bindings = [
+            binding(result, f"alerts[{i}]", result.refs.get(f"alerts[{i}]", "")) for i in members
+        ]
+        self.claim("observation", text, bindings)
+
     def no_alert(self, name: str, everywhere: Result, scoped: Result | None) -> None:
         """A negative observation: no alert of that name exists in the data (nor for a service)."""
         scope = ""
@@ -322,6 +377,7 @@ class Writer:
                 "hypotheses": self.hypotheses,
                 "recommended_actions": self.actions[:3],
                 "missing_info": self.missing,
+                **({"conclusion": self.conclusion} if self.conclusion else {}),
             },
             ensure_ascii=False,
         )

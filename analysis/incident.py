@@ -1,0 +1,1223 @@
+"""Incident analysis: the incident window against its baseline, per service, ranked into suspects.
+
+``analyze(inputs)`` is deterministic and bounded (the caps of ``analysis.thresholds``). It reads
+logs (every level), metric series, trace spans and alerts of two windows and finds:
+
+- **signals** per service (``analysis.report.Signal``): error and warning surges, message
+  templates new in the incident window or whose rate jumped (``analysis.templates``), series
+  that left their baseline (error ratio, latency, CPU, memory, saturation, throughput) with the
+  onset of each, trace latency and error changes, firing alerts;
+- **changes** (``analysis.changes``): deploys, restarts, configuration and feature-flag changes,
+  migrations, batch jobs, at any log level, placed against the onsets;
+- **propagation**: the call graph from traces (``analysis.spans``), else from services named in
+  log messages, plus the configured dependencies. An anomalous service that calls an anomalous
+  service whose anomaly began no later is explained by it (a symptom); the deepest anomalous
+  callee with the earliest onset is the suspect. Errors at the same rate as in the baseline are
+  background noise and raise no signal;
+- **suspects**, ranked by score, each with its mechanism, its signals and their evidence
+  pointers (raw items quoted verbatim), and the root cause when one stands out.
+
+Every threshold is documented in ``analysis.thresholds``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, fields
+from datetime import UTC, datetime, timedelta
+from typing import Final
+
+from analysis import thresholds
+from analysis.changes import change_category
+from analysis.report import (
+    AnalysisSettings,
+    Change,
+    Edge,
+    EdgeSource,
+    EvidencePointer,
+    IncidentInputs,
+    IncidentReport,
+    Signal,
+    SignalKind,
+    Suspect,
+    Windows,
+)
+from analysis.spans import call_edges, is_error, percentile
+from analysis.templates import TemplateIndex
+from state.records import AlertEntry, LogEntry, SeriesEntry, SpanEntry
+
+__all__ = [
+    "AnalysisSettings",
+    "Change",
+    "Edge",
+    "EvidencePointer",
+    "IncidentInputs",
+    "IncidentReport",
+    "Signal",
+    "Suspect",
+    "Windows",
+    "analyze",
+    "default_windows",
+    "parse_time",
+]
+
+_ERROR_LEVELS: Final = frozenset(
+    {"ERROR", "FATAL", "CRITICAL", "PANIC", "SEVERE", "EMERG", "ALERT"}
+)
+_WARN_LEVELS: Final = frozenset({"WARN", "WARNING"})
+_FAILURE_WORDS: Final = re.compile(
+    r"exception|error|fail|timeout|timed out|refused|unavailable|denied|invalid|cannot|"
+    r"could not|unable|reject|abort|panic|异常|失败|超时|拒绝|错误|不可用",
+    re.IGNORECASE,
+)
+_SIGNAL_WEIGHT: Final[dict[SignalKind, float]] = {
+    "error_surge": 1.0,
+    "new_template": 0.8,
+    "template_jump": 0.7,
+    "latency": 0.9,
+    "error_ratio": 1.0,
+    "cpu": 0.8,
+    "memory": 0.6,
+    "saturation": 0.8,
+    "throughput": 0.25,
+    "change": 0.0,
+    "trace_errors": 1.0,
+    "trace_latency": 0.9,
+    "alert": 0.5,
+}
+_SERVICE_LABELS: Final = ("service", "service_name", "app", "application", "job")
+_MAX_SERVICES_IN_TEXT: Final = 200
+
+
+@dataclass(frozen=True)
+class _Config:
+    """The thresholds of one analysis (defaults from ``analysis.thresholds``)."""
+
+    surge_ratio: float = thresholds.SURGE_RATIO
+    min_events: int = thresholds.MIN_EVENTS
+    min_new_events: int = thresholds.MIN_NEW_EVENTS
+    series_z: float = thresholds.SERIES_Z
+    series_min_change: float = thresholds.SERIES_MIN_CHANGE
+    latency_ratio: float = thresholds.LATENCY_RATIO
+    latency_min_ms: float = thresholds.LATENCY_MIN_MS
+    anomaly_min: float = thresholds.ANOMALY_MIN
+    onset_tolerance_s: float = thresholds.ONSET_TOLERANCE_S
+    symptom_factor: float = thresholds.SYMPTOM_FACTOR
+    explain_bonus: float = thresholds.EXPLAIN_BONUS
+    change_bonus: float = thresholds.CHANGE_BONUS
+    change_lead_s: float = thresholds.CHANGE_LEAD_S
+    root_min_score: float = thresholds.ROOT_MIN_SCORE
+    root_margin: float = thresholds.ROOT_MARGIN
+    max_logs: int = thresholds.MAX_LOGS
+    max_spans: int = thresholds.MAX_SPANS
+
+    @classmethod
+    def of(cls, settings: AnalysisSettings | None) -> _Config:
+        given = dict(settings or {})
+        known = {item.name for item in fields(cls)}
+        return cls(**{key: value for key, value in given.items() if key in known})  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------- time
+
+
+_FRACTION: Final = re.compile(r"(\.\d{1,6})\d*")
+
+
+def parse_time(text: object) -> float | None:
+    """Unix seconds of an ISO-8601 time (naive times are UTC; nanoseconds are cut), or None."""
+    if not isinstance(text, str) or not text.strip():
+        return None
+    value = _FRACTION.sub(r"\1", text.strip().replace(" ", "T", 1))
+    if value.endswith(("Z", "z")):
+        value = value[:-1] + "+00:00"
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.timestamp()
+
+
+def _iso(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _iso_or_none(seconds: float | None) -> str | None:
+    return None if seconds is None else _iso(seconds)
+
+
+def default_windows(now: datetime) -> tuple[str, str, str, str]:
+    """The default windows ending at ``now``: incident, then the baseline before it.
+
+    Returns:
+        ``(baseline_start, baseline_end, incident_start, incident_end)`` as ISO-8601 UTC.
+    """
+    end = now.astimezone(UTC)
+    start = end - timedelta(minutes=thresholds.DEFAULT_INCIDENT_MINUTES)
+    base = start - timedelta(minutes=thresholds.DEFAULT_BASELINE_MINUTES)
+    return (
+        _iso(base.timestamp()),
+        _iso(start.timestamp()),
+        _iso(start.timestamp()),
+        _iso(end.timestamp()),
+    )
+
+
+@dataclass(frozen=True)
+class _Span:
+    """The two windows as Unix seconds: baseline ``[b0, b1)``, incident ``[i0, i1]``."""
+
+    b0: float
+    b1: float
+    i0: float
+    i1: float
+
+    def side(self, moment: float | None) -> str | None:
+        if moment is None:
+            return None
+        if self.i0 <= moment <= self.i1:
+            return "i"
+        if self.b0 <= moment < self.b1:
+            return "b"
+        return None
+
+
+def _newest(inputs: IncidentInputs) -> float | None:
+    moments: list[float] = []
+    for log in inputs.get("logs", []):
+        value = parse_time(log.get("timestamp"))
+        if value is not None:
+            moments.append(value)
+    for span in inputs.get("spans", []):
+        value = parse_time(span.get("start"))
+        if value is not None:
+            moments.append(value)
+    for series in inputs.get("series", []):
+        moments.extend(float(point[0]) for point in series.get("points", []) if point)
+    return max(moments, default=None)
+
+
+def _windows(inputs: IncidentInputs) -> _Span:
+    i1 = parse_time(inputs.get("incident_end"))
+    if i1 is None:
+        i1 = _newest(inputs) or datetime.now(UTC).timestamp()
+    i0 = parse_time(inputs.get("incident_start"))
+    if i0 is None:
+        i0 = i1 - thresholds.DEFAULT_INCIDENT_MINUTES * 60
+    b1 = parse_time(inputs.get("baseline_end"))
+    if b1 is None:
+        b1 = i0
+    b0 = parse_time(inputs.get("baseline_start"))
+    if b0 is None:
+        b0 = b1 - thresholds.DEFAULT_BASELINE_MINUTES * 60
+    return _Span(b0=b0, b1=b1, i0=i0, i1=i1)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _ratio_strength(ratio: float, threshold: float) -> float:
+    """0.5 at the threshold, 1.0 at eight times it (log scale); 0 below the threshold."""
+    if ratio < threshold:
+        return 0.0
+    return min(1.0, 0.5 + 0.5 * math.log(ratio / threshold) / math.log(8.0))
+
+
+def _count_factor(count: int, minimum: int) -> float:
+    """0.5 at the minimum count, 1.0 at three times it."""
+    if count < minimum:
+        return 0.0
+    return min(1.0, 0.5 + 0.5 * (count - minimum) / max(1, 2 * minimum))
+
+
+def _log_pointer(log: LogEntry) -> EvidencePointer:
+    return EvidencePointer(
+        kind="log",
+        timestamp=log.get("timestamp", ""),
+        service=log.get("service", ""),
+        level=log.get("level", ""),
+        message=log.get("message", ""),
+    )
+
+
+def _fmt(value: float) -> str:
+    if value == 0:
+        return "0"
+    if abs(value) >= 100:
+        return f"{value:.0f}"
+    if abs(value) >= 1:
+        return f"{value:.2f}".rstrip("0").rstrip(".")
+    return f"{value:.3g}"
+
+
+def _level_class(level: str) -> str:
+    upper = level.upper()
+    if upper in _ERROR_LEVELS:
+        return "error"
+    if upper in _WARN_LEVELS:
+        return "warn"
+    return "info"
+
+
+def _clip(text: str, size: int = 120) -> str:
+    return text if len(text) <= size else text[: size - 1] + "…"
+
+
+# --------------------------------------------------------------------------- logs
+
+
+@dataclass
+class _TemplateStats:
+    service: str
+    template_id: int
+    level: str = "info"
+    baseline: int = 0
+    incident: int = 0
+    first_incident: float | None = None
+    samples: list[LogEntry] = field(default_factory=list)
+
+
+@dataclass
+class _LogFacts:
+    """What the logs gave: signals, template texts, coverage, the timed entries."""
+
+    signals: list[Signal]
+    templates: TemplateIndex
+    template_of: list[int]
+    stats: dict[tuple[str, int], _TemplateStats]
+    coverage_b: float
+    coverage_i: float
+
+
+_LEVEL_RANK: Final = {"info": 0, "warn": 1, "error": 2}
+_COVERAGE_BUCKET_S: Final = 10
+"""Log coverage is counted in buckets of this many seconds that hold any line."""
+
+
+def _log_signals(
+    logs: Sequence[tuple[float, LogEntry]], window: _Span, cfg: _Config, gaps: list[str]
+) -> _LogFacts:
+    index = TemplateIndex()
+    template_of: list[int] = []
+    buckets_b: set[int] = set()
+    buckets_i: set[int] = set()
+    stats: dict[tuple[str, int], _TemplateStats] = {}
+    levels: dict[str, dict[str, list[int]]] = defaultdict(lambda: {"error": [0, 0], "warn": [0, 0]})
+    level_samples: dict[tuple[str, str], list[LogEntry]] = defaultdict(list)
+    level_onset: dict[tuple[str, str], float] = {}
+    for moment, log in logs:
+        template_id = index.add(log.get("message", ""))
+        template_of.append(template_id)
+        side = window.side(moment)
+        if side is None:
+            continue
+        (buckets_i if side == "i" else buckets_b).add(int(moment // _COVERAGE_BUCKET_S))
+        service = log.get("service", "") or "unknown"
+        level = _level_class(log.get("level", ""))
+        entry = stats.get((service, template_id))
+        if entry is None:
+            entry = stats[(service, template_id)] = _TemplateStats(service, template_id)
+        if _LEVEL_RANK[level] > _LEVEL_RANK[entry.level]:
+            entry.level = level
+        if side == "b":
+            entry.baseline += 1
+        else:
+            entry.incident += 1
+            if entry.first_incident is None:
+                entry.first_incident = moment
+            if len(entry.samples) < thresholds.MAX_EVIDENCE:
+                entry.samples.append(log)
+        if level != "info":
+            levels[service][level][0 if side == "b" else 1] += 1
+            if side == "i":
+                if len(level_samples[(service, level)]) < thresholds.MAX_EVIDENCE:
+                    level_samples[(service, level)].append(log)
+                level_onset.setdefault((service, level), moment)
+    cov_b = len(buckets_b) * _COVERAGE_BUCKET_S / 60.0
+    cov_i = len(buckets_i) * _COVERAGE_BUCKET_S / 60.0
+    signals: list[Signal] = []
+    if logs and cov_i and not cov_b:
+        gaps.append("logs: no log line in the baseline window, so log rates have no baseline")
+    if not cov_i:
+        return _LogFacts(signals, index, template_of, stats, cov_b, cov_i)
+    has_baseline = cov_b > 0
+    for service in sorted(levels):
+        for level in ("error", "warn"):
+            before, during = levels[service][level]
+            if during < cfg.min_events:
+                continue
+            rate_i = during / cov_i
+            if has_baseline:
+                rate_b = before / cov_b
+                ratio = rate_i / max(rate_b, 1.0 / cov_b)
+                strength = _ratio_strength(ratio, cfg.surge_ratio)
+            else:
+                rate_b, strength = 0.0, 0.25
+            strength *= _count_factor(during, cfg.min_events) * (1.0 if level == "error" else 0.6)
+            if strength <= 0:
+                continue
+            word = "error" if level == "error" else "warning"
+            signals.append(
+                Signal(
+                    kind="error_surge",
+                    service=service,
+                    detail=f"{word} rate {_fmt(rate_b)}/min -> {_fmt(rate_i)}/min"
+                    f" ({before} -> {during} lines)",
+                    baseline=round(rate_b, 4) if has_baseline else None,
+                    incident=round(rate_i, 4),
+                    onset=_iso_or_none(level_onset.get((service, level))),
+                    strength=round(strength, 4),
+                    evidence=[_log_pointer(log) for log in level_samples[(service, level)]],
+                )
+            )
+    if has_baseline:
+        signals.extend(_template_signals(stats, index, cov_b, cov_i, cfg))
+    return _LogFacts(signals, index, template_of, stats, cov_b, cov_i)
+
+
+def _template_signals(
+    stats: dict[tuple[str, int], _TemplateStats],
+    index: TemplateIndex,
+    cov_b: float,
+    cov_i: float,
+    cfg: _Config,
+) -> list[Signal]:
+    per_service: dict[str, list[Signal]] = defaultdict(list)
+    for (service, template_id), entry in stats.items():
+        if entry.incident == 0:
+            continue
+        text = index.template(template_id)
+        failure = entry.level != "info" or bool(_FAILURE_WORDS.search(text))
+        level_weight = {"error": 1.0, "warn": 0.7}.get(entry.level, 0.5 if failure else 0.15)
+        rate_i = entry.incident / cov_i
+        if entry.baseline == 0:
+            if entry.incident < cfg.min_new_events:
+                continue
+            strength = level_weight * _count_factor(entry.incident, cfg.min_new_events)
+            kind: SignalKind = "new_template"
+            detail = f"new {entry.level.upper()} template ({entry.incident} lines): {_clip(text)}"
+            rate_b = 0.0
+        else:
+            rate_b = entry.baseline / cov_b
+            ratio = rate_i / max(rate_b, 1.0 / cov_b)
+            if entry.incident < cfg.min_events:
+                continue
+            strength = (
+                level_weight
+                * _ratio_strength(ratio, cfg.surge_ratio)
+                * _count_factor(entry.incident, cfg.min_events)
+            )
+            kind = "template_jump"
+            detail = (
+                f"template rate {_fmt(rate_b)}/min -> {_fmt(rate_i)}/min"
+                f" ({entry.level.upper()}): {_clip(text)}"
+            )
+        if strength <= 0:
+            continue
+        per_service[service].append(
+            Signal(
+                kind=kind,
+                service=service,
+                detail=detail,
+                baseline=round(rate_b, 4),
+                incident=round(rate_i, 4),
+                onset=_iso_or_none(entry.first_incident),
+                strength=round(strength, 4),
+                evidence=[_log_pointer(log) for log in entry.samples],
+            )
+        )
+    signals: list[Signal] = []
+    for service in sorted(per_service):
+        ranked = sorted(per_service[service], key=lambda s: (-s["strength"], s["detail"]))
+        signals.extend(ranked[: thresholds.MAX_SIGNALS])
+    return signals
+
+
+# --------------------------------------------------------------------------- series
+
+_SERIES_KINDS: Final[tuple[tuple[SignalKind, str, re.Pattern[str]], ...]] = (
+    ("error_ratio", "down", re.compile(r"success|availability|goodput|ok_ratio", re.IGNORECASE)),
+    ("error_ratio", "up", re.compile(r"error|5xx|fail|exception", re.IGNORECASE)),
+    ("cpu", "up", re.compile(r"cpu", re.IGNORECASE)),
+    ("memory", "up", re.compile(r"mem|heap|rss|oom", re.IGNORECASE)),
+    ("latency", "up", re.compile(r"latency|duration|response_time|_ms\b|p9\d|p50", re.IGNORECASE)),
+    (
+        "saturation",
+        "up",
+        re.compile(
+            r"pool|queue|saturat|utili[sz]|lock|wait|connections|threads|disk|inode|lag|"
+            r"pending|backlog",
+            re.IGNORECASE,
+        ),
+    ),
+    (
+        "throughput",
+        "both",
+        re.compile(
+            r"rps|qps|request|throughput|workload|ops|rate|network|bytes|syscall", re.IGNORECASE
+        ),
+    ),
+)
+
+
+def _series_kind(metric: str) -> tuple[SignalKind, str] | None:
+    for kind, direction, pattern in _SERIES_KINDS:
+        if pattern.search(metric):
+            return kind, direction
+    return None
+
+
+def _series_service(series: SeriesEntry) -> str:
+    labels = series.get("labels") or {}
+    for key in _SERVICE_LABELS:
+        value = labels.get(key)
+        if value:
+            return value
+    return ""
+
+
+def _series_signals(
+    series_list: Sequence[SeriesEntry],
+    window: _Span,
+    cfg: _Config,
+    gaps: list[str],
+    traced: set[str],
+) -> list[Signal]:
+    """Series signals, one per deviating series.
+
+    Latency series of services whose spans are compared are left out: the spans measure the same
+    latency request by request.
+    """
+    signals: list[Signal] = []
+    thin: list[str] = []
+    for series in series_list[: thresholds.MAX_SERIES]:
+        metric = series.get("metric", "")
+        service = _series_service(series)
+        classified = _series_kind(metric)
+        if not service or classified is None:
+            continue
+        kind, direction = classified
+        if kind == "latency" and service in traced:
+            continue
+        points = [
+            (float(point[0]), float(point[1]))
+            for point in (series.get("points") or [])[-thresholds.MAX_POINTS :]
+            if len(point) >= 2 and math.isfinite(float(point[1]))
+        ]
+        base = [value for moment, value in points if window.side(moment) == "b"]
+        during = [(moment, value) for moment, value in points if window.side(moment) == "i"]
+        if not during:
+            continue
+        if len(base) < thresholds.SERIES_MIN_BASELINE_POINTS:
+            thin.append(f"{metric}{{{service}}}")
+            continue
+        signal = _series_signal(series, service, kind, direction, base, during, points, cfg)
+        if signal is not None:
+            signals.append(signal)
+    if thin:
+        shown = ", ".join(sorted(thin)[:5]) + (" ..." if len(thin) > 5 else "")
+        gaps.append(
+            f"series: {len(thin)} series have fewer than {thresholds.SERIES_MIN_BASELINE_POINTS}"
+            f" baseline points and were not compared ({shown})"
+        )
+    return signals
+
+
+def _absolute_floor(kind: SignalKind, series: SeriesEntry, median: float, peak: float) -> float:
+    """The smallest change of a series worth a signal, from its kind and unit.
+
+    Ratios (error, CPU, memory) by ``ERROR_RATIO_MIN_DELTA`` / ``USAGE_MIN_DELTA`` of a fraction
+    or of a percentage (a value above 1, or a name or unit saying percent); latencies by
+    ``LATENCY_MIN_MS`` in seconds or milliseconds (from the name or unit); others by nothing.
+    """
+    name = series.get("metric", "").lower()
+    unit = (series.get("unit") or "").lower()
+    percent = "percent" in name or unit in {"%", "percent"} or max(abs(median), abs(peak)) > 1.0
+    if kind == "error_ratio":
+        return thresholds.ERROR_RATIO_MIN_DELTA * (100.0 if percent else 1.0)
+    if kind in ("cpu", "memory"):
+        if "core" in name or "bytes" in name or unit in {"bytes", "b", "cores"}:
+            return 0.0
+        return thresholds.USAGE_MIN_DELTA * (100.0 if percent else 1.0)
+    if kind == "latency":
+        if unit in {"s", "seconds"} or "second" in name or name.endswith("_s"):
+            return thresholds.LATENCY_MIN_MS / 1000.0
+        if unit in {"ms", "milliseconds"} or "_ms" in name or "millisecond" in name:
+            return thresholds.LATENCY_MIN_MS
+    return 0.0
+
+
+def _series_signal(
+    series: SeriesEntry,
+    service: str,
+    kind: SignalKind,
+    direction: str,
+    base: list[float],
+    during: list[tuple[float, float]],
+    points: list[tuple[float, float]],
+    cfg: _Config,
+) -> Signal | None:
+    ordered = sorted(base)
+    median = (
+        ordered[len(ordered) // 2]
+        if len(ordered) % 2
+        else ((ordered[len(ordered) // 2 - 1] + ordered[len(ordered) // 2]) / 2)
+    )
+    deviations = sorted(abs(value - median) for value in base)
+    mad = deviations[len(deviations) // 2]
+    scale = max(1.4826 * mad, thresholds.SERIES_REL_FLOOR * abs(median), 1e-9)
+    signs = {"up": (1.0,), "down": (-1.0,), "both": (1.0, -1.0)}[direction]
+    best: tuple[float, float, float, float] | None = None  # z, sign, peak, onset
+    for sign in signs:
+        zs = [(sign * (value - median) / scale, moment, value) for moment, value in during]
+        peak_z, _, peak_value = max(zs, key=lambda item: (item[0], -item[1]))
+        change = sign * (peak_value - median) / max(abs(median), 1e-9)
+        if peak_z < cfg.series_z or change < cfg.series_min_change:
+            continue
+        floor = _absolute_floor(kind, series, median, peak_value)
+        if abs(peak_value - median) < floor:
+            continue
+        if kind == "throughput" and median <= 0:
+            continue
+        onset = min(moment for z, moment, _ in zs if z >= cfg.series_z)
+        strength = min(
+            _ratio_strength(peak_z, cfg.series_z),
+            _ratio_strength(1.0 + change, 1.0 + cfg.series_min_change),
+        )
+        if best is None or strength > best[0]:
+            best = (strength, sign, peak_value, onset)
+    if best is None:
+        return None
+    strength, sign, peak_value, onset = best
+    if kind == "throughput" and sign < 0:
+        detail_kind = "drop"
+    else:
+        detail_kind = "rise"
+    metric = series.get("metric", "")
+    shown = [[moment, value] for moment, value in points if moment >= onset - 180][:12]
+    return Signal(
+        kind=kind,
+        service=service,
+        detail=f"{metric} {_fmt(median)} -> {_fmt(peak_value)} ({detail_kind})",
+        baseline=round(median, 6),
+        incident=round(peak_value, 6),
+        onset=_iso(onset),
+        strength=round(strength, 4),
+        evidence=[
+            EvidencePointer(
+                kind="series",
+                metric=metric,
+                labels=dict(series.get("labels") or {}),
+                points=shown,
+            )
+        ],
+    )
+
+
+# --------------------------------------------------------------------------- spans
+
+
+def _span_pointer(span: SpanEntry) -> EvidencePointer:
+    return EvidencePointer(
+        kind="span",
+        trace_id=span.get("trace_id", ""),
+        span_id=span.get("span_id", ""),
+        service=span.get("service", ""),
+        operation=span.get("operation", ""),
+        duration_ms=float(span.get("duration_ms", 0.0)),
+        start=span.get("start", ""),
+    )
+
+
+@dataclass(frozen=True)
+class _Served:
+    """A span a service served: its latency, its own time (calls out excluded), its status."""
+
+    total: float
+    own: float
+    error: bool
+    span: SpanEntry
+
+    def value(self, own_time: bool) -> float:
+        return self.own if own_time else self.total
+
+
+def _span_signals(
+    spans: Sequence[tuple[float, SpanEntry]], window: _Span, cfg: _Config, gaps: list[str]
+) -> list[Signal]:
+    """Per service: latency of the spans it served (and of its own time), and error ratio."""
+    by_id = {span.get("span_id", ""): span for _, span in spans}
+    entry_of: dict[str, str] = {}
+
+    def entry(span: SpanEntry) -> str:
+        chain: list[str] = []
+        current = span
+        while True:
+            span_id = current.get("span_id", "")
+            if span_id in entry_of:
+                found = entry_of[span_id]
+                break
+            chain.append(span_id)
+            parent = by_id.get(current.get("parent_span_id", ""))
+            if parent is None or parent.get("service") != current.get("service"):
+                found = span_id
+                break
+            current = parent
+            if len(chain) > 10_000:
+                found = span_id
+                break
+        for item in chain:
+            entry_of[item] = found
+        return found
+
+    outgoing: dict[str, float] = defaultdict(float)
+    for _, span in spans:
+        parent = by_id.get(span.get("parent_span_id", ""))
+        if parent is not None and parent.get("service") != span.get("service"):
+            outgoing[entry(parent)] += float(span.get("duration_ms", 0.0))
+    served: dict[tuple[str, str], list[_Served]] = defaultdict(list)
+    for moment, span in spans:
+        side = window.side(moment)
+        if side is None:
+            continue
+        span_id = span.get("span_id", "")
+        if entry(span) != span_id:
+            continue
+        total = float(span.get("duration_ms", 0.0))
+        own = max(0.0, total - outgoing.get(span_id, 0.0))
+        served[(span.get("service", ""), side)].append(_Served(total, own, is_error(span), span))
+    signals: list[Signal] = []
+    services = sorted({service for service, _ in served})
+    for service in services:
+        base = served.get((service, "b"), [])
+        during = served.get((service, "i"), [])
+        if len(during) < thresholds.MIN_SPANS:
+            continue
+        if len(base) < thresholds.MIN_SPANS:
+            continue
+        for own_time, label in ((True, "own time"), (False, "served latency")):
+            p_b = percentile([row.value(own_time) for row in base], 0.9)
+            p_i = percentile([row.value(own_time) for row in during], 0.9)
+            if p_i - p_b < cfg.latency_min_ms:
+                continue
+            ratio = p_i / max(p_b, 1.0)
+            strength = _ratio_strength(ratio, cfg.latency_ratio) * (1.0 if own_time else 0.6)
+            if strength <= 0:
+                continue
+            slow = sorted(during, key=lambda row: -row.value(own_time))[: thresholds.MAX_EVIDENCE]
+            limit = p_b + cfg.latency_min_ms
+            late = [row.span.get("start", "") for row in during if row.value(own_time) > limit]
+            onset = min((parse_time(moment) or window.i0 for moment in late), default=None)
+            signals.append(
+                Signal(
+                    kind="trace_latency",
+                    service=service,
+                    detail=f"{label} p90 {_fmt(p_b)} ms -> {_fmt(p_i)} ms",
+                    baseline=round(p_b, 3),
+                    incident=round(p_i, 3),
+                    onset=_iso_or_none(onset),
+                    strength=round(strength, 4),
+                    evidence=[_span_pointer(row.span) for row in slow],
+                )
+            )
+            break
+        err_b = sum(1 for row in base if row.error) / len(base)
+        err_i = sum(1 for row in during if row.error) / len(during)
+        if err_i - err_b >= thresholds.ERROR_RATIO_DELTA:
+            failed = [row.span for row in during if row.error]
+            signals.append(
+                Signal(
+                    kind="trace_errors",
+                    service=service,
+                    detail=f"span error ratio {err_b:.0%} -> {err_i:.0%}",
+                    baseline=round(err_b, 4),
+                    incident=round(err_i, 4),
+                    onset=failed[0].get("start") if failed else None,
+                    strength=round(min(1.0, 0.5 + (err_i - err_b)), 4),
+                    evidence=[_span_pointer(span) for span in failed[: thresholds.MAX_EVIDENCE]],
+                )
+            )
+    if spans and not any(side == "b" for _, side in served):
+        gaps.append("traces: no span in the baseline window, so trace latency has no baseline")
+    signals.extend(_call_gap_signals(spans, by_id, window, cfg))
+    return signals
+
+
+def _traced_services(spans: Sequence[tuple[float, SpanEntry]], window: _Span) -> set[str]:
+    """Services with at least ``MIN_SPANS`` spans in each window."""
+    counts: dict[tuple[str, str | None], int] = defaultdict(int)
+    for moment, span in spans:
+        counts[(span.get("service", ""), window.side(moment))] += 1
+    return {
+        service
+        for (service, side), count in counts.items()
+        if side == "i"
+        and count >= thresholds.MIN_SPANS
+        and counts.get((service, "b"), 0) >= thresholds.MIN_SPANS
+    }
+
+
+def _call_gap_signals(
+    spans: Sequence[tuple[float, SpanEntry]],
+    by_id: dict[str, SpanEntry],
+    window: _Span,
+    cfg: _Config,
+) -> list[Signal]:
+    """The time a call spends between two services, per edge, attributed to a shared service.
+
+    For a caller span whose only child is the callee's span, the call's time outside the callee
+    (the network, queues, the caller's own client) is the caller's duration minus the callee's.
+    An edge whose median of that time rose ``LATENCY_RATIO`` times and by ``LATENCY_MIN_MS`` is
+    slow. A slow network or a starved process at one service slows every call into and out of
+    it, so each service gets the share of its edges that are slow (halved when only one is).
+    """
+    children: dict[str, int] = defaultdict(int)
+    for _, span in spans:
+        children[span.get("parent_span_id", "")] += 1
+    gaps_by_edge: dict[tuple[str, str, str], list[tuple[float, SpanEntry, SpanEntry]]] = (
+        defaultdict(list)
+    )
+    for moment, span in spans:
+        parent = by_id.get(span.get("parent_span_id", ""))
+        if parent is None or parent.get("service") == span.get("service"):
+            continue
+        if children[parent.get("span_id", "")] != 1:
+            continue
+        side = window.side(moment)
+        if side is None:
+            continue
+        gap = float(parent.get("duration_ms", 0.0)) - float(span.get("duration_ms", 0.0))
+        key = (parent.get("service", ""), span.get("service", ""), side)
+        gaps_by_edge[key].append((max(0.0, gap), parent, span))
+    measured: dict[str, list[tuple[str, str]]] = defaultdict(list)
+    slow: dict[str, list[tuple[str, str, float, float, SpanEntry, SpanEntry]]] = defaultdict(list)
+    for (caller, callee, side), rows in sorted(gaps_by_edge.items()):
+        if side != "i" or len(rows) < thresholds.MIN_SPANS:
+            continue
+        before = gaps_by_edge.get((caller, callee, "b"), [])
+        if len(before) < thresholds.MIN_SPANS:
+            continue
+        p_b = percentile([row[0] for row in before], 0.5)
+        p_i = percentile([row[0] for row in rows], 0.5)
+        for service in (caller, callee):
+            measured[service].append((caller, callee))
+        if p_i - p_b < cfg.latency_min_ms or p_i / max(p_b, 1.0) < cfg.latency_ratio:
+            continue
+        sample = max(rows, key=lambda row: row[0])
+        for service in (caller, callee):
+            slow[service].append((caller, callee, p_b, p_i, sample[1], sample[2]))
+    signals: list[Signal] = []
+    for service in sorted(slow):
+        edges = slow[service]
+        worst = max(edges, key=lambda edge: edge[3] / max(edge[2], 1.0))
+        strength = min(1.0, len(edges) / 2) * _ratio_strength(
+            worst[3] / max(worst[2], 1.0), cfg.latency_ratio
+        )
+        if strength <= 0:
+            continue
+        names = ", ".join(f"{caller} -> {callee}" for caller, callee, *_ in edges[:4])
+        onsets = [parse_time(edge[5].get("start")) for edge in edges]
+        signals.append(
+            Signal(
+                kind="trace_latency",
+                service=service,
+                detail=(
+                    f"time between services on calls in and out of it: p50 {_fmt(worst[2])} ms"
+                    f" -> {_fmt(worst[3])} ms on {len(edges)} of {len(measured[service])}"
+                    f" edges ({names})"
+                ),
+                baseline=round(worst[2], 3),
+                incident=round(worst[3], 3),
+                onset=_iso_or_none(min((m for m in onsets if m is not None), default=None)),
+                strength=round(strength, 4),
+                evidence=[
+                    EvidencePointer(kind="edge", caller=edge[0], callee=edge[1])
+                    for edge in edges[: thresholds.MAX_EVIDENCE]
+                ]
+                + [_span_pointer(worst[4]), _span_pointer(worst[5])],
+            )
+        )
+    return signals
+
+
+# --------------------------------------------------------------------------- alerts and changes
+
+
+def _alert_signals(alerts: Sequence[AlertEntry], window: _Span) -> list[Signal]:
+    signals: list[Signal] = []
+    for alert in alerts[: thresholds.MAX_ALERTS]:
+        if alert.get("state", "") != "firing" or not alert.get("service"):
+            continue
+        active = parse_time(alert.get("active_at"))
+        if active is not None and active > window.i1:
+            continue
+        signals.append(
+            Signal(
+                kind="alert",
+                service=alert.get("service", ""),
+                detail=f"alert {alert.get('alert_name', '')} firing",
+                baseline=None,
+                incident=None,
+                onset=alert.get("active_at") or None,
+                strength=0.6,
+                evidence=[
+                    EvidencePointer(
+                        kind="alert",
+                        alert_name=alert.get("alert_name", ""),
+                        service=alert.get("service", ""),
+                        active_at=alert.get("active_at", ""),
+                    )
+                ],
+            )
+        )
+    return signals
+
+
+_MAX_CHANGE_REPEATS: Final = 3
+
+
+def _changes(
+    logs: Sequence[tuple[float, LogEntry]], facts: _LogFacts, window: _Span, cfg: _Config
+) -> list[Change]:
+    totals: dict[int, int] = defaultdict(int)
+    for template_id in facts.template_of:
+        totals[template_id] += 1
+    found: list[Change] = []
+    for (moment, log), template_id in zip(logs, facts.template_of, strict=True):
+        if not window.i0 - cfg.change_lead_s <= moment <= window.i1:
+            continue
+        category = change_category(log.get("message", ""))
+        if category is None or totals[template_id] > _MAX_CHANGE_REPEATS:
+            continue
+        found.append(
+            Change(
+                time=log.get("timestamp", ""),
+                service=log.get("service", ""),
+                text=log.get("message", ""),
+                category=category,
+                evidence=_log_pointer(log),
+            )
+        )
+        if len(found) >= thresholds.MAX_CHANGES:
+            break
+    return found
+
+
+# --------------------------------------------------------------------------- call graph
+
+
+def _edges(
+    spans: Sequence[SpanEntry],
+    logs: Sequence[tuple[float, LogEntry]],
+    dependencies: Iterable[Sequence[str]],
+    services: set[str],
+) -> list[Edge]:
+    edges: dict[tuple[str, str], Edge] = {}
+    for row in call_edges(spans):
+        edges[(row["caller"], row["callee"])] = Edge(
+            caller=row["caller"], callee=row["callee"], source="traces", calls=row["count"]
+        )
+    if not edges and services:
+        names = sorted(services, key=len, reverse=True)[:_MAX_SERVICES_IN_TEXT]
+        pattern = re.compile(
+            r"(?<![\w-])(" + "|".join(re.escape(name) for name in names) + r")(?![\w-])"
+        )
+        counts: dict[tuple[str, str], int] = defaultdict(int)
+        for _, log in logs:
+            writer = log.get("service", "")
+            for match in set(pattern.findall(log.get("message", ""))):
+                if match != writer and writer:
+                    counts[(writer, match)] += 1
+        for (caller, callee), count in counts.items():
+            edges[(caller, callee)] = Edge(caller=caller, callee=callee, source="logs", calls=count)
+    for pair in dependencies:
+        if len(pair) != 2 or not pair[0] or not pair[1] or pair[0] == pair[1]:
+            continue
+        key = (pair[0], pair[1])
+        if key not in edges:
+            configured: EdgeSource = "config"
+            edges[key] = Edge(caller=pair[0], callee=pair[1], source=configured, calls=0)
+    return sorted(edges.values(), key=lambda e: (-e["calls"], e["caller"], e["callee"]))
+
+
+# --------------------------------------------------------------------------- ranking
+
+
+def _evidence(signals: Sequence[Signal]) -> float:
+    """The weight of a service's signals: the sum of the strongest, each times its kind's weight."""
+    ranked = sorted(signals, key=lambda s: -s["strength"] * _SIGNAL_WEIGHT[s["kind"]])
+    return sum(s["strength"] * _SIGNAL_WEIGHT[s["kind"]] for s in ranked[: thresholds.MAX_SIGNALS])
+
+
+def _score(evidence: float) -> float:
+    """Evidence (0 and up) as a score in 0..1."""
+    return 1.0 - math.exp(-max(0.0, evidence))
+
+
+def _discount_shared(signals: list[Signal]) -> list[Signal]:
+    """Discount series deviations that many services share: they point at none of them.
+
+    Each is divided by the square root of the number of services whose same metric moved the
+    same way.
+    """
+    families: dict[tuple[str, str, bool], set[str]] = defaultdict(set)
+    keyed: list[tuple[Signal, tuple[str, str, bool] | None]] = []
+    for signal in signals:
+        pointer = signal["evidence"][0] if signal["evidence"] else None
+        if pointer is None or pointer.get("kind") != "series":
+            keyed.append((signal, None))
+            continue
+        rise = (signal["incident"] or 0.0) >= (signal["baseline"] or 0.0)
+        key: tuple[str, str, bool] = (signal["kind"], pointer.get("metric", ""), rise)
+        families[key].add(signal["service"])
+        keyed.append((signal, key))
+    result: list[Signal] = []
+    for signal, family in keyed:
+        shared = len(families[family]) if family is not None else 1
+        if shared > 1:
+            signal = Signal(
+                **{**signal, "strength": round(signal["strength"] / math.sqrt(shared), 4)}
+            )
+            signal["detail"] += f" (also on {shared - 1} other services)"
+        result.append(signal)
+    return result
+
+
+def _onset(signals: Sequence[Signal]) -> float | None:
+    moments = [parse_time(signal["onset"]) for signal in signals if signal["kind"] != "change"]
+    return min((moment for moment in moments if moment is not None), default=None)
+
+
+def _mechanism(signal: Signal) -> str:
+    kind = signal["kind"]
+    detail = signal["detail"]
+    if kind == "new_template":
+        return "new " + detail.split(": ", 1)[-1] if ": " in detail else detail
+    if kind == "template_jump":
+        return "surge of " + detail.split(": ", 1)[-1]
+    if kind == "error_surge":
+        return detail.replace(" rate", " surge,", 1)
+    if kind == "change":
+        return "change: " + detail
+    return detail
+
+
+def _reach(start: str, graph: dict[str, set[str]]) -> set[str]:
+    seen: set[str] = set()
+    stack = list(graph.get(start, ()))
+    while stack:
+        node = stack.pop()
+        if node in seen or node == start:
+            continue
+        seen.add(node)
+        stack.extend(graph.get(node, ()))
+    return seen
+
+
+def _rank(
+    signals: list[Signal], changes: list[Change], edges: list[Edge], cfg: _Config
+) -> list[Suspect]:
+    by_service: dict[str, list[Signal]] = defaultdict(list)
+    for signal in signals:
+        by_service[signal["service"]].append(signal)
+    evidence = {service: _evidence(items) for service, items in by_service.items()}
+    strength = {service: _score(value) for service, value in evidence.items()}
+    anomalous = {service for service, value in strength.items() if value >= cfg.anomaly_min}
+    onset = {service: _onset(by_service[service]) for service in anomalous}
+    graph: dict[str, set[str]] = defaultdict(set)
+    for edge in edges:
+        graph[edge["caller"]].add(edge["callee"])
+
+    def earlier_or_same(cause: str, effect: str) -> bool:
+        a, b = onset.get(cause), onset.get(effect)
+        return a is None or b is None or a <= b + cfg.onset_tolerance_s
+
+    explained_by: dict[str, set[str]] = defaultdict(set)
+    for service in anomalous:
+        for callee in _reach(service, graph) & anomalous:
+            if earlier_or_same(callee, service):
+                explained_by[service].add(callee)
+    # Two services that explain each other: the earlier onset (then the stronger) is the cause.
+    for service in sorted(anomalous):
+        for other in sorted(explained_by[service]):
+            if service in explained_by[other]:
+                a, b = onset.get(service), onset.get(other)
+                service_first = (a is not None and b is not None and a < b) or (
+                    (a == b or a is None or b is None) and strength[service] > strength[other]
+                )
+                if service_first:
+                    explained_by[service].discard(other)
+                else:
+                    explained_by[other].discard(service)
+    explains: dict[str, set[str]] = defaultdict(set)
+    for service, causes in explained_by.items():
+        for cause in causes:
+            explains[cause].add(service)
+    suspects: list[Suspect] = []
+    others = max(1, len(anomalous) - 1)
+    for service in anomalous:
+        score = evidence[service]
+        if explained_by[service]:
+            score *= cfg.symptom_factor
+        score += cfg.explain_bonus * len(explains[service]) / others
+        service_signals = sorted(by_service[service], key=lambda s: (-s["strength"], s["kind"]))
+        start = onset.get(service)
+        for change in changes:
+            moment = parse_time(change["time"])
+            if change["service"] != service or moment is None:
+                continue
+            if (
+                start is None
+                or start - cfg.change_lead_s <= moment <= start + cfg.onset_tolerance_s
+            ):
+                score += cfg.change_bonus
+                service_signals.insert(
+                    0,
+                    Signal(
+                        kind="change",
+                        service=service,
+                        detail=f"{change['category']} at {change['time']}: {_clip(change['text'])}",
+                        baseline=None,
+                        incident=None,
+                        onset=change["time"],
+                        strength=1.0,
+                        evidence=[change["evidence"]],
+                    ),
+                )
+                break
+        top = service_signals[0]
+        suspects.append(
+            Suspect(
+                service=service,
+                score=round(_score(score), 4),
+                mechanism=_mechanism(top),
+                onset=_iso_or_none(start),
+                signals=service_signals[: thresholds.MAX_SIGNALS],
+                explains=sorted(explains[service]),
+                explained_by=sorted(explained_by[service]),
+            )
+        )
+    suspects.sort(key=lambda s: (-s["score"], s["onset"] or "", s["service"]))
+    suspects = suspects[: thresholds.MAX_SUSPECTS]
+    if suspects:
+        leader = suspects[0]
+        for suspect in suspects[1:]:
+            if suspect["explained_by"]:
+                suspect["why_not_first"] = (
+                    "a symptom: it calls "
+                    + ", ".join(suspect["explained_by"])
+                    + ", whose anomaly began no later than its own"
+                )
+            else:
+                suspect["why_not_first"] = (
+                    f"weaker evidence than {leader['service']}"
+                    f" (score {suspect['score']:.2f} against {leader['score']:.2f})"
+                )
+    return suspects
+
+
+def _root(suspects: list[Suspect], cfg: _Config) -> tuple[Suspect | None, str | None]:
+    if not suspects:
+        return None, "no service deviates from its baseline"
+    top = suspects[0]
+    if top["score"] < cfg.root_min_score:
+        return None, f"the strongest suspect ({top['service']}) scores only {top['score']:.2f}"
+    if len(suspects) > 1 and top["score"] - suspects[1]["score"] < cfg.root_margin:
+        tied = [s["service"] for s in suspects if top["score"] - s["score"] < cfg.root_margin]
+        return None, "the evidence does not single out one service: " + ", ".join(tied)
+    return top, None
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def _timed_logs(
+    logs: Sequence[LogEntry], cap: int, gaps: list[str]
+) -> list[tuple[float, LogEntry]]:
+    timed = [
+        (moment, log) for log in logs if (moment := parse_time(log.get("timestamp"))) is not None
+    ]
+    timed.sort(key=lambda item: item[0])
+    if len(timed) > cap:
+        gaps.append(f"logs: {len(timed)} lines given, the newest {cap} analysed")
+        timed = timed[-cap:]
+    return timed
+
+
+def _timed_spans(
+    spans: Sequence[SpanEntry], cap: int, gaps: list[str]
+) -> list[tuple[float, SpanEntry]]:
+    timed = [
+        (moment, span) for span in spans if (moment := parse_time(span.get("start"))) is not None
+    ]
+    timed.sort(key=lambda item: item[0])
+    if len(timed) > cap:
+        gaps.append(f"traces: {len(timed)} spans given, the newest {cap} analysed")
+        timed = timed[-cap:]
+    return timed
+
+
+def analyze(inputs: IncidentInputs, settings: AnalysisSettings | None = None) -> IncidentReport:
+    """Compare the incident window with its baseline and rank the services that may be the cause.
+
+    Args:
+        inputs: the windows and the raw data of both (see ``IncidentInputs``).
+        settings: overrides of ``analysis.thresholds`` for this analysis.
+
+    Returns:
+        The ranked suspects, the root cause when one stands out (else None and why), the changes
+        seen, the call graph used, the gaps, and the windows compared.
+    """
+    cfg = _Config.of(settings)
+    gaps = list(inputs.get("gaps", []))
+    window = _windows(inputs)
+    logs = _timed_logs(inputs.get("logs", []), cfg.max_logs, gaps)
+    spans = _timed_spans(inputs.get("spans", []), cfg.max_spans, gaps)
+    series = list(inputs.get("series", []))
+    if len(series) > thresholds.MAX_SERIES:
+        gaps.append(f"series: {len(series)} given, the first {thresholds.MAX_SERIES} analysed")
+    alerts = list(inputs.get("alerts", []))
+    facts = _log_signals(logs, window, cfg, gaps)
+    signals = list(facts.signals)
+    traced = _traced_services(spans, window)
+    signals += _series_signals(series, window, cfg, gaps, traced)
+    signals += _span_signals(spans, window, cfg, gaps)
+    signals += _alert_signals(alerts, window)
+    signals = _discount_shared(signals)
+    changes = _changes(logs, facts, window, cfg)
+    services = {log.get("service", "") for _, log in logs}
+    services |= {span.get("service", "") for _, span in spans}
+    services |= {_series_service(item) for item in series}
+    services.discard("")
+    edges = _edges([span for _, span in spans], logs, inputs.get("dependencies", []), services)
+    suspects = _rank(signals, changes, edges, cfg)
+    root, ambiguity = _root(suspects, cfg)
+    return IncidentReport(
+        suspects=suspects,
+        root_cause=root,
+        ambiguity=ambiguity,
+        changes=changes,
+        edges=edges,
+        gaps=gaps,
+        windows=Windows(
+            incident_start=_iso(window.i0),
+            incident_end=_iso(window.i1),
+            baseline_start=_iso(window.b0),
+            baseline_end=_iso(window.b1),
+            incident_log_minutes=round(facts.coverage_i, 2),
+            baseline_log_minutes=round(facts.coverage_b, 2),
+        ),
+        counts={
+            "logs": len(logs),
+            "spans": len(spans),
+            "series": len(series),
+            "alerts": len(alerts),
+            "signals": len(signals),
+            "services": len(services),
+        },
+    )

@@ -1,0 +1,95 @@
+"""The thresholds and caps of the incident analysis (``analysis.incident``), in one place.
+
+Every number here is general: it describes incidents, not any one system or dataset. A caller can
+override any of them for one analysis through ``AnalysisSettings`` (same names, lower case).
+
+Windows
+    With no time given, the incident window is the last ``DEFAULT_INCIDENT_MINUTES`` before the
+    newest item of data and the baseline the ``DEFAULT_BASELINE_MINUTES`` before that.
+
+Log rates
+    A count is turned into a rate per *covered* minute: the minutes of a window in which any log
+    line at all was read. A source that captured only part of a window (a sampled capture, a file
+    that starts late) is then compared fairly, and a window with no coverage is a gap.
+
+Signals (each one has a strength in 0..1; a service's evidence is the sum of its strongest
+``MAX_SIGNALS`` strengths times their kind's weight, and a score is ``1 - exp(-evidence)``;
+a series deviation that several services share is divided by the square root of their number)
+    - error surge: the error (or warning) rate rose at least ``SURGE_RATIO`` times over the
+      baseline (one extra event per baseline window added as a floor), with at least
+      ``MIN_EVENTS`` events in the incident window;
+    - new template: a message template never seen in the baseline, at least ``MIN_NEW_EVENTS``
+      times (error and warning templates weigh most; other levels only when the text names a
+      failure);
+    - template jump: a known template whose rate rose ``SURGE_RATIO`` times;
+    - series: an incident point at least ``SERIES_Z`` robust deviations (median absolute
+      deviation, floored at ``SERIES_REL_FLOOR`` of the median) from the baseline median, in the
+      bad direction of the metric, and a relative change of at least ``SERIES_MIN_CHANGE``; the
+      onset is the first such point; an error or success ratio must also move by at least
+      ``ERROR_RATIO_MIN_DELTA`` (one point: 0.01 of a fraction, 1 of a percentage), a CPU or
+      memory usage by ``USAGE_MIN_DELTA`` (ten points), a latency by ``LATENCY_MIN_MS``; the
+      strength is the lesser of the deviation's and the relative change's;
+    - trace latency: a service's served spans' p90 (or its own time, children excluded) rose
+      ``LATENCY_RATIO`` times and by at least ``LATENCY_MIN_MS``, over ``MIN_SPANS`` spans;
+    - trace errors: the error ratio of a service's spans rose by ``ERROR_RATIO_DELTA``.
+
+Propagation and ranking
+    A service is anomalous when its combined strength reaches ``ANOMALY_MIN``. An anomalous
+    service that calls (directly or through anomalous services) an anomalous service whose onset
+    is no later than its own plus ``ONSET_TOLERANCE_S`` is explained by it (a symptom): its score
+    evidence is multiplied by ``SYMPTOM_FACTOR``. A suspect's evidence gains ``EXPLAIN_BONUS``
+    times the share of the other anomalous services it explains, and ``CHANGE_BONUS`` for a
+    change event on it within
+    ``CHANGE_LEAD_S`` before (or during) its onset. The top suspect is the root cause when its score
+    is at least ``ROOT_MIN_SCORE`` and leads the next by ``ROOT_MARGIN``; otherwise the report says
+    the evidence does not single one out.
+
+Caps (an analysis is bounded in time and memory whatever it is given)
+    at most ``MAX_LOGS`` log lines, ``MAX_SPANS`` spans, ``MAX_SERIES`` series with ``MAX_POINTS``
+    points each, ``MAX_ALERTS`` alerts; beyond that the newest are kept and the cut is stated as a
+    gap. At most ``MAX_SUSPECTS`` suspects, ``MAX_SIGNALS`` signals per suspect,
+    ``MAX_EVIDENCE`` evidence pointers per signal and ``MAX_CHANGES`` changes are reported.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+DEFAULT_INCIDENT_MINUTES: Final = 15
+DEFAULT_BASELINE_MINUTES: Final = 60
+
+MIN_EVENTS: Final = 3
+MIN_NEW_EVENTS: Final = 2
+SURGE_RATIO: Final = 3.0
+
+SERIES_Z: Final = 4.0
+SERIES_REL_FLOOR: Final = 0.1
+SERIES_MIN_CHANGE: Final = 0.5
+SERIES_MIN_BASELINE_POINTS: Final = 3
+ERROR_RATIO_MIN_DELTA: Final = 0.01
+USAGE_MIN_DELTA: Final = 0.1
+
+LATENCY_RATIO: Final = 2.0
+LATENCY_MIN_MS: Final = 50.0
+MIN_SPANS: Final = 5
+ERROR_RATIO_DELTA: Final = 0.1
+
+ANOMALY_MIN: Final = 0.3
+ONSET_TOLERANCE_S: Final = 60.0
+SYMPTOM_FACTOR: Final = 0.5
+EXPLAIN_BONUS: Final = 0.5
+CHANGE_BONUS: Final = 0.5
+CHANGE_LEAD_S: Final = 1800.0
+ROOT_MIN_SCORE: Final = 0.3
+ROOT_MARGIN: Final = 0.05
+
+MAX_LOGS: Final = 400_000
+MAX_SPANS: Final = 400_000
+MAX_SERIES: Final = 2_000
+MAX_POINTS: Final = 2_000
+MAX_ALERTS: Final = 1_000
+MAX_SUSPECTS: Final = 10
+MAX_SIGNALS: Final = 8
+MAX_EVIDENCE: Final = 3
+MAX_CHANGES: Final = 20
+MAX_TEMPLATES: Final = 5_000

@@ -1,0 +1,261 @@
+"""Root-cause accuracy on converted Nezha faults: top-1, top-3, named anywhere, seconds.
+
+Reads the folder ``bench/nezha_convert.py`` wrote (``<name>.env.json`` + ``<name>.case.json``
+per fault) and scores the named root-cause service against each case's expected service.
+
+Modes:
+    ``--direct``  ``analysis.incident.analyze`` on each environment, with the case's windows;
+                  top-1 is ``root_cause.service``, top-3 the first three suspects.
+    default       the product offline (``superbiz diagnose --offline --json``, in process), once
+                  per question language (``--lang zh,en``), scoring the answer's ``root_cause``.
+    ``--model``   the same with the configured models.
+
+It also measures the analysis on a day-sized input (``--day-scale N`` copies of one fault's data
+shifted in time; off with 0): seconds and peak memory.
+
+Targets (issue 26): top-1 >= 85 %, top-3 >= 95 % of the faults.
+
+Usage:
+    python bench/nezha_convert.py --snapshot MIRROR --faults FAULTS --out /tmp/nezha_env
+    python bench/rca_nezha.py /tmp/nezha_env --direct
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import tracemalloc
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from analysis.incident import IncidentInputs, IncidentReport, analyze  # noqa: E402
+from evidence.environment import parse_environment  # noqa: E402
+
+TOP1_TARGET = 0.85
+TOP3_TARGET = 0.95
+
+
+@dataclass
+class Outcome:
+    """One fault scored in one mode."""
+
+    name: str
+    expected: str
+    named: list[str]
+    root: str | None
+    seconds: float
+    verdict: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def top1(self) -> bool:
+        return self.root == self.expected
+
+    @property
+    def top3(self) -> bool:
+        return self.expected in self.named[:3]
+
+    @property
+    def anywhere(self) -> bool:
+        return self.expected in self.named or self.root == self.expected
+
+
+def load_inputs(folder: Path, case: dict[str, Any]) -> IncidentInputs:
+    """The analysis inputs of a case: its environment's data and its windows."""
+    path = folder / case["environment"]
+    environment = parse_environment(path.read_text(), origin=str(path), base=folder)
+    windows = case["windows"]
+    return IncidentInputs(
+        incident_start=windows["incident_start"],
+        incident_end=windows["incident_end"],
+        baseline_start=windows["baseline_start"],
+        baseline_end=windows["baseline_end"],
+        logs=list(environment.get("logs", [])),
+        series=list(environment.get("series", [])),
+        spans=list(environment.get("traces", [])),
+        alerts=list(environment.get("alerts", [])),
+        dependencies=[],
+        gaps=list(case.get("gaps", [])),
+    )
+
+
+def run_direct(folder: Path, case: dict[str, Any], verbose: bool) -> Outcome:
+    inputs = load_inputs(folder, case)
+    started = time.perf_counter()
+    report = analyze(inputs)
+    seconds = time.perf_counter() - started
+    if verbose:
+        _show(report)
+    root = report["root_cause"]
+    return Outcome(
+        name=case["name"],
+        expected=case["expected_service"],
+        named=[suspect["service"] for suspect in report["suspects"]],
+        root=None if root is None else root["service"],
+        seconds=seconds,
+        notes=[report["ambiguity"]] if report["ambiguity"] else [],
+    )
+
+
+def _show(report: IncidentReport) -> None:
+    for suspect in report["suspects"][:5]:
+        print(
+            f"    {suspect['score']:.3f} {suspect['service']} onset={suspect['onset']}"
+            f" by={suspect['explained_by']} explains={len(suspect['explains'])}"
+        )
+        for signal in suspect["signals"][:4]:
+            print(f"        {signal['kind']} {signal['strength']:.2f} {signal['detail'][:110]}")
+
+
+def run_product(folder: Path, case: dict[str, Any], language: str, offline: bool) -> Outcome:
+    """The product's answer to the case's question, scored by its ``root_cause``."""
+    from apps.cli.main import main as cli_main  # the product, in process
+
+    question = case["questions"][language]
+    argv = ["diagnose", question, "--env", str(folder / case["environment"]), "--json"]
+    if offline:
+        argv.append("--offline")
+    if language == "en":
+        argv += ["--lang", "en"]
+    import contextlib
+    import io
+
+    buffer = io.StringIO()
+    started = time.perf_counter()
+    with contextlib.redirect_stdout(buffer):
+        code = cli_main(argv)
+    seconds = time.perf_counter() - started
+    try:
+        summary = json.loads(buffer.getvalue())
+    except json.JSONDecodeError:
+        return Outcome(case["name"], case["expected_service"], [], None, seconds, "error",
+                       [f"exit {code}: output is not JSON"])
+    root = summary.get("root_cause") or {}
+    suspects = [s.get("service", "") for s in summary.get("suspects") or []]
+    return Outcome(
+        name=case["name"],
+        expected=case["expected_service"],
+        named=suspects,
+        root=root.get("service") if isinstance(root, dict) else None,
+        seconds=seconds,
+        verdict=str(summary.get("verdict")),
+    )
+
+
+def day_scale(folder: Path, case: dict[str, Any], copies: int) -> tuple[float, float, int]:
+    """Seconds and peak MiB of the analysis on ``copies`` shifted copies of one fault's data."""
+    from analysis.incident import parse_time
+
+    inputs = load_inputs(folder, case)
+    base_logs, base_spans = inputs.get("logs", []), inputs.get("spans", [])
+    logs, spans = [], []
+    for copy in range(copies):
+        shift = -copy * 240.0
+        for log in base_logs:
+            moment = parse_time(log["timestamp"])
+            if moment is not None:
+                logs.append({**log, "timestamp": _iso(moment + shift)})
+        for span in base_spans:
+            moment = parse_time(span["start"])
+            if moment is not None:
+                spans.append({**span, "start": _iso(moment + shift),
+                              "trace_id": f"{copy:04x}{span['trace_id'][4:]}",
+                              "span_id": f"{copy:04x}{span['span_id'][4:]}",
+                              "parent_span_id": (f"{copy:04x}{span['parent_span_id'][4:]}"
+                                                 if span.get("parent_span_id") else "")})
+    big = IncidentInputs(**{**inputs, "logs": logs, "spans": spans,  # type: ignore[typeddict-item]
+                            "baseline_start": _iso((parse_time(inputs["baseline_end"]) or 0)
+                                                   - 86_400)})
+    tracemalloc.start()
+    started = time.perf_counter()
+    analyze(big)
+    seconds = time.perf_counter() - started
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    return seconds, peak / 2**20, len(logs) + len(spans)
+
+
+def _iso(seconds: float) -> str:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(seconds, UTC).isoformat().replace("+00:00", "Z")
+
+
+def _report(label: str, outcomes: list[Outcome]) -> None:
+    total = len(outcomes)
+    if not total:
+        print(f"{label}: no case")
+        return
+    print(f"\n== {label}")
+    print(f"{'fault':50} {'expected':32} {'root cause':32} top1 top3 any  verdict   seconds")
+    for o in outcomes:
+        print(
+            f"{o.name:50} {o.expected:32} {o.root or '-':32} {_yes(o.top1):4} {_yes(o.top3):4}"
+            f" {_yes(o.anywhere):4} {o.verdict or '-':9} {o.seconds:7.2f}"
+        )
+    top1 = sum(o.top1 for o in outcomes) / total
+    top3 = sum(o.top3 for o in outcomes) / total
+    anywhere = sum(o.anywhere for o in outcomes) / total
+    seconds = sum(o.seconds for o in outcomes)
+    print(f"total {total} faults: top-1 {top1:.1%}, top-3 {top3:.1%}, named {anywhere:.1%},"
+          f" {seconds:.1f} s ({seconds / total:.2f} s a fault)")
+    for name, value, target in (("top-1", top1, TOP1_TARGET), ("top-3", top3, TOP3_TARGET)):
+        met = "TARGET MET" if value >= target else f"TARGET MISSED by {target - value:.1%}"
+        print(f"  {name}: {value:.1%} (target >= {target:.0%}) {met}")
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("folder", type=Path, help="what bench/nezha_convert.py wrote")
+    parser.add_argument("--direct", action="store_true", help="score analysis.incident only")
+    parser.add_argument("--model", action="store_true", help="model mode instead of offline")
+    parser.add_argument("--lang", default="zh,en", help="question languages (product modes)")
+    parser.add_argument("--only", help="only cases whose name contains this")
+    parser.add_argument("--verbose", action="store_true", help="print the top suspects")
+    parser.add_argument("--day-scale", type=int, default=0,
+                        help="also time the analysis on N shifted copies of the first fault")
+    parser.add_argument("--runs", type=int, default=1, help="(accepted for uniformity)")
+    parser.add_argument("--quick", action="store_true", help="the first 5 faults only")
+    args = parser.parse_args(argv)
+    cases = [json.loads(path.read_text()) for path in sorted(args.folder.glob("*.case.json"))]
+    if args.only:
+        cases = [case for case in cases if args.only in case["name"]]
+    if args.quick:
+        cases = cases[:5]
+    if not cases:
+        print(f"no *.case.json in {args.folder}: run bench/nezha_convert.py first")
+        return 0
+    if args.direct:
+        outcomes = []
+        for case in cases:
+            if args.verbose:
+                print(f"{case['name']} (expected {case['expected_service']})")
+            outcomes.append(run_direct(args.folder, case, args.verbose))
+        _report("analysis.incident.analyze (--direct)", outcomes)
+    else:
+        for language in args.lang.split(","):
+            outcomes = [
+                run_product(args.folder, case, language, offline=not args.model) for case in cases
+            ]
+            _report(f"superbiz diagnose {'' if args.model else '--offline '}--json ({language})",
+                    outcomes)
+    if args.day_scale:
+        seconds, peak, items = day_scale(args.folder, cases[0], args.day_scale)
+        print(f"\nday-sized input: {items} log lines and spans ({args.day_scale} copies):"
+              f" {seconds:.1f} s, peak {peak:.0f} MiB traced")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

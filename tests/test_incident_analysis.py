@@ -1,0 +1,302 @@
+"""The incident analysis on small synthetic incidents: each signal, onset order, propagation with
+and without traces, background noise, changes, windows, caps and ambiguity."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from analysis.changes import change_category
+from analysis.incident import IncidentInputs, analyze, default_windows, parse_time
+from state.records import LogEntry, SeriesEntry, SpanEntry
+
+T0 = datetime(2026, 5, 4, 9, 0, tzinfo=UTC)
+"""Baseline 09:00-10:00, incident 10:00-10:15."""
+
+
+def _at(minute: float) -> str:
+    return (T0 + timedelta(minutes=minute)).isoformat().replace("+00:00", "Z")
+
+
+def _windows() -> IncidentInputs:
+    return IncidentInputs(
+        baseline_start=_at(0), baseline_end=_at(60), incident_start=_at(60), incident_end=_at(75)
+    )
+
+
+def _log(minute: float, service: str, message: str, level: str = "INFO") -> LogEntry:
+    return LogEntry(timestamp=_at(minute), level=level, service=service, message=message)
+
+
+def _traffic(service: str, start: int = 0, end: int = 75) -> list[LogEntry]:
+    """One INFO line a minute: the coverage every test shares."""
+    return [
+        _log(m + 0.5, service, f"GET /api/items/{m} completed status=200 in 12ms")
+        for m in range(start, end)
+    ]
+
+
+def _series(metric: str, service: str, values: list[float]) -> SeriesEntry:
+    start = int(T0.timestamp())
+    points = [[float(start + 60 * i), value] for i, value in enumerate(values)]
+    return SeriesEntry(metric=metric, labels={"service": service}, points=points)
+
+
+def test_incident_error_surge_names_the_service_and_quotes_its_lines() -> None:
+    logs = _traffic("checkout") + _traffic("catalog")
+    logs += [_log(m, "checkout", "Payment gateway timeout after 3000ms", "ERROR") for m in (10, 40)]
+    logs += [
+        _log(60 + m, "checkout", "Payment gateway timeout after 3000ms", "ERROR") for m in range(12)
+    ]
+    report = analyze(IncidentInputs(**_windows(), logs=logs))
+    assert report["root_cause"] is not None
+    assert report["root_cause"]["service"] == "checkout"
+    surge = [s for s in report["root_cause"]["signals"] if s["kind"] == "error_surge"]
+    assert surge and surge[0]["baseline"] is not None and surge[0]["incident"] is not None
+    assert surge[0]["incident"] > surge[0]["baseline"]
+    pointer = surge[0]["evidence"][0]
+    assert pointer["kind"] == "log" and pointer["service"] == "checkout"
+    assert pointer["message"] == "Payment gateway timeout after 3000ms"
+    assert pointer["timestamp"] == _at(60)
+    assert report["root_cause"]["onset"] == _at(60)
+
+
+def test_incident_background_noise_is_not_a_suspect() -> None:
+    noisy = [
+        _log(m + 0.2, "legacy-batch", "Connection reset by peer while polling queue", "ERROR")
+        for m in range(75)
+    ]
+    logs = _traffic("legacy-batch") + _traffic("search") + noisy
+    logs += [
+        _log(60 + m, "search", "IndexReadException: shard 3 unavailable", "ERROR") for m in range(8)
+    ]
+    report = analyze(IncidentInputs(**_windows(), logs=logs))
+    services = [s["service"] for s in report["suspects"]]
+    assert "legacy-batch" not in services
+    assert services[0] == "search"
+
+
+def test_incident_new_template_is_a_signal_with_its_template() -> None:
+    logs = _traffic("ledger")
+    logs += [
+        _log(61 + m, "ledger", f"Duplicate key violation for entry id={1000 + m}", "ERROR")
+        for m in range(4)
+    ]
+    report = analyze(IncidentInputs(**_windows(), logs=logs))
+    suspect = report["suspects"][0]
+    new = [s for s in suspect["signals"] if s["kind"] == "new_template"]
+    assert new, suspect["signals"]
+    assert "Duplicate key violation" in new[0]["detail"]
+    assert new[0]["baseline"] == 0
+    assert new[0]["evidence"][0]["message"] == "Duplicate key violation for entry id=1000"
+
+
+def test_incident_series_signal_has_numbers_and_onset() -> None:
+    cpu = [0.2 + 0.01 * (i % 3) for i in range(60)] + [0.21, 0.22, 0.2, 0.95, 0.96] + [0.97] * 10
+    report = analyze(
+        IncidentInputs(**_windows(), series=[_series("container_cpu_usage_ratio", "render", cpu)])
+    )
+    suspect = report["suspects"][0]
+    signal = suspect["signals"][0]
+    assert signal["kind"] == "cpu"
+    assert signal["baseline"] == 0.21 and signal["incident"] == 0.97
+    assert signal["onset"] == _at(63)
+    assert signal["evidence"][0]["metric"] == "container_cpu_usage_ratio"
+    assert [_at(63), 0.95] in [
+        [datetime.fromtimestamp(p[0], UTC).isoformat().replace("+00:00", "Z"), p[1]]
+        for p in signal["evidence"][0]["points"]
+    ]
+
+
+def test_incident_small_error_ratio_change_is_not_a_signal() -> None:
+    ratio = [0.0] * 60 + [0.002] * 15
+    report = analyze(
+        IncidentInputs(**_windows(), series=[_series("http_error_ratio", "payments", ratio)])
+    )
+    assert report["suspects"] == []
+    assert report["root_cause"] is None and report["ambiguity"]
+
+
+def test_incident_propagation_from_logs_earliest_callee_is_the_cause() -> None:
+    logs = _traffic("frontend") + _traffic("orders") + _traffic("stock")
+    logs += [_log(62 + m, "stock", "Lock wait timeout on table stock", "ERROR") for m in range(10)]
+    logs += [
+        _log(64 + m, "orders", "call to stock failed: upstream timeout", "ERROR") for m in range(10)
+    ]
+    logs += [
+        _log(65 + m, "frontend", "request to orders failed with 502", "ERROR") for m in range(10)
+    ]
+    report = analyze(IncidentInputs(**_windows(), logs=logs))
+    assert report["root_cause"] is not None
+    assert report["root_cause"]["service"] == "stock"
+    assert set(report["root_cause"]["explains"]) == {"orders", "frontend"}
+    edges = {(e["caller"], e["callee"], e["source"]) for e in report["edges"]}
+    assert ("orders", "stock", "logs") in edges
+    runner = {s["service"]: s for s in report["suspects"]}["orders"]
+    assert runner["explained_by"] == ["stock"]
+    assert "stock" in runner.get("why_not_first", "")
+
+
+def test_incident_later_callee_does_not_explain_its_caller() -> None:
+    logs = _traffic("orders") + _traffic("stock")
+    logs += [
+        _log(60 + m, "orders", "NullPointerException in OrderMapper", "ERROR") for m in range(12)
+    ]
+    logs += [
+        _log(70 + m, "stock", "Deadlock found when trying to get lock", "ERROR") for m in range(5)
+    ]
+    report = analyze(IncidentInputs(**_windows(), logs=logs, dependencies=[["orders", "stock"]]))
+    by_service = {s["service"]: s for s in report["suspects"]}
+    assert by_service["orders"]["explained_by"] == []
+    assert report["suspects"][0]["service"] == "orders"
+    assert ("orders", "stock", "config") in {
+        (e["caller"], e["callee"], e["source"]) for e in report["edges"]
+    }
+
+
+def _trace_spans(minute: float, index: int, slow_ms: float) -> list[SpanEntry]:
+    trace = f"{index:032x}"
+    start = _at(minute)
+    return [
+        SpanEntry(
+            trace_id=trace,
+            span_id=f"{index:08x}0001",
+            service="gateway",
+            operation="GET /",
+            kind="server",
+            start=start,
+            duration_ms=30 + slow_ms,
+            status="unset",
+        ),
+        SpanEntry(
+            trace_id=trace,
+            span_id=f"{index:08x}0002",
+            parent_span_id=f"{index:08x}0001",
+            service="cart",
+            operation="getCart",
+            kind="server",
+            start=start,
+            duration_ms=20 + slow_ms,
+            status="unset",
+        ),
+        SpanEntry(
+            trace_id=trace,
+            span_id=f"{index:08x}0003",
+            parent_span_id=f"{index:08x}0002",
+            service="pricing",
+            operation="price",
+            kind="server",
+            start=start,
+            duration_ms=10 + slow_ms,
+            status="unset",
+        ),
+    ]
+
+
+def test_incident_propagation_with_traces_deepest_slow_callee_is_the_cause() -> None:
+    spans: list[SpanEntry] = []
+    for i in range(40):
+        spans += _trace_spans(i * 1.5, i, 0.0)
+    for i in range(40, 60):
+        spans += _trace_spans(60 + (i - 40) * 0.5, i, 400.0)
+    report = analyze(IncidentInputs(**_windows(), spans=spans))
+    assert report["root_cause"] is not None
+    assert report["root_cause"]["service"] == "pricing"
+    latency = report["root_cause"]["signals"][0]
+    assert latency["kind"] == "trace_latency"
+    assert latency["evidence"][0]["kind"] == "span"
+    assert {("gateway", "cart", "traces"), ("cart", "pricing", "traces")} <= {
+        (e["caller"], e["callee"], e["source"]) for e in report["edges"]
+    }
+
+
+def test_incident_trace_errors_signal() -> None:
+    spans: list[SpanEntry] = []
+    for i in range(40):
+        spans += _trace_spans(i * 1.5, i, 0.0)
+    for i in range(40, 60):
+        group = _trace_spans(60 + (i - 40) * 0.5, i, 0.0)
+        group[2]["status"] = "error"
+        spans += group
+    report = analyze(IncidentInputs(**_windows(), spans=spans))
+    assert report["root_cause"] is not None
+    assert report["root_cause"]["service"] == "pricing"
+    assert report["root_cause"]["signals"][0]["kind"] == "trace_errors"
+
+
+def test_incident_change_before_onset_is_listed_and_raises_the_suspect() -> None:
+    logs = _traffic("inventory") + _traffic("orders")
+    logs.append(_log(58.2, "inventory", "Started stock reconciliation job run=rec-7 (full table)"))
+    logs += [
+        _log(61 + m, "inventory", f"Slow query on table stock took {4000 + m}ms", "WARN")
+        for m in range(10)
+    ]
+    logs += [
+        _log(61 + m, "billing", f"Slow render of invoice took {4000 + m}ms", "WARN")
+        for m in range(10)
+    ]
+    logs += _traffic("billing")
+    report = analyze(IncidentInputs(**_windows(), logs=logs))
+    assert [c["service"] for c in report["changes"]] == ["inventory"]
+    assert report["changes"][0]["category"] == "job"
+    assert report["changes"][0]["time"] == _at(58.2)
+    suspect, other = report["suspects"][:2]
+    assert (suspect["service"], other["service"]) == ("inventory", "billing")
+    assert suspect["score"] > other["score"]
+    assert suspect["signals"][0]["kind"] == "change"
+    assert suspect["mechanism"].startswith("change: job")
+
+
+def test_incident_change_vocabulary_in_english_and_chinese() -> None:
+    assert change_category("Deployed version 2.3.1 to production") == "deploy"
+    assert change_category("服务发布完成，版本 v2.4") == "deploy"
+    assert change_category("Pod restarted after OOMKilled") == "restart"
+    assert change_category("配置变更: 关闭限流开关") == "config"
+    assert change_category("feature flag new-checkout enabled") == "config"
+    assert change_category("Running migration 0042_add_index") == "migration"
+    assert change_category("开始全量对账任务") == "job"
+    assert change_category("Lock wait timeout exceeded; try restarting transaction") is None
+    assert change_category("GET /api/stations?startStation=shanghai") is None
+
+
+def test_incident_default_windows_are_the_last_15_minutes_and_the_hour_before() -> None:
+    logs = _traffic("api")
+    report = analyze(IncidentInputs(logs=logs))
+    windows = report["windows"]
+    newest = parse_time(logs[-1]["timestamp"])
+    assert newest is not None
+    assert parse_time(windows["incident_end"]) == int(newest)
+    assert parse_time(windows["incident_start"]) == int(newest) - 15 * 60
+    assert parse_time(windows["baseline_start"]) == int(newest) - 75 * 60
+    assert default_windows(T0) == (_at(-75), _at(-15), _at(-15), _at(0))
+
+
+def test_incident_no_baseline_is_a_gap() -> None:
+    logs = [_log(60 + m, "api", "Timeout calling db", "ERROR") for m in range(5)]
+    report = analyze(IncidentInputs(**_windows(), logs=logs, gaps=["logs: file starts at 10:00"]))
+    assert report["gaps"][0] == "logs: file starts at 10:00"
+    assert any("no log line in the baseline" in gap for gap in report["gaps"])
+
+
+def test_incident_caps_are_stated() -> None:
+    logs = _traffic("api")
+    report = analyze(IncidentInputs(**_windows(), logs=logs), {"max_logs": 10})
+    assert report["counts"]["logs"] == 10
+    assert any("75 lines given, the newest 10" in gap for gap in report["gaps"])
+
+
+def test_incident_two_equal_independent_suspects_are_ambiguous() -> None:
+    logs = _traffic("alpha") + _traffic("beta")
+    for service in ("alpha", "beta"):
+        logs += [_log(60 + m, service, "Disk quota exceeded on /data", "ERROR") for m in range(9)]
+    report = analyze(IncidentInputs(**_windows(), logs=logs))
+    assert report["root_cause"] is None
+    assert report["ambiguity"] is not None and "alpha" in report["ambiguity"]
+    assert {s["service"] for s in report["suspects"][:2]} == {"alpha", "beta"}
+
+
+def test_incident_is_deterministic() -> None:
+    logs = _traffic("a") + _traffic("b")
+    logs += [_log(60 + m, "a", "boom", "ERROR") for m in range(5)]
+    assert analyze(IncidentInputs(**_windows(), logs=logs)) == analyze(
+        IncidentInputs(**_windows(), logs=list(reversed(logs)))
+    )
