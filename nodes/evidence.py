@@ -13,6 +13,7 @@ from state.graph_state import DiagnosisState
 from state.records import MissingInfo
 from verification.catalog import SchemaSettings
 from verification.executor_output import parse_executor_output, read_answer
+from verification.root_cause import analysis_suspects
 from verification.trace_summary import build_trace_summary
 
 _NO_TOOL_CALL = {
@@ -74,11 +75,13 @@ def make_evidence(ledger: InvocationLedger, schema: SchemaSettings) -> Node:
         notes = model_notes(state, context_of(runtime).language)
         if notes:
             answer = {**answer, "missing_info": [*answer["missing_info"], *notes]}
+        invocations = ledger.list(state["diagnosis_id"])
         return {
             "parse_status": parse_status,
             "structured_output": structured,
             "executor_answer": answer,
-            "trace_summary": build_trace_summary(ledger.list(state["diagnosis_id"])),
+            "trace_summary": build_trace_summary(invocations),
+            "suspects": analysis_suspects(invocations),
             "route": ["evidence"],
         }
 

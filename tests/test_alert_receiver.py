@@ -27,6 +27,7 @@ from apps.http.api import create_app
 from persistence.alert_queue import AlertQueue, NewInvestigation
 from persistence.locks import thread_lock
 from persistence.store import open_persistence
+from tests.sql_kit import query
 from tests.webhook_sink import WebhookSink
 
 PAYLOADS = Path(__file__).resolve().parent / "alertmanager"
@@ -188,10 +189,13 @@ def test_receiver_accepts_at_once_then_diagnoses_in_the_background(client: TestC
     assert accepted["thread_id"] == thread_id_for("alice", accepted["group_key"])
     (row,) = finished(client, ALICE, 1)
     assert row["diagnosis_id"] == accepted["diagnosis_id"]
-    assert (row["status"], row["verdict"], row["score"]) == ("done", "PASS", 1.0)
+    assert (row["status"], row["verdict"]) == ("done", "PASS")
     assert row["alerts"][0]["alert_name"] == "HighErrorRate"
     record = client.get(f"/api/diagnoses/{accepted['diagnosis_id']}", headers=ALICE).json()
     assert record["status"] == "done" and record["verdict"] == "PASS"
+    # The investigation states a root cause: the incident analysis's, confirmed by its claims.
+    assert record["self_evaluation"]["root_cause"]["service"] == "inventory-service"
+    assert "Most likely root cause (inferred): inventory-service" in record["final_answer"]
     assert "HighErrorRate" in record["question"] and "order-service" in record["question"]
     threads = client.get("/api/threads", headers=ALICE).json()["threads"]
     assert [t["thread_id"] for t in threads] == [accepted["thread_id"]]
@@ -495,6 +499,100 @@ def test_queue_claim_of_a_stopped_process_is_queued_again_then_failed(database_u
         persistence.close()
 
 
+def _item(diagnosis_id: str, thread_id: str) -> NewInvestigation:
+    return NewInvestigation(
+        diagnosis_id=diagnosis_id,
+        thread_id=thread_id,
+        owner="alice",
+        group_key=thread_id,
+        alert_set=diagnosis_id,
+        receiver="r",
+        message_id=f"m-{diagnosis_id}",
+        question="q",
+        alerts=[{"fingerprint": diagnosis_id, "starts_at": "t"}],
+    )
+
+
+def test_queue_busy_thread_retries_do_not_count_and_a_thread_runs_in_order(
+    database_url: str,
+) -> None:
+    persistence = open_persistence(database_url)
+    try:
+        queue = AlertQueue(persistence.db, "host:1:here")
+        queue.enqueue([_item("d1", "t1"), _item("d2", "t1"), _item("d3", "t2")], capacity=5)
+        first = queue.claim(lease_s=30)
+        assert first is not None and first.diagnosis_id == "d1"
+        third = queue.claim(lease_s=30)  # d2 waits while d1 of its thread runs
+        assert third is not None and third.diagnosis_id == "d3"
+        assert queue.claim(lease_s=30) is None
+        attempts = []
+        for _ in range(5):  # another run held d3's thread, again and again
+            queue.requeue("d3", delay_s=0, error=None, counted=False)
+            again = queue.claim(lease_s=30)
+            assert again is not None and again.diagnosis_id == "d3"
+            attempts.append(again.attempts)
+        assert attempts == [1] * 5
+        queue.finish("d1", status="done", verdict="PASS", score=1.0, error=None, notify=False)
+        second = queue.claim(lease_s=30)
+        assert second is not None and second.diagnosis_id == "d2"
+    finally:
+        persistence.close()
+
+
+@pytest.mark.parametrize("left", ["running", "abandoned"])
+def test_receiver_reruns_an_investigation_killed_before_its_first_checkpoint(
+    database_url: str, monkeypatch: pytest.MonkeyPatch, left: str
+) -> None:
+    monkeypatch.setenv("SUPERBIZ_SWEEP_INTERVAL_S", "0.2")
+    monkeypatch.setenv("SUPERBIZ_ALERT_CLAIM_S", "1")
+    earlier = group("g", ("HighErrorRate", "f1", "2026-12-01T10:00:00Z"))
+    later = group(
+        "g",
+        ("HighErrorRate", "f1", "2026-12-01T10:00:00Z"),
+        ("Other", "f2", "2026-12-01T10:01:00Z"),
+    )
+    with TestClient(create_app(database_url, api_keys=KEYS)) as client:
+        assert client.post("/api/alertmanager", json=earlier, headers=ALICE).status_code == 202
+        finished(client, ALICE, 1)  # the thread's last diagnosis finished
+    app = create_app(database_url, api_keys=KEYS)
+    accepted = TestClient(app).post("/api/alertmanager", json=later, headers=ALICE)
+    app.state.superbiz.close()
+    diagnosis_id = accepted.json()["accepted"][0]["diagnosis_id"]
+    # What a SIGKILL right after intake started the diagnosis leaves: the row running under a
+    # dead holder, the record running (or set aside by a later run), the lease of a dead
+    # process, and no checkpoint of the diagnosis.
+    persistence = open_persistence(database_url)
+    try:
+        claimed = AlertQueue(persistence.db, "host:1:gone").claim(lease_s=-1)
+        assert claimed is not None and claimed.diagnosis_id == diagnosis_id
+        persistence.audit.start_diagnosis(
+            diagnosis_id, thread_id=claimed.thread_id, question=claimed.question
+        )
+        if left == "abandoned":
+            persistence.audit.abandon_running(claimed.thread_id)
+        query(
+            persistence.db,
+            "INSERT INTO diagnosis_lease (diagnosis_id, thread_id, holder, origin, "
+            "acquired_at, expires_at, attempts) "
+            "VALUES (:diagnosis, :thread, 'host:1:gone', 'api', :at, 1.0, 0)",
+            diagnosis=diagnosis_id,
+            thread=claimed.thread_id,
+            at="2026-01-01T00:00:00+00:00",
+        )
+    finally:
+        persistence.close()
+
+    with TestClient(create_app(database_url, api_keys=KEYS)) as client:
+        rows = finished(client, ALICE, 2)
+        record = client.get(f"/api/diagnoses/{diagnosis_id}", headers=ALICE).json()
+
+    (row,) = [r for r in rows if r["diagnosis_id"] == diagnosis_id]
+    assert (row["status"], row["verdict"], row["error"]) == ("done", "PASS", None), row
+    assert row["attempts"] == 2
+    assert record["status"] == "done" and record["verdict"] == "PASS"
+    assert record["note"] == alert_receiver.RERUN_NOTE
+
+
 def test_receiver_posts_the_composed_answer_to_the_notify_webhook_with_retries(
     database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -514,7 +612,8 @@ def test_receiver_posts_the_composed_answer_to_the_notify_webhook_with_retries(
 
     assert set(body) == {"text"}
     text = body["text"]
-    assert text.startswith("superbiz: HighErrorRate (order-service): verdict PASS, score 1.00")
+    assert text.startswith("superbiz: HighErrorRate (order-service): verdict PASS, score 0.")
+    assert "\nMost likely root cause (inferred): inventory-service: " in text
     assert record["final_answer"].strip() in text
     assert text.endswith(f"Details: http://testserver/api/diagnoses/{diagnosis_id}")
     assert sink.refused == 1

@@ -14,7 +14,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from state.records import JSONObject
-from tools import get_current_time, lookup_knowledge, query_logs, query_metrics, query_traces
+from tools import (
+    analyze_incident,
+    get_current_time,
+    lookup_knowledge,
+    query_logs,
+    query_metrics,
+    query_traces,
+)
 from tools.spec import EntryArray, ToolSpec
 
 _lock = threading.Lock()
@@ -107,6 +114,20 @@ def tool_specs() -> list[JSONObject]:
     return copy.deepcopy(offered)
 
 
+def offered(backend: object) -> list[JSONObject]:
+    """The tool specs offered over ``backend``: each tool whose evidence it serves.
+
+    A tool that ``needs`` a kind of evidence is offered only when the backend's
+    ``evidence_kinds()`` names it; a backend without that method serves every tool.
+    """
+    kinds = getattr(backend, "evidence_kinds", None)
+    if not callable(kinds):
+        return tool_specs()
+    served = set(kinds())
+    kept = [spec for spec in specs() if spec.needs is None or spec.needs in served]
+    return [copy.deepcopy(spec.openai_tool()) for spec in kept]
+
+
 def _array_display(array: EntryArray) -> JSONObject:
     shown: JSONObject = {
         "name": array.name,
@@ -139,5 +160,6 @@ def display_data() -> JSONObject:
 register(query_logs.SPEC)
 register(query_metrics.SPEC)
 register(query_traces.SPEC)
+register(analyze_incident.SPEC)
 register(lookup_knowledge.SPEC)
 register(get_current_time.SPEC)

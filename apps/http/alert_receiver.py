@@ -38,12 +38,14 @@ from apps.http.alert_payload import PayloadError, investigation_of, parse_notifi
 from apps.http.guard import ApiError, read_limited
 from evidence.config import DEFAULT_SERVICE_LABELS, load_settings
 from graph.failures import DiagnosisFailed
+from graph.saved_run import read_saved_run
 from persistence.alert_queue import AlertQueue, Claimed, NewInvestigation, QueueFull
 from persistence.locks import ThreadBusy
 from persistence.ownership import ThreadOwners
 from persistence.store import Persistence
 from state import catalog
 from state.configuration import Sources
+from state.display import one_line
 from state.settings import typed_default
 
 logger = logging.getLogger("superbiz.alerts")
@@ -140,11 +142,14 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return await read_limited(request, limit, too_large)
 
 
-def notification_text(row: Mapping[str, Any], answer: str, link: str) -> str:
-    """The ``text`` of the notify webhook: a header, the composed answer, the link.
+def notification_text(
+    row: Mapping[str, Any], answer: str, link: str, root_cause: Mapping[str, Any] | None = None
+) -> str:
+    """The ``text`` of the notify webhook: a header, the root cause, the composed answer, the link.
 
-    Only the composed answer states anything about the incident; the header names the alerts
-    (as Alertmanager sent them), the verdict and the score.
+    Only the diagnosis states anything about the incident; the header names the alerts (as
+    Alertmanager sent them), the verdict and the score; the root cause is the diagnosis's
+    confirmed one (an inference, said so), when it names one.
     """
     names = ", ".join(dict.fromkeys(str(a.get("alert_name")) for a in row["alerts"])) or "alerts"
     services = ", ".join(
@@ -158,7 +163,21 @@ def notification_text(row: Mapping[str, Any], answer: str, link: str) -> str:
     else:
         outcome = "the diagnosis failed"
     subject = f"{names} ({services})" if services else names
-    return f"superbiz: {subject}: {outcome}\n\n{answer.strip()}\n\nDetails: {link}"
+    cause = ""
+    if root_cause and root_cause.get("service"):
+        mechanism = one_line(str(root_cause.get("mechanism") or ""))
+        cause = f"\nMost likely root cause (inferred): {root_cause['service']}"
+        cause += f": {mechanism}" if mechanism else ""
+    return f"superbiz: {subject}: {outcome}{cause}\n\n{answer.strip()}\n\nDetails: {link}"
+
+
+RERUN_NOTE = "started again: the process running it stopped before it could be resumed"
+
+
+def _resumable(persistence: Persistence, claimed: Claimed) -> bool:
+    """Whether the thread's last checkpoint holds this diagnosis with work left to resume."""
+    saved = read_saved_run(persistence.checkpointer, claimed.thread_id)
+    return bool(saved.next) and saved.resumed_diagnosis_id() == claimed.diagnosis_id
 
 
 def _bounded(value: object) -> object:
@@ -381,18 +400,26 @@ class AlertReceiver:
         record = persistence.audit.get(claimed.diagnosis_id)
         error: str | None = None
         try:
+            if record is not None and record["status"] in ("running", "abandoned"):
+                # Left by a process that stopped: resumed from its checkpoint when one holds
+                # it, else (killed before its first checkpoint, or set aside as abandoned by a
+                # later run of the thread) asked again with the same message, so the same id.
+                if _resumable(persistence, claimed):
+                    self._resume(claimed.diagnosis_id)
+                else:
+                    persistence.audit.mark(claimed.diagnosis_id, status="running", note=RERUN_NOTE)
+                    record = None
             if record is None:
                 self._diagnose(
                     claimed.owner, claimed.thread_id, claimed.message_id, claimed.question
                 )
-            elif record["status"] == "running":  # left by a process that stopped
-                self._resume(claimed.diagnosis_id)
         except DiagnosisFailed as exc:
             error = exc.reason
         except Exception as exc:
-            # Another run holds the thread: the lock itself, or the API's 409 made from it.
+            # Another run holds the thread: the lock itself, or the API's 409 made from it. The
+            # row was not tried, so the claim does not count towards its attempts.
             if isinstance(exc, ThreadBusy) or isinstance(exc.__cause__, ThreadBusy):
-                queue.requeue(claimed.diagnosis_id, delay_s=BUSY_RETRY_S, error=None)
+                queue.requeue(claimed.diagnosis_id, delay_s=BUSY_RETRY_S, error=None, counted=False)
                 return
             message = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
             if getattr(exc, "status", None) == 409:
@@ -475,7 +502,11 @@ class AlertReceiver:
         link = f"{row['link_base']}/api/diagnoses/{diagnosis_id}"
         listed = queue.get(diagnosis_id)
         assert listed is not None
-        text = notification_text(listed, str(answer), link)
+        channels = (record["self_evaluation"] if record is not None else None) or {}
+        root = channels.get("root_cause")
+        text = notification_text(
+            listed, str(answer), link, root if isinstance(root, dict) else None
+        )
         problem: str | None = None
         try:
             reply = client.post(settings.notify_url, json={"text": text})
