@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Sequence
 from typing import Any, Final
 
-from knowledge.rank import procedure_sentence
+from knowledge.rank import procedure_sentence, title_section_rank
 from knowledge.vocabulary import concepts_in
 from models.offline.evidence import (
     LEVELS,
@@ -30,7 +31,7 @@ from models.offline.evidence import (
     names_in,
     series_for,
 )
-from models.offline.question_kinds import compose_kind
+from models.offline.question_kinds import compose_kind, question_names
 from models.offline.rules import SLOW_SYMPTOMS, scopes
 from models.offline.writer import Writer, binding, summary_binding
 from state.records import QuestionFacets
@@ -56,6 +57,8 @@ SYMPTOM_METRICS: Final[tuple[tuple[str, str], ...]] = (
     ("memory", "memory"),
 )
 """Which metric tells most about a symptom (first match wins)."""
+OTHER_SECTION: Final = 9
+"""``knowledge.rank.title_section_rank`` of impact, meaning and the like: no action there."""
 _DEPENDENCY = re.compile(
     r"\b(?:upstream|call(?:ing|s|ed)? to|connect(?:ion|ing)? to|request(?:s)? to|dial(?:ing)?|"
     r"from)\s+(?P<name>[a-z][a-z0-9._-]*[a-z0-9])",
@@ -82,7 +85,7 @@ def compose(task: dict[str, Any], found: QuestionFacets, results: list[Result]) 
         overview(writer, found, results)
     for service in unknown:
         no_data(writer, service, known)
-    actions(writer, results)
+    actions(writer, results, question_names(str(task.get("question", ""))))
     return writer.json()
 
 
@@ -382,12 +385,25 @@ def overview(writer: Writer, found: QuestionFacets, results: list[Result]) -> No
             writer.log_lines(logs, index, counted=False)
 
 
-def actions(writer: Writer, results: list[Result]) -> None:
+def actions(writer: Writer, results: list[Result], prefer: Sequence[str] = ()) -> None:
     """Next steps: each runbook found, by its action sentence, with its title and source."""
     for result in results:
         if result.tool != "lookup_knowledge":
             continue
-        for entry in result.entries("documents"):
+        # A chunk of a runbook's mitigation or procedure section first; never one of its
+        # impact or meaning section.
+        # The runbook of a name the question gives (an alert) before the others.
+        named = [name.casefold() for name in prefer]
+        ranked = sorted(
+            result.entries("documents"),
+            key=lambda entry: (
+                not any(n in str(entry.get("title", "")).casefold() for n in named),
+                title_section_rank(str(entry.get("title", ""))),
+            ),
+        )
+        for entry in ranked:
+            if title_section_rank(str(entry.get("title", ""))) >= OTHER_SECTION:
+                continue
             sentence = procedure_sentence(str(entry.get("chunk", "")))
             if sentence is None or asserts_cause(sentence):
                 continue
