@@ -31,7 +31,7 @@ from models.offline.evidence import (
     names_in,
     series_for,
 )
-from models.offline.question_kinds import compose_kind, question_names
+from models.offline.question_kinds import compose_kind, question_names, timed_conclusion
 from models.offline.rules import SLOW_SYMPTOMS, scopes
 from models.offline.writer import Writer, binding, summary_binding
 from state.records import QuestionFacets
@@ -86,6 +86,7 @@ def compose(task: dict[str, Any], found: QuestionFacets, results: list[Result]) 
     for service in unknown:
         no_data(writer, service, known)
     actions(writer, results, question_names(str(task.get("question", ""))))
+    timed_conclusion(writer, task, results)
     return writer.json()
 
 
@@ -200,9 +201,7 @@ def confirm_alert(writer: Writer, name: str, results: list[Result], services: li
 
     anywhere = exact(everywhere)
     if not services:
-        for index in anywhere[:2]:
-            state = everywhere.entries("alerts")[index].get("state")
-            writer.alert(everywhere, index, answer=t["yes"] if state == "firing" else t["no"])
+        stated_alerts(writer, everywhere, anywhere)
         if not anywhere:
             writer.no_alert(name, everywhere, None)
         return
@@ -210,9 +209,7 @@ def confirm_alert(writer: Writer, name: str, results: list[Result], services: li
         scoped = next((r for r in named if r.service == service), None)
         mine = exact(scoped) if scoped is not None else []
         if scoped is not None and mine:
-            for index in mine[:2]:
-                state = scoped.entries("alerts")[index].get("state")
-                writer.alert(scoped, index, answer=t["yes"] if state == "firing" else t["no"])
+            stated_alerts(writer, scoped, mine)
         elif anywhere or scoped is None:
             if scoped is not None:
                 text = t["no"] + t["no_alert_for"].format(service=service, name=name)
@@ -224,6 +221,22 @@ def confirm_alert(writer: Writer, name: str, results: list[Result], services: li
                 writer.claim("negative_observation", text, bindings)
         else:
             writer.no_alert(name, everywhere, scoped)
+
+
+def stated_alerts(writer: Writer, result: Result, indexes: list[int]) -> None:
+    """Yes or no per alert asked: one claim per alert name, its series together."""
+    t = writer.t
+    groups: dict[tuple[str, str], list[int]] = {}
+    for index in indexes:
+        entry = result.entries("alerts")[index]
+        key = (str(entry.get("alert_name")), str(entry.get("state")))
+        groups.setdefault(key, []).append(index)
+    for (name, state), members in list(groups.items())[:2]:
+        answer = t["yes"] if state == "firing" else t["no"]
+        if len(members) > 1 and state == "firing":
+            writer.alert_series(result, name, members, answer=answer)
+        else:
+            writer.alert(result, members[0], answer=answer)
 
 
 def why(

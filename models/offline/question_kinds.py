@@ -29,11 +29,11 @@ from typing import Any, Final
 from models.offline.evidence import Result, examples, log_result, metrics_result, series_for
 from models.offline.rules import Step, alert_selector, analysis, plan_steps, scopes
 from models.offline.writer import Writer, binding, quote, summary_binding, value_text
-from state.display import continued
+from state.display import continued, word_prefix
 from state.records import QuestionFacets
 from tools.backend import parse_timestamp
 from tools.render import format_value
-from verification.conclusion import SeriesReading, alert_measures, series_reading
+from verification.conclusion import SeriesReading, alert_measures, series_reading, stated_answer
 from verification.intent import CHANGE, Intent, iso, read_intent
 from verification.question import facet_label
 
@@ -41,7 +41,7 @@ KEY_CONCEPTS: Final[tuple[str, ...]] = ("cpu", "memory", "error_rate", "latency"
 """The key series a health question reads, in this order."""
 MAX_CHANGES: Final = 6
 """Change lines quoted at most (the rest are counted)."""
-CHANGE_LIMIT: Final = 200
+CHANGE_LIMIT: Final = 100
 """Log lines a change query reads."""
 _IDENTIFIER = re.compile(
     r"(?<![A-Za-z0-9_])[A-Za-z][a-z0-9]*(?:[A-Z][A-Za-z0-9]*)+(?![A-Za-z0-9_])"
@@ -83,6 +83,7 @@ TEXT: Final[dict[str, dict[str, str]]] = {
         "time_unknown": "The current time could not be read, so the window {spec} is unresolved.",
         "sep": "; ",
         "meaning": 'What "{title}" means: {sentence}',
+        "timed": "{window}: {text}",
     },
     "zh": {
         "healthy": "是：{service} 状态正常：{reasons}。",
@@ -118,6 +119,7 @@ TEXT: Final[dict[str, dict[str, str]]] = {
         "time_unknown": "无法读取当前时间，时间窗口 {spec} 无法确定。",
         "sep": "；",
         "meaning": "《{title}》的含义：{sentence}",
+        "timed": "{window}：{text}",
     },
 }
 
@@ -340,6 +342,25 @@ def meaning_sentence(chunk: str, title: str = "") -> str | None:
     text = " ".join(body.split())
     sentence = re.split(r"(?<=[.!?。！？])\s", text, maxsplit=1)[0]
     return sentence[:240] or None
+
+
+def timed_conclusion(writer: Writer, task: dict[str, Any], results: list[Result]) -> None:
+    """A question naming a time, answered by the other rules: the window stated absolutely.
+
+    The conclusion is the first claim's answer (its yes or no, else the claim itself) within the
+    window the queries ran with, resting on that claim.
+    """
+    window = window_of(results)
+    if window is None or writer.conclusion is not None or not writer.claims:
+        return
+    intent = intent_of(task)
+    if intent.time is None:
+        return
+    t = TEXT[writer.lang]
+    first = str(writer.claims[0]["claim_text"])
+    said = stated_answer(first)
+    text = t["timed"].format(window=window_text(t, window), text=first)
+    writer.conclude(said or "value", text, [str(writer.claims[0]["claim_id"])])
 
 
 def _alert_texts(result: Result) -> list[str]:
@@ -606,10 +627,14 @@ def changes(writer: Writer, results: list[Result], services: list[str | None]) -
             writer.claim("observation", text, [binding(logs, f"logs[{index}]", excerpt)])
             rests.append(writer.last_id)
             at = _short_time(str(entry.get("timestamp", "")))[11:16]
-            items.append(f"{entry.get('service') or service} {at} {excerpt[:60]}")
+            items.append(f"{entry.get('service') or service} {at} {word_prefix(full, 60)}")
         if len(found) > MAX_CHANGES:
             writer.gap(t["more_changes"].format(count=len(found) - MAX_CHANGES))
         if not found and logs.status in ("ok", "no_hit"):
+            if entries:
+                # What the window did hold, quoted: the absence is read from these lines.
+                writer.log_lines(logs, 0, counted=bool(service))
+                rests.append(writer.last_id)
             scope = service or t["all_services"]
             text = t["no_change_claim"].format(count=len(entries), scope=scope)
             writer.claim("negative_observation", text, [summary_binding(logs)])
