@@ -11,6 +11,9 @@ every ``SUPERBIZ_SWEEP_INTERVAL_S`` seconds (default 30; 0 turns the periodic sw
   server cannot honour, the thread busy with another run is left for the next sweep).
 - The command line never starts a diagnosis nobody asked for: it marks orphans ``failed`` with
   the reason and the command that resumes them.
+- An orphan that an alert investigation still queued or running owns is left to the alert
+  queue (``apps/http/alert_receiver.py``), whatever process sweeps: its worker resumes it, or
+  asks its question again when the run stopped before its first checkpoint.
 
 The same loop prunes old checkpoints when ``SUPERBIZ_RETENTION_DAYS`` is set (see
 ``persistence/retention.py``), at most once an hour.
@@ -26,6 +29,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal
 
+from persistence.alert_queue import AlertQueue
 from persistence.database import setting_value
 from persistence.leases import Lease
 from persistence.locks import ThreadBusy
@@ -40,7 +44,7 @@ AUTO_RESUMES = 1
 """Automatic resumes a diagnosis gets; after that an orphan is marked failed."""
 PRUNE_EVERY_S = 3600.0
 
-Action = Literal["resumed", "failed", "finished", "busy", "taken"]
+Action = Literal["resumed", "failed", "finished", "busy", "taken", "queued"]
 Resume = Callable[[str], object]
 """Resume one diagnosis by id to its end (raising when it cannot)."""
 
@@ -90,6 +94,10 @@ def sweep(persistence: Persistence, *, resume: Resume | None = None) -> list[Swe
         if record is None or record["status"] != "running":
             leases.forget(lease.diagnosis_id)
             done.append(Swept(lease.diagnosis_id, lease.thread_id, "finished", reason))
+            continue
+        if AlertQueue(persistence.db, "sweeper").unfinished(lease.diagnosis_id):
+            leases.forget(lease.diagnosis_id)  # its queue row resumes or reruns it
+            done.append(Swept(lease.diagnosis_id, lease.thread_id, "queued", reason))
             continue
         if resume is not None and lease.attempts < AUTO_RESUMES:
             done.append(_resume(persistence, lease, reason, resume))

@@ -28,6 +28,7 @@ from evidence.config import ConfigError, Settings, load_settings
 from evidence.environment import Environment, default_environment
 from evidence.logfiles import FileLogs
 from evidence.loki import LokiLogs
+from evidence.mcp.tools import McpServers, offer
 from evidence.opensearch import OpenSearchLogs
 from evidence.prometheus import PrometheusMetrics
 from evidence.replay import ReplayBackend
@@ -141,6 +142,8 @@ class ComposedBackend(EvidenceSource):
         knowledge: Serves ``lookup_knowledge``.
         clock: Serves ``get_current_time``.
         traces: Serves ``query_traces`` (default: unavailable).
+        mcp: The configured MCP servers, whose tools are registered specs of their own (only
+            checked here).
     """
 
     def __init__(
@@ -151,14 +154,17 @@ class ComposedBackend(EvidenceSource):
         knowledge: _Knowledge,
         clock: _Clock,
         traces: _Traces | None = None,
+        mcp: McpServers | None = None,
     ) -> None:
         self.logs = logs
         self.metrics = metrics
         self.knowledge = knowledge
         self.clock = clock
         self.traces: _Traces = traces or Unavailable("trace", _TRACES_FIX)
+        self.mcp = mcp
+        listed: list[object] = [logs, metrics, knowledge, clock, self.traces]
         self.parts: tuple[object, ...] = tuple(
-            dict.fromkeys([logs, metrics, knowledge, clock, self.traces], None)
+            dict.fromkeys(listed + ([mcp] if mcp is not None else []), None)
         )
         self.needs_timeout = any(getattr(part, "needs_timeout", True) for part in self.parts)
 
@@ -173,6 +179,13 @@ class ComposedBackend(EvidenceSource):
     def find_traces(self, request: TracesRequest) -> TracesOutput:
         """Traces from the trace part."""
         return self.traces.find_traces(request)
+
+    def evidence_kinds(self) -> frozenset[str]:
+        """The kinds of evidence served: traces only when a part serves them."""
+        kinds = getattr(self.traces, "evidence_kinds", None)
+        traced = kinds() if callable(kinds) else frozenset({"traces"})
+        served = not isinstance(self.traces, Unavailable) and "traces" in traced
+        return frozenset({"logs", "metrics", "knowledge", *(["traces"] if served else [])})
 
     @property
     def follows_runbook_urls(self) -> bool:
@@ -237,6 +250,7 @@ def configured_backend(
     environment: Environment | None = None,
     database: str | None = None,
     progress: Progress | None = stderr_progress,
+    connect_mcp: bool = True,
 ) -> EvidenceBackend:
     """The evidence backend the configuration names (see the module docstring).
 
@@ -245,6 +259,8 @@ def configured_backend(
         environment: An environment file's content (``--env FILE``); None when not given.
         database: Where the runbook index lives (``--db``; None: the configured database).
         progress: Where the runbook index reports indexing on first use (default stderr).
+        connect_mcp: Start the configured MCP servers and register their tools (``evidence/mcp``;
+            once per process); False leaves them alone (``config show``).
 
     Raises:
         ConfigError: When the configuration cannot be used.
@@ -297,6 +313,7 @@ def configured_backend(
         knowledge=knowledge,
         clock=RealClock(),
         traces=_traces(settings) or file_backend,
+        mcp=offer(settings.mcp_servers) if settings.mcp_servers and connect_mcp else None,
     )
 
 

@@ -33,6 +33,12 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from evidence.mcp.settings import (
+    McpServerSettings,
+    McpSettingsError,
+    parse_servers,
+    shown_servers,
+)
 from state import json_shape
 from state.configuration import CONFIG_VARIABLE, DEFAULT_FILE, Sources
 from state.settings import (
@@ -116,6 +122,8 @@ class Settings:
     """Folders of Markdown runbooks (absolute paths)."""
     trace_files: tuple[str, ...] = ()
     """Globs of OTLP JSON trace files (absolute), in the order given."""
+    mcp_servers: tuple[McpServerSettings, ...] = ()
+    """MCP servers whose tools are offered as evidence tools (``evidence/mcp``)."""
 
     def backend(self, name: str) -> BackendSettings | None:
         """One configured backend, or None."""
@@ -124,7 +132,9 @@ class Settings:
     @property
     def real(self) -> bool:
         """Whether any real source is configured (else the bundled sample is used)."""
-        return bool(self.backends or self.log_files or self.runbooks or self.trace_files)
+        return bool(
+            self.backends or self.log_files or self.runbooks or self.trace_files or self.mcp_servers
+        )
 
     @property
     def trace_source(self) -> str | None:
@@ -143,6 +153,7 @@ class Settings:
     def secrets(self) -> list[str]:
         """Every secret value of every backend, longest first."""
         found = {s for b in self.backends.values() for s in b.secrets()}
+        found.update(s for server in self.mcp_servers for s in server.secrets())
         return sorted(found, key=len, reverse=True)
 
 
@@ -494,12 +505,29 @@ TRACE_FILES = _top(
     (),
     show=";".join,
 )
+def _mcp_servers(value: object, where: str, base: Path) -> tuple[McpServerSettings, ...]:
+    try:
+        return parse_servers(value)
+    except McpSettingsError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+MCP_SERVERS = _top(
+    "mcp_servers",
+    _mcp_servers,
+    "MCP servers whose tools are evidence tools: a JSON object (or [mcp_servers.<name>] tables) "
+    "of {command, args, env} or {url, headers}, with tools, allow_destructive, timeout_s, "
+    "max_lines; env and header values are secret",
+    (),
+    show=shown_servers,
+)
 TOP_LEVEL: tuple[Setting, ...] = (
     QUERY_TIMEOUT_S,
     SERVICE_LABEL,
     LOG_FILES,
     RUNBOOKS,
     TRACE_FILES,
+    MCP_SERVERS,
 )
 """The settings at the top of the file, in the order they are read."""
 
@@ -759,6 +787,7 @@ def load_settings(
         log_files=log_files,
         runbooks=top[RUNBOOKS.name],
         trace_files=trace_files,
+        mcp_servers=top[MCP_SERVERS.name],
     )
 
 
@@ -867,6 +896,7 @@ def describe(settings: Settings) -> list[tuple[str, str, str]]:
         LOG_FILES.name: settings.log_files,
         TRACE_FILES.name: settings.trace_files,
         RUNBOOKS.name: settings.runbooks,
+        MCP_SERVERS.name: settings.mcp_servers,
     }
     for setting in TOP_LEVEL:
         value = values[setting.name]

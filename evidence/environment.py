@@ -323,8 +323,18 @@ def _replay_alone(given: dict[str, object]) -> None:
         )
 
 
+def _read_span(item: object) -> bool:
+    """Whether an item is a span entry already read (``trace_id`` and ``span_id``, no OTLP)."""
+    return isinstance(item, dict) and "trace_id" in item and "span_id" in item
+
+
 def _otlp_requests(value: object) -> object:
-    """``traces``: one OTLP JSON ``ExportTraceServiceRequest`` object, or a list of them."""
+    """``traces``: one OTLP JSON ``ExportTraceServiceRequest`` object, or a list of them.
+
+    Spans already read (a record's ``traces``, checked again) are kept as they are.
+    """
+    if isinstance(value, list) and value and all(_read_span(item) for item in value):
+        return value
     requests = value if isinstance(value, list) else [value]
     for index, request in enumerate(requests):
         if not isinstance(request, dict) or not isinstance(request.get("resourceSpans"), list):

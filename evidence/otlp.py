@@ -67,13 +67,21 @@ def _enum(value: object, names: dict[object, str], prefix: str) -> str | None:
     return None
 
 
+_KIND_NAMES: Final[dict[object, str]] = dict(_KINDS)
+_STATUS_NAMES: Final[dict[object, str]] = dict(_STATUS)
+
+
 def _kind(value: object) -> SpanKind:
-    name = _enum(value, dict(_KINDS), "SPAN_KIND_")
+    if type(value) is int and value in _KINDS:  # the usual case, without a lookup by name
+        return _KINDS[value]
+    name = _enum(value, _KIND_NAMES, "SPAN_KIND_")
     return next((kind for kind in _KINDS.values() if kind == name), "unspecified")
 
 
 def _status(value: object) -> SpanStatus:
-    name = _enum(value, dict(_STATUS), "STATUS_CODE_")
+    if type(value) is int and value in _STATUS:
+        return _STATUS[value]
+    name = _enum(value, _STATUS_NAMES, "STATUS_CODE_")
     return next((status for status in _STATUS.values() if status == name), "unset")
 
 

@@ -98,6 +98,15 @@ class ReplayBackend:
         self._served: set[int] = set()
         self._lock = threading.Lock()
 
+    def evidence_kinds(self) -> frozenset[str]:
+        """The kinds of evidence served: those of every recording, and what its calls needed.
+
+        A tool that needs another kind (``ToolSpec.needs``) and was never called in the
+        recording is not offered.
+        """
+        needed = {spec.needs for call in self._calls if (spec := spec_of(call["tool"]))}
+        return frozenset({"logs", "metrics", "knowledge", *(n for n in needed if n)})
+
     def answer_tool_call(self, tool: str, keywords: dict[str, Any]) -> dict[str, Any]:
         """The next recorded result of this call (``tools.spec.AnswersEveryTool``).
 

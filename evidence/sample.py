@@ -218,6 +218,10 @@ class SampleBackend(EvidenceSource):
         ]
         return traces_answer(copy.deepcopy(spans), request)
 
+    def evidence_kinds(self) -> frozenset[str]:
+        """The kinds of evidence served: traces only when the environment has spans."""
+        return frozenset({"logs", "metrics", "knowledge", *(["traces"] if self._traces else [])})
+
     def get_current_time(self, *, timezone: str | None = None) -> TimeOutput:
         """Returns the environment's `now` (or the real UTC time when it has none).
 

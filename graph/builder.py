@@ -26,6 +26,7 @@ from persistence.runs import InMemoryRunLocks, RunLocks
 from state.context import Context
 from state.graph_state import DiagnosisState, InputState, OutputState
 from tools.backend import EvidenceBackend
+from tools.registry import offered
 from tools.runner import ToolRunner
 from verification.catalog import Catalog, settings_for
 
@@ -96,7 +97,7 @@ def build_graph(
     )
     builder.add_node("intake", make_intake(get_model, audit, locks, environment))
     builder.add_node("planner", make_planner(get_model, backend.services))
-    builder.add_node("executor", make_executor(get_model, ledger))
+    builder.add_node("executor", make_executor(get_model, ledger, lambda: offered(backend)))
     builder.add_node("tools", make_tools(runner))
     builder.add_node("evidence", make_evidence(ledger, rules.schema))
     builder.add_node("gatekeeper", make_gatekeeper(ledger, audit, rules))

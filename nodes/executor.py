@@ -10,6 +10,8 @@ summary line. A rule-based stand-in (offline) has no context window and reads ev
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 from langgraph.runtime import Runtime
 
@@ -21,7 +23,7 @@ from nodes.prompts import load_prompt
 from persistence.ledger import InvocationLedger
 from state.context import Context
 from state.graph_state import DiagnosisState
-from state.records import CallNotRun
+from state.records import CallNotRun, JSONObject
 from tools.registry import tool_specs
 
 
@@ -39,8 +41,15 @@ def readable_tool_calls(reply: AIMessage) -> AIMessage:
     return AIMessage(content=reply.content, tool_calls=calls, id=reply.id)
 
 
-def make_executor(get_model: GetModel, ledger: InvocationLedger) -> Node:
+def make_executor(
+    get_model: GetModel,
+    ledger: InvocationLedger,
+    offered: Callable[[], list[JSONObject]] = tool_specs,
+) -> Node:
     """Build the executor node: one model turn per visit; tools run in the ``tools`` node.
+
+    ``offered`` lists the tools offered (default every registered tool; the graph offers those
+    the evidence backend serves, ``tools.registry.offered``).
 
     While the round's tool budget lasts the model is offered the tools. Once it is spent the
     model is called without tools, after the ``executor_budget`` prompt: that call must answer.
@@ -98,7 +107,7 @@ def make_executor(get_model: GetModel, ledger: InvocationLedger) -> Node:
                 "route": ["executor"],
             }
         # The registered tools, read per turn: a tool registered at run time is offered too.
-        reply = readable_tool_calls(spend.invoke(model.bind_tools(tool_specs()), history))
+        reply = readable_tool_calls(spend.invoke(model.bind_tools(offered()), history))
         return {
             "executor_messages": [reply],
             "usage": spend.added,

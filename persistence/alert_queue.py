@@ -275,12 +275,20 @@ class AlertQueue:
     def claim(self, lease_s: float) -> Claimed | None:
         """Take the oldest queued row that is due; None when there is none.
 
-        Two processes never take the same row: the update only succeeds while it is queued.
+        Two processes never take the same row: the update only succeeds while it is queued. A
+        row whose thread has another row running waits for it (a group's investigations run in
+        the order they came; one left running by a stopped process is queued again first).
         """
         now = time.time()
+        other = _A.alias("other")
+        thread_running = (
+            sa.select(other.c.diagnosis_id)
+            .where(other.c.thread_id == _A.c.thread_id, other.c.status == "running")
+            .exists()
+        )
         row = self._take_first(
             sa.select(_A.c.diagnosis_id)
-            .where(_A.c.status == "queued", _A.c.not_before <= now)
+            .where(_A.c.status == "queued", _A.c.not_before <= now, ~thread_running)
             .order_by(_A.c.received_at, _A.c.diagnosis_id)
             .limit(1),
             lambda conn, candidate: (
@@ -381,8 +389,17 @@ class AlertQueue:
                 )
             )
 
-    def requeue(self, diagnosis_id: str, *, delay_s: float, error: str | None) -> None:
-        """Give a held row back to the queue, due in ``delay_s`` seconds."""
+    def requeue(
+        self, diagnosis_id: str, *, delay_s: float, error: str | None, counted: bool = True
+    ) -> None:
+        """Give a held row back to the queue, due in ``delay_s`` seconds.
+
+        ``counted`` False takes the claim back from the row's attempts: the row was not tried
+        (its thread was busy with another run), so it does not count towards failing it.
+        """
+        attempts = (
+            _A.c.attempts if counted else sa.case((_A.c.attempts > 0, _A.c.attempts - 1), else_=0)
+        )
         with self._db.transaction(single=True) as conn:
             conn.execute(
                 sa.update(_A)
@@ -393,8 +410,19 @@ class AlertQueue:
                     claim_expires=None,
                     not_before=time.time() + delay_s,
                     error=error,
+                    attempts=attempts,
                 )
             )
+
+    def unfinished(self, diagnosis_id: str) -> bool:
+        """Whether a row of this diagnosis is still queued or running (the queue will run it)."""
+        with self._db.transaction(single=True) as conn:
+            found = conn.execute(
+                sa.select(_A.c.diagnosis_id).where(
+                    _A.c.diagnosis_id == diagnosis_id, _A.c.status.in_(("queued", "running"))
+                )
+            ).first()
+        return found is not None
 
     def recover(self, max_attempts: int) -> tuple[list[str], list[str]]:
         """Queue again (or fail) the rows whose claim expired; return (queued, failed) ids.

@@ -529,10 +529,11 @@ def _postgres_engine(target: DatabaseTarget) -> Engine:
     """The engine of a PostgreSQL target: a pool of psycopg connections, checked at checkout.
 
     Each connection is made by psycopg from the URL as given (``connect_timeout``,
-    ``prepare_threshold=0`` for poolers). A pooled connection is checked before it is handed out
-    (``persistence.pools.check_connection``: a query only when it has been idle long or the server
-    sent something); a dead one is replaced. A database that cannot be reached fails the
-    checkout at once with the server's reason, since the pool connects in the caller's thread.
+    ``prepare_threshold=None``: no prepared statements, for transaction poolers). A pooled
+    connection is checked before it is handed out (``persistence.pools.check_connection``: a
+    query only when it has been idle long or the server sent something); a dead one is replaced.
+    A database that cannot be reached fails the checkout at once with the server's reason,
+    since the pool connects in the caller's thread.
     """
     import psycopg
 
@@ -540,7 +541,7 @@ def _postgres_engine(target: DatabaseTarget) -> Engine:
 
     def connect() -> psycopg.Connection[Any]:
         return psycopg.connect(
-            target.conninfo, connect_timeout=CONNECT_TIMEOUT_S, prepare_threshold=0
+            target.conninfo, connect_timeout=CONNECT_TIMEOUT_S, prepare_threshold=None
         )
 
     engine = sa.create_engine(

@@ -1,7 +1,7 @@
 """psycopg connections and pools for LangGraph's PostgreSQL checkpointers, and the health check.
 
 LangGraph's PostgreSQL savers take a psycopg connection or pool (``autocommit``,
-``prepare_threshold=0``, dict rows: ``POOL_KWARGS``); the audit tables use SQLAlchemy's pool
+``prepare_threshold=None``, dict rows: ``POOL_KWARGS``); the audit tables use SQLAlchemy's pool
 (``persistence/database.py``), whose checkouts run the same health check
 (``check_connection``).
 
@@ -38,9 +38,14 @@ from persistence.database import (
     pool_size,
 )
 
-POOL_KWARGS: dict[str, Any] = {"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row}
+POOL_KWARGS: dict[str, Any] = {
+    "autocommit": True,
+    "prepare_threshold": None,
+    "row_factory": dict_row,
+}
 """Connection settings of LangGraph's pools: autocommit (the checkpointer creates indexes
-concurrently, which cannot run in a transaction), no prepared statements (poolers), dict rows."""
+concurrently, which cannot run in a transaction), no prepared statements (``None``: a transaction
+pooler may hand each transaction to another server connection), dict rows."""
 
 
 def pool_options(name: str) -> dict[str, Any]:

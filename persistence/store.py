@@ -1,7 +1,7 @@
 """Checkpointer, audit store and ledger on one configured database, plus one-writer-per-thread.
 
 ``open_persistence(url)`` gives LangGraph's PostgreSQL checkpointer (sharing the database's
-psycopg pool, with ``autocommit``, ``prepare_threshold=0`` and pooled-connection health checks)
+psycopg pool, with ``autocommit``, ``prepare_threshold=None`` and pooled-connection health checks)
 or its SQLite checkpointer, and the audit tables in the same database. ``thread_lock`` is the
 writer lock of ``persistence/locks.py`` on that database.
 """

@@ -27,6 +27,7 @@ from apps.http.api import create_app
 from persistence.alert_queue import AlertQueue, NewInvestigation
 from persistence.locks import thread_lock
 from persistence.store import open_persistence
+from tests.sql_kit import query
 from tests.webhook_sink import WebhookSink
 
 PAYLOADS = Path(__file__).resolve().parent / "alertmanager"
@@ -295,6 +296,151 @@ def test_receiver_refuses_bad_input(client: TestClient, monkeypatch: pytest.Monk
     assert client.get("/api/alerts?limit=0", headers=ALICE).status_code == 422
 
 
+def _firing_with(change: Any) -> bytes:
+    body = recorded("firing")
+    change(body)
+    return json.dumps(body).encode()
+
+
+def _nested(depth: int) -> bytes:
+    body = json.dumps(recorded("firing")).encode()
+    return body[:-1] + b', "commonLabels": {"team": ' + b"[" * depth + b"]" * depth + b"}}"
+
+
+def _set(path: tuple[Any, ...], value: Any) -> Any:
+    def change(body: Any) -> None:
+        for key in path[:-1]:
+            body = body[key]
+        body[path[-1]] = value
+
+    return change
+
+
+def _rename_label(body: Any) -> None:
+    body["alerts"][0]["labels"]["serv\x00ice"] = body["alerts"][0]["labels"].pop("service")
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        (
+            _firing_with(_set(("alerts", 0, "labels", "service"), "order\x00service")),
+            "alerts[0].labels.service",
+        ),
+        (_firing_with(_rename_label), "alerts[0].labels.serv\\x00ice (a name)"),
+        (_firing_with(_set(("groupKey",), '{}:{alertname="A\x00"}')), "groupKey"),
+        (_firing_with(_set(("receiver",), "super\x00biz")), "receiver"),
+        (
+            _firing_with(_set(("alerts", 0, "labels", "service"), "order\ud800")),
+            "alerts[0].labels.service",
+        ),
+        (
+            _firing_with(_set(("alerts", 0, "startsAt"), "0001-01-01T00:00:00Z")),
+            "alerts[0].startsAt",
+        ),
+        (_nested(22_000), "commonLabels.team"),
+    ],
+    ids=[
+        "nul-label",
+        "nul-label-name",
+        "nul-group-key",
+        "nul-receiver",
+        "lone-surrogate",
+        "starts-at-year-1",
+        "nested-45kb",
+    ],
+)
+def test_receiver_refuses_unstorable_input_with_422_naming_the_field(
+    client: TestClient, body: bytes, field: str
+) -> None:
+    answer = client.post(
+        "/api/alertmanager",
+        content=body,
+        headers={**ALICE, "Content-Type": "application/json"},
+    )
+
+    assert answer.status_code == 422, answer.text
+    assert f"{field}: " in answer.json()["error"]
+    assert client.get("/api/alerts", headers=ALICE).json()["alerts"] == []
+
+
+def test_receiver_refuses_an_oversized_alert_name_naming_the_field(client: TestClient) -> None:
+    body = recorded("firing")
+    body["alerts"][0]["labels"]["alertname"] = "A" * 100_000
+
+    answer = client.post("/api/alertmanager", json=body, headers=ALICE)
+
+    assert answer.status_code == 422
+    assert "alerts[0].labels.alertname: is 100000 characters long" in answer.json()["error"]
+
+
+def test_payload_question_is_bounded_like_chat_and_counts_what_it_leaves_out() -> None:
+    alerts = [(f"Alert{n}{'x' * 900}", f"f{n}", f"2026-12-01T10:{n:02d}:00Z") for n in range(40)]
+    body = group("g", *alerts)
+    for alert in body["alerts"]:
+        alert["annotations"]["description"] = "d" * 16_000
+        alert["labels"]["service"] = "s" * 1024
+    notification = parse_notification(json.dumps(body).encode())
+
+    question = build_question(notification, ("service",), timedelta(minutes=5))
+    short = build_question(notification, ("service",), timedelta(minutes=5), limit=1500)
+
+    assert len(question) <= 4000 and len(short) <= 1500
+    assert question.startswith("Alertmanager reports 40 firing alert(s):")
+    assert "more alert(s) of the same group not listed here" in question
+    assert question.rstrip().endswith("read each alert's runbook first.")
+    assert "Alert0" in short and "read each alert's runbook first." in short
+
+
+SECRETS = ["hunter2hunter2", "s3cr3tpass", "abcdef1234567890", "ghp_" + "A1b2" * 6]
+
+
+def test_receiver_masks_secrets_of_annotations_in_the_question_and_the_listing(
+    database_url: str,
+) -> None:
+    body = recorded("firing")
+    body["alerts"][0]["annotations"].update(
+        summary=f"login fails; curl -H 'Authorization: Bearer {SECRETS[2]}' password={SECRETS[0]}",
+        description=f"token: {SECRETS[3]} see https://bob:{SECRETS[1]}@grafana.example/d/1",
+        runbook_url=f"https://runbooks.example/HighErrorRate?api_key={SECRETS[2]}",
+    )
+    app = create_app(database_url, api_keys=KEYS)
+    stopped = TestClient(app)  # no lifespan: the question is stored, nothing runs it
+
+    accepted = stopped.post("/api/alertmanager", json=body, headers=ALICE)
+    listing = stopped.get("/api/alerts", headers=ALICE)
+    app.state.superbiz.close()
+
+    assert accepted.status_code == 202, accepted.text
+    persistence = open_persistence(database_url)
+    try:
+        (row,) = AlertQueue(persistence.db, "test").list("alice", 5)
+        claimed = AlertQueue(persistence.db, "test").claim(30)
+    finally:
+        persistence.close()
+    assert claimed is not None and "password=****" in claimed.question
+    assert "Bearer ****" in claimed.question and "bob:****@grafana" in claimed.question
+    for text in (claimed.question, listing.text, json.dumps(row)):
+        assert not [secret for secret in SECRETS if secret in text], text
+
+
+def test_receiver_listing_is_bounded_whatever_the_rows_hold() -> None:
+    big = {"alert_name": "A" * 100_000, "summary": "s" * 300, "fingerprint": "f"}
+    rows = [
+        {"diagnosis_id": f"d{n}", "alerts": [big] * 60, "error": "e" * 50_000} for n in range(40)
+    ]
+
+    page = alert_receiver.listed_page(rows)
+
+    size = len(json.dumps(page))
+    assert size <= alert_receiver.LIST_BUDGET_CHARS + 30_000, size
+    assert page["truncated"] is True
+    first = page["alerts"][0]
+    assert len(first["alerts"]) == alert_receiver.LISTED_ALERTS and first["alerts_total"] == 60
+    assert len(first["alerts"][0]["alert_name"]) <= alert_receiver.LISTED_TEXT_CHARS
+    assert len(first["error"]) <= alert_receiver.LISTED_TEXT_CHARS
+
+
 def test_receiver_full_queue_is_429_and_a_restart_runs_what_was_queued(
     database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -348,6 +494,100 @@ def test_queue_claim_of_a_stopped_process_is_queued_again_then_failed(database_u
         assert row["error"] == "the process running it stopped 2 times without finishing it"
     finally:
         persistence.close()
+
+
+def _item(diagnosis_id: str, thread_id: str) -> NewInvestigation:
+    return NewInvestigation(
+        diagnosis_id=diagnosis_id,
+        thread_id=thread_id,
+        owner="alice",
+        group_key=thread_id,
+        alert_set=diagnosis_id,
+        receiver="r",
+        message_id=f"m-{diagnosis_id}",
+        question="q",
+        alerts=[{"fingerprint": diagnosis_id, "starts_at": "t"}],
+    )
+
+
+def test_queue_busy_thread_retries_do_not_count_and_a_thread_runs_in_order(
+    database_url: str,
+) -> None:
+    persistence = open_persistence(database_url)
+    try:
+        queue = AlertQueue(persistence.db, "host:1:here")
+        queue.enqueue([_item("d1", "t1"), _item("d2", "t1"), _item("d3", "t2")], capacity=5)
+        first = queue.claim(lease_s=30)
+        assert first is not None and first.diagnosis_id == "d1"
+        third = queue.claim(lease_s=30)  # d2 waits while d1 of its thread runs
+        assert third is not None and third.diagnosis_id == "d3"
+        assert queue.claim(lease_s=30) is None
+        attempts = []
+        for _ in range(5):  # another run held d3's thread, again and again
+            queue.requeue("d3", delay_s=0, error=None, counted=False)
+            again = queue.claim(lease_s=30)
+            assert again is not None and again.diagnosis_id == "d3"
+            attempts.append(again.attempts)
+        assert attempts == [1] * 5
+        queue.finish("d1", status="done", verdict="PASS", score=1.0, error=None, notify=False)
+        second = queue.claim(lease_s=30)
+        assert second is not None and second.diagnosis_id == "d2"
+    finally:
+        persistence.close()
+
+
+@pytest.mark.parametrize("left", ["running", "abandoned"])
+def test_receiver_reruns_an_investigation_killed_before_its_first_checkpoint(
+    database_url: str, monkeypatch: pytest.MonkeyPatch, left: str
+) -> None:
+    monkeypatch.setenv("SUPERBIZ_SWEEP_INTERVAL_S", "0.2")
+    monkeypatch.setenv("SUPERBIZ_ALERT_CLAIM_S", "1")
+    earlier = group("g", ("HighErrorRate", "f1", "2026-12-01T10:00:00Z"))
+    later = group(
+        "g",
+        ("HighErrorRate", "f1", "2026-12-01T10:00:00Z"),
+        ("Other", "f2", "2026-12-01T10:01:00Z"),
+    )
+    with TestClient(create_app(database_url, api_keys=KEYS)) as client:
+        assert client.post("/api/alertmanager", json=earlier, headers=ALICE).status_code == 202
+        finished(client, ALICE, 1)  # the thread's last diagnosis finished
+    app = create_app(database_url, api_keys=KEYS)
+    accepted = TestClient(app).post("/api/alertmanager", json=later, headers=ALICE)
+    app.state.superbiz.close()
+    diagnosis_id = accepted.json()["accepted"][0]["diagnosis_id"]
+    # What a SIGKILL right after intake started the diagnosis leaves: the row running under a
+    # dead holder, the record running (or set aside by a later run), the lease of a dead
+    # process, and no checkpoint of the diagnosis.
+    persistence = open_persistence(database_url)
+    try:
+        claimed = AlertQueue(persistence.db, "host:1:gone").claim(lease_s=-1)
+        assert claimed is not None and claimed.diagnosis_id == diagnosis_id
+        persistence.audit.start_diagnosis(
+            diagnosis_id, thread_id=claimed.thread_id, question=claimed.question
+        )
+        if left == "abandoned":
+            persistence.audit.abandon_running(claimed.thread_id)
+        query(
+            persistence.db,
+            "INSERT INTO diagnosis_lease (diagnosis_id, thread_id, holder, origin, "
+            "acquired_at, expires_at, attempts) "
+            "VALUES (:diagnosis, :thread, 'host:1:gone', 'api', :at, 1.0, 0)",
+            diagnosis=diagnosis_id,
+            thread=claimed.thread_id,
+            at="2026-01-01T00:00:00+00:00",
+        )
+    finally:
+        persistence.close()
+
+    with TestClient(create_app(database_url, api_keys=KEYS)) as client:
+        rows = finished(client, ALICE, 2)
+        record = client.get(f"/api/diagnoses/{diagnosis_id}", headers=ALICE).json()
+
+    (row,) = [r for r in rows if r["diagnosis_id"] == diagnosis_id]
+    assert (row["status"], row["verdict"], row["error"]) == ("done", "PASS", None), row
+    assert row["attempts"] == 2
+    assert record["status"] == "done" and record["verdict"] == "PASS"
+    assert record["note"] == alert_receiver.RERUN_NOTE
 
 
 def test_receiver_posts_the_composed_answer_to_the_notify_webhook_with_retries(

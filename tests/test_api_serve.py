@@ -234,3 +234,24 @@ def test_serve_refuses_a_malformed_keys_file(
 
     assert code == 2
     assert "expected key=identity" in capsys.readouterr().err
+
+
+def test_serve_refuses_an_invalid_backend_configuration(
+    no_keys: None,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.delenv("SUPERBIZ_PROMETHEUS_URL", raising=False)
+    monkeypatch.setenv("SUPERBIZ_PROMETHEUS_TOKEN", "secret-token-value")
+
+    code = cli.main(["serve", "--db", f"sqlite:///{tmp_path / 'db.sqlite'}"])
+
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith("superbiz: error: ")
+    assert "SUPERBIZ_PROMETHEUS" in err
+    assert "secret-token-value" not in err
+    assert "database" not in err
+    assert err.count("\n") == 1
+    assert not (tmp_path / "db.sqlite").exists()

@@ -8,8 +8,13 @@ environment as OTLP JSON.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
+import pytest
+
+from apps.eval.evaluation import run_scenario
+from apps.eval.scenario import load_scenario
 from evidence.environment import parse_environment
 from evidence.sample import SampleBackend
 from persistence.ledger import InMemoryLedger
@@ -28,6 +33,7 @@ from tools.registry import spec_of, tool_specs
 from tools.runner import ToolRunner
 from verification.trace_summary import build_trace_summary
 
+TRACED = sorted((Path(__file__).parent / "scenarios" / "traces").glob("*.json"))
 EDGE = "checkout -> payment-service calls=10 errors=2 p50=28ms p90=900ms p99=900ms max=900ms"
 CHARGE = "payment-service charge spans=10 errors=2 p50=28ms p90=900ms p99=900ms max=900ms"
 
@@ -218,3 +224,10 @@ def test_query_traces_gatekeeper_flags_an_overstated_error_count() -> None:
 
     gate = run.state["gatekeeper_result"]
     assert "evidence.unbound_specifics" in gate["failed_rules"]
+
+
+@pytest.mark.parametrize("path", TRACED, ids=[path.stem for path in TRACED])
+def test_query_traces_offline_rules_answer_from_the_call_graph(path: Path) -> None:
+    result = run_scenario(load_scenario(path))
+
+    assert result["ok"], "; ".join(result["mismatches"])

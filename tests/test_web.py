@@ -29,7 +29,7 @@ from apps.eval.evaluation import script_replies
 from apps.eval.scenario import load_scenario
 from apps.http.api import create_app
 from apps.http.web import CSP
-from evidence.environment import Environment, default_environment
+from evidence.environment import Environment, default_environment, load_environment
 from evidence.sample import SampleBackend
 from graph.compile import compile_graph
 from graph.runner import run_diagnosis
@@ -533,3 +533,47 @@ def test_web_another_identity_cannot_reach_a_diagnosis(page: Any, site: Site) ->
     assert "order-service" not in page.locator("main").inner_text()
     _open(page, site, "/history", key="key-bob")
     assert page.locator("#history li[data-id]").count() == 0
+
+
+def test_web_cited_trace_call_graph_and_span_tree_are_drawn(page: Any, site: Site) -> None:
+    # Recorded last, for bob, so the history and identity checks above see the site unchanged.
+    persistence = open_persistence(site.database, origin="api")
+    try:
+        site.ids["traced"] = _record(
+            persistence,
+            "bob",
+            "who calls payment-service and is it slow?",
+            make_model_factory(),
+            load_environment(ROOT / "tests" / "environments" / "checkout-traced.json"),
+            Context(offline=True, language="en"),
+        )
+    finally:
+        persistence.close()
+    _open(page, site, f"/diagnoses/{site.ids['traced']}", key="key-bob")
+    record = _record_of(site, "traced", key="key-bob")
+    claims = record["self_evaluation"]["verifier_evaluation"]["executor_structured_output"][
+        "claims"
+    ]
+    edge = next(
+        b
+        for claim in claims
+        for b in claim["evidence_bindings"]
+        if b["raw_path"].startswith("edges[")
+    )
+
+    graph = page.locator(
+        f"#traces figure.callgraph[data-invocation={edge['source_invocation_id']}]"
+    )
+    cited = graph.locator(f"svg g.edge.cited[data-path='{edge['raw_path']}']")
+    assert cited.count() == 1
+    assert "checkout" in graph.locator("svg").get_attribute("aria-label")
+    assert graph.locator("svg g.service").count() == 4
+    assert graph.locator("svg g.edge.failing").count() >= 1  # checkout -> payment-service
+    assert page.locator("#traces pre, #traces code.json").count() == 0  # drawn, not raw JSON
+    tree = page.locator("#traces figure.spantree").first
+    assert tree.locator("svg g.span").count() == 4
+    assert "payment-service charge" in tree.locator("ol.spans").text_content()
+    assert "traces 10 of 10" in page.locator("#trace-table").text_content()
+    assert page.problems == []
+    graph.scroll_into_view_if_needed()
+    page.screenshot(path=str(site.shots / "diagnosis-traces.png"))

@@ -352,7 +352,7 @@ SPEC = ToolSpec(
             name="edges",
             source_type="trace_edge",
             render=edge_text,
-            display=Display("table", ("caller", "callee", *_LATENCY_FIELDS)),
+            display=Display("callgraph", ("caller", "callee", *_LATENCY_FIELDS)),
         ),
         EntryArray(
             name="traces",
@@ -360,7 +360,7 @@ SPEC = ToolSpec(
             render=trace_text,
             grounding=_trace_grounding,
             display=Display(
-                "table",
+                "spantree",
                 (
                     "trace_id",
                     "root_service",
@@ -400,4 +400,5 @@ SPEC = ToolSpec(
     counts=Counts(per_array=True, window=True),
     ask=_ask,
     trace=Trace(parts=_parts, floor=_floor),
+    needs="traces",
 )

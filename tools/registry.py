@@ -107,6 +107,20 @@ def tool_specs() -> list[JSONObject]:
     return copy.deepcopy(offered)
 
 
+def offered(backend: object) -> list[JSONObject]:
+    """The tool specs offered over ``backend``: each tool whose evidence it serves.
+
+    A tool that ``needs`` a kind of evidence is offered only when the backend's
+    ``evidence_kinds()`` names it; a backend without that method serves every tool.
+    """
+    kinds = getattr(backend, "evidence_kinds", None)
+    if not callable(kinds):
+        return tool_specs()
+    served = set(kinds())
+    kept = [spec for spec in specs() if spec.needs is None or spec.needs in served]
+    return [copy.deepcopy(spec.openai_tool()) for spec in kept]
+
+
 def _array_display(array: EntryArray) -> JSONObject:
     shown: JSONObject = {
         "name": array.name,

@@ -45,9 +45,10 @@ Role = Literal["incident", "guidance", "helper"]
 (it never grounds a claim's specifics and a claim resting on it alone is ``external_unknown``);
 ``helper``: no refs, not in the trace summary."""
 
-DisplayKind = Literal["log", "alert", "series", "document", "table"]
+DisplayKind = Literal["log", "alert", "series", "document", "table", "callgraph", "spantree"]
 """How the web page draws an entry array: a log timeline, an alert, a series chart, a
-document, or a table of the ``fields`` shown."""
+document, a table of the ``fields`` shown, a call graph of ``caller -> callee`` edges, or the
+span trees of traces (their ``spans``)."""
 
 MAX_ENTRIES = 100
 """Upper bound on the entries of any output array (a tool's bounding argument may lower it)."""
@@ -354,6 +355,8 @@ class ToolSpec:
         message_output: The output keys a helper's tool message shows the model.
         trace: How the trace summary describes its calls.
         planned_offline: Whether the offline rules may put a call of it in a plan.
+        needs: The kind of evidence a backend must serve for the tool to be offered
+            (``traces``); None: offered whatever the backend (``tools.registry.offered``).
     """
 
     name: str
@@ -371,6 +374,7 @@ class ToolSpec:
     message_output: tuple[str, ...] = ()
     trace: Trace = Trace()
     planned_offline: bool = True
+    needs: str | None = None
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):

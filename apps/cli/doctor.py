@@ -74,7 +74,7 @@ def config_show_command(out: TextIO, err: TextIO) -> int:
     width = max(len(name) for name, _, _ in rows)
     for name, value, origin in rows:
         out.write(f"{name:<{width}}  {value}  ({origin})\n")
-    backend = configured_backend(settings, progress=None)
+    backend = configured_backend(settings, progress=None, connect_mcp=False)
     out.write("evidence: " + "; ".join(part_names(backend)) + "\n")
     for problem in problems:
         out.write(f"config        FAIL  {problem}\n")

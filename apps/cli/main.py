@@ -846,6 +846,8 @@ def db_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 def serve_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """``serve``: check the configuration and the database, then run uvicorn."""
     from apps.auth import ApiKeys, ConfigError, Limits, is_loopback
+    from evidence.config import ConfigError as BackendConfigError
+    from evidence.config import load_settings
     from persistence.database import resolve_target
 
     if args.workers < 1:
@@ -874,6 +876,10 @@ def serve_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     problems = check_environment()
     if problems:
         raise UsageError("; ".join(problems))
+    try:  # every route would answer 500 with a backend configuration that cannot be used
+        load_settings()
+    except BackendConfigError as exc:
+        raise UsageError(str(exc)) from exc
     _check_port_free(args.host, args.port)
     # Migrate and set up checkpoints once, before the workers start.
     _open(args, sweep=False).close()  # the workers sweep, resuming what they can

@@ -15,13 +15,14 @@ loads that file by path): it is given the API's ``admit`` and the service's diag
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
@@ -37,6 +38,7 @@ from apps.http.alert_payload import PayloadError, investigation_of, parse_notifi
 from apps.http.guard import ApiError, read_limited
 from evidence.config import DEFAULT_SERVICE_LABELS, load_settings
 from graph.failures import DiagnosisFailed
+from graph.saved_run import read_saved_run
 from persistence.alert_queue import AlertQueue, Claimed, NewInvestigation, QueueFull
 from persistence.locks import ThreadBusy
 from persistence.ownership import ThreadOwners
@@ -61,6 +63,12 @@ ERROR_RETRY_S = 10.0
 POLL_S = 2.0
 NOTIFY_TIMEOUT_S = 10.0
 MAX_LIST = 500
+LISTED_ALERTS = 10
+"""Alerts shown per investigation by ``GET /api/alerts`` (``alerts_total`` counts them all)."""
+LISTED_TEXT_CHARS = 2048
+"""Longest text of a listed alert or error (rows stored before the field limits existed)."""
+LIST_BUDGET_CHARS = 512 * 1024
+"""About the largest ``GET /api/alerts`` answer: later rows are left out (``truncated``)."""
 
 
 @dataclass(frozen=True)
@@ -79,6 +87,7 @@ class AlertSettings:
         notify_retry_s: The first retry's delay (doubling after each failure).
         public_url: The API's address in links (default: the address the notification used).
         service_labels: Labels naming an alert's service, tried in order.
+        max_question_chars: The longest question (``SUPERBIZ_API_MAX_QUESTION_CHARS``, as chat).
     """
 
     concurrency: int = typed_default(catalog.ALERT_CONCURRENCY, int)
@@ -92,6 +101,7 @@ class AlertSettings:
     notify_retry_s: float = typed_default(catalog.NOTIFY_RETRY_S, float)
     public_url: str | None = None
     service_labels: tuple[str, ...] = DEFAULT_SERVICE_LABELS
+    max_question_chars: int = typed_default(catalog.API_MAX_QUESTION_CHARS, int)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> AlertSettings:
@@ -119,6 +129,7 @@ class AlertSettings:
             notify_retry_s=read(catalog.NOTIFY_RETRY_S, sources),
             public_url=read(catalog.PUBLIC_URL, sources),
             service_labels=labels,
+            max_question_chars=read(catalog.API_MAX_QUESTION_CHARS, sources),
         )
 
 
@@ -149,6 +160,46 @@ def notification_text(row: Mapping[str, Any], answer: str, link: str) -> str:
         outcome = "the diagnosis failed"
     subject = f"{names} ({services})" if services else names
     return f"superbiz: {subject}: {outcome}\n\n{answer.strip()}\n\nDetails: {link}"
+
+
+RERUN_NOTE = "started again: the process running it stopped before it could be resumed"
+
+
+def _resumable(persistence: Persistence, claimed: Claimed) -> bool:
+    """Whether the thread's last checkpoint holds this diagnosis with work left to resume."""
+    saved = read_saved_run(persistence.checkpointer, claimed.thread_id)
+    return bool(saved.next) and saved.resumed_diagnosis_id() == claimed.diagnosis_id
+
+
+def _bounded(value: object) -> object:
+    if isinstance(value, str) and len(value) > LISTED_TEXT_CHARS:
+        return value[: LISTED_TEXT_CHARS - 1] + "…"
+    return value
+
+
+def listed_page(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """``GET /api/alerts``'s answer: bounded whatever the rows hold.
+
+    Each row shows its first ``LISTED_ALERTS`` alerts (``alerts_total`` counts them), texts
+    clipped to ``LISTED_TEXT_CHARS``; rows stop once the answer would pass
+    ``LIST_BUDGET_CHARS`` (``truncated`` true: ask for fewer with ``limit``).
+    """
+    page: list[dict[str, Any]] = []
+    size = 0
+    for row in rows:
+        alerts = list(row["alerts"])
+        entry = {key: _bounded(value) for key, value in row.items() if key != "alerts"}
+        entry["alerts"] = [
+            {key: _bounded(value) for key, value in alert.items()}
+            for alert in alerts[:LISTED_ALERTS]
+        ]
+        entry["alerts_total"] = len(alerts)
+        cost = len(json.dumps(entry, ensure_ascii=False))
+        if page and size + cost > LIST_BUDGET_CHARS:
+            return {"alerts": page, "truncated": True}
+        page.append(entry)
+        size += cost
+    return {"alerts": page}
 
 
 class AlertReceiver:
@@ -224,7 +275,11 @@ class AlertReceiver:
     ) -> tuple[int, dict[str, Any]]:
         queue = self._queue()
         investigation = investigation_of(
-            notification, owner, settings.service_labels, timedelta(seconds=settings.margin_s)
+            notification,
+            owner,
+            settings.service_labels,
+            timedelta(seconds=settings.margin_s),
+            settings.max_question_chars,
         )
         if investigation is None:
             resolved = queue.record_resolved(owner, notification.groupKey)
@@ -269,7 +324,7 @@ class AlertReceiver:
                 {"error": f"limit must be a whole number from 1 to {MAX_LIST}, got {raw!r}"}, 422
             )
         rows = await anyio.to_thread.run_sync(lambda: self._queue().list(caller.identity, int(raw)))
-        return JSONResponse({"alerts": rows})
+        return JSONResponse(listed_page(rows))
 
     # --- workers -----------------------------------------------------------------------------
 
@@ -336,18 +391,26 @@ class AlertReceiver:
         record = persistence.audit.get(claimed.diagnosis_id)
         error: str | None = None
         try:
+            if record is not None and record["status"] in ("running", "abandoned"):
+                # Left by a process that stopped: resumed from its checkpoint when one holds
+                # it, else (killed before its first checkpoint, or set aside as abandoned by a
+                # later run of the thread) asked again with the same message, so the same id.
+                if _resumable(persistence, claimed):
+                    self._resume(claimed.diagnosis_id)
+                else:
+                    persistence.audit.mark(claimed.diagnosis_id, status="running", note=RERUN_NOTE)
+                    record = None
             if record is None:
                 self._diagnose(
                     claimed.owner, claimed.thread_id, claimed.message_id, claimed.question
                 )
-            elif record["status"] == "running":  # left by a process that stopped
-                self._resume(claimed.diagnosis_id)
         except DiagnosisFailed as exc:
             error = exc.reason
         except Exception as exc:
-            # Another run holds the thread: the lock itself, or the API's 409 made from it.
+            # Another run holds the thread: the lock itself, or the API's 409 made from it. The
+            # row was not tried, so the claim does not count towards its attempts.
             if isinstance(exc, ThreadBusy) or isinstance(exc.__cause__, ThreadBusy):
-                queue.requeue(claimed.diagnosis_id, delay_s=BUSY_RETRY_S, error=None)
+                queue.requeue(claimed.diagnosis_id, delay_s=BUSY_RETRY_S, error=None, counted=False)
                 return
             message = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
             if getattr(exc, "status", None) == 409:

@@ -110,11 +110,16 @@ def _forward_lines(handle: gzip.GzipFile, budget: _Budget) -> Iterator[bytes | N
             yield line
 
 
-def _moment(span: SpanEntry) -> datetime | None:
+def _moment(text: str) -> datetime | None:
     try:
-        return parse_timestamp(span.get("start", ""))
+        return parse_timestamp(text)
     except ValueError:
         return None
+
+
+def _stamp(moment: datetime) -> str:
+    """A moment as ``evidence.otlp`` writes a span's start (microseconds, ``Z``)."""
+    return moment.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 def _inside(path: str, pattern: str) -> bool:
@@ -153,6 +158,8 @@ class _Scan:
 
     def __init__(self, start: datetime, end: datetime, max_spans: int) -> None:
         self.start, self.end = start, end
+        # Span starts are ISO-8601 UTC with microseconds (``evidence.otlp``): compared as text.
+        self._first, self._last = _stamp(start), _stamp(end)
         self.max_spans = max_spans
         self.spans: list[SpanEntry] = []
         self.skipped_lines = 0
@@ -168,20 +175,18 @@ class _Scan:
         except ValueError:
             self.skipped_lines += 1
             return None, None
-        earliest: datetime | None = None
-        latest: datetime | None = None
+        starts: list[str] = []
         for span in read_spans([request]).spans:
-            moment = _moment(span)
-            if moment is None:
-                continue
-            earliest = moment if earliest is None else min(earliest, moment)
-            latest = moment if latest is None else max(latest, moment)
-            if self.start <= moment <= self.end:
+            start = span.get("start", "")
+            starts.append(start)
+            if self._first <= start <= self._last:
                 if len(self.spans) >= self.max_spans:
                     self.full = True
                     break
                 self.spans.append(span)
-        return earliest, latest
+        if not starts:
+            return None, None
+        return _moment(min(starts)), _moment(max(starts))
 
 
 class FileTraces:

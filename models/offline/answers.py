@@ -33,6 +33,7 @@ from models.offline.evidence import (
 )
 from models.offline.question_kinds import compose_kind, question_names, timed_conclusion
 from models.offline.rules import SLOW_SYMPTOMS, scopes
+from models.offline.traces import claims as trace_claims
 from models.offline.writer import Writer, binding, summary_binding
 from state.records import QuestionFacets
 from verification.question import facet_label
@@ -83,6 +84,7 @@ def compose(task: dict[str, Any], found: QuestionFacets, results: list[Result]) 
         why(writer, found, results, services, known)
     elif not found["unknown_services"]:
         overview(writer, found, results)
+    trace_claims(writer, found, results)
     for service in unknown:
         no_data(writer, service, known)
     actions(writer, results, question_names(str(task.get("question", ""))))

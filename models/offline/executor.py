@@ -1,6 +1,8 @@
 """Offline executor: runs the plan, follows the evidence, then answers what was asked.
 
-Turns: first the plan's tool calls; then, for a why question, the services the ERROR and WARN
+Turns: first the plan's tool calls (of the tools offered: those the backend serves); then, for a
+why question, the callee the traces' call graph points at (``models.offline.traces``); then the
+services the ERROR and WARN
 messages name (``upstream X``, ``call to Y``, ``connection to Z``) are queried next, up to two
 hops; then runbooks are looked up for the symptoms of the question and of the messages seen;
 then the answer. The tool budget bounds all of it: a call that offers no tools means the budget
@@ -33,6 +35,7 @@ from models.offline.evidence import (
 )
 from models.offline.question_kinds import current_time, intent_of, plan_for, windowed_steps
 from models.offline.rules import Step, analysis, parse_steps
+from models.offline.traces import follow_ups as trace_follow_ups
 from state.records import QuestionFacets
 
 MAX_HOPS: Final = 2
@@ -44,6 +47,12 @@ KNOWLEDGE_TERMS: Final = 8
 _QUIET_CONCEPTS: Final = frozenset({"alert"})
 """Concepts too general to choose a runbook by."""
 # --------------------------------------------------------------------------- the executor
+
+
+def was_run(results: list[Result], step: Step) -> bool:
+    """Whether a call of that tool with those arguments was answered already."""
+    tool, args = step
+    return any(result.tool == tool and result.args == args for result in results)
 
 
 def _calls(steps: list[Step], round_no: int, turn: int) -> list[ToolCall]:
@@ -66,11 +75,16 @@ class OfflineExecutor(OfflineModel):
         turns = tool_turns(messages)
         if turns == 0:
             steps = parse_steps(str(task.get("plan", ""))) or plan_for(task)
+            # A step of a tool the backend does not serve (traces without a trace source) is
+            # left out.
+            steps = [step for step in steps if not tools or step[0] in tools]
             return AIMessage(content="", tool_calls=_calls(steps, round_no, turns))
         found = analysis(task)
         results = read_results(messages)
         spent = not tools
         wanted = self.follow_ups(task, found, results, turns, everything=spent)
+        if tools:
+            wanted = [step for step in wanted if step[0] in tools]
         if wanted and not spent:
             return AIMessage(content="", tool_calls=_calls(wanted, round_no, turns))
         answer = compose(task, found, results)
@@ -114,6 +128,11 @@ class OfflineExecutor(OfflineModel):
             now = current_time(results)
             if not asked and now is not None:
                 return windowed_steps(task, intent, now)
+        steps = [
+            step for step in trace_follow_ups(found, results, turns) if not was_run(results, step)
+        ]
+        if steps and not everything:
+            return steps
         if found["kind"] == "why" and found["services"] and turns <= MAX_HOPS:
             for service in self.hops(found, results, known):
                 steps.append(("query_logs", {"service": service, "level": found["error_level"]}))

@@ -12,7 +12,9 @@ evidence backend knows (``known_services`` of the task), so the rules work on an
   name, and looks up runbooks for the symptoms it saw;
 - an overview queries every alert and series, ERROR and WARN logs;
 - a service the backend does not know is queried for logs and metrics once, to show there are
-  none.
+  none;
+- traces of the named services for who-calls, latency, error and why questions
+  (``models.offline.traces``).
 
 Round 2 runs the queries the retry context suggests, of the registered tools the offline rules
 may plan (``tools.spec.ToolSpec.planned_offline``). The plan is numbered lines
@@ -26,6 +28,7 @@ import json
 import re
 from typing import Any
 
+from models.offline.traces import with_trace_steps
 from state.records import QuestionFacets
 from tools.registry import planned_offline
 from verification.question import analyze_question
@@ -134,7 +137,7 @@ def plan_steps(facts: dict[str, Any]) -> list[Step]:
     for service in unknown:
         steps.append(("query_logs", {"service": service}))
         steps.append(("query_metrics", {"service": service}))
-    return steps
+    return with_trace_steps(steps, found, str(facts.get("question", "")))
 
 
 def render_steps(steps: list[Step], *, note: str = "") -> str:

@@ -592,6 +592,113 @@ function entriesSection(ve, list) {
   return parts.length ? section("Tool entries", "entries", parts) : null;
 }
 
+function callGraph(inv, array, cited) {
+  // The service call graph of a trace invocation: services in columns by call depth, an arrow
+  // per caller -> callee edge labelled with its calls, errors and p99; cited edges in red.
+  const edges = entriesIn(inv, array);
+  const services = [...new Set(edges.flatMap((e) => [text(e.caller), text(e.callee)]))];
+  const depth = new Map(services.map((name) => [name, 0]));
+  for (let pass = 0; pass < services.length; pass += 1) {
+    for (const e of edges) {
+      const next = (depth.get(text(e.caller)) || 0) + 1;
+      if (next > (depth.get(text(e.callee)) || 0) && next < services.length) depth.set(text(e.callee), next);
+    }
+  }
+  const columns = new Map();
+  services.forEach((name) => columns.set(depth.get(name), [...(columns.get(depth.get(name)) || []), name]));
+  const BW = 120, BH = 24, GX = 150, GY = 22;
+  const place = new Map();
+  for (const [col, names] of columns) names.forEach((name, row) => place.set(name, [8 + col * (BW + GX), 8 + row * (BH + GY)]));
+  const W = 16 + (Math.max(...columns.keys()) + 1) * (BW + GX) - GX;
+  const H = 16 + Math.max(...[...columns.values()].map((names) => names.length)) * (BH + GY) - GY;
+  const label = (e) => `${fmtNumber(e.count)} calls · ${fmtNumber(e.errors)} err · p99 ${fmtNumber(e.p99_ms)}ms`;
+  const description = `Call graph of ${inv.invocation_id}: ${edges.map((e) => `${text(e.caller)} calls ${text(e.callee)} (${label(e)})`).join("; ")}.`;
+  const arrows = edges.map((e, i) => {
+    const [x1, y1] = place.get(text(e.caller)), [x2, y2] = place.get(text(e.callee));
+    const by = cited.get(`${inv.invocation_id} ${array.name}[${i}]`);
+    const classes = ["edge", Number(e.errors) > 0 ? "failing" : "", by ? "cited" : ""].filter(Boolean).join(" ");
+    const ax = x1 + BW, ay = y1 + BH / 2, bx = x2, by2 = y2 + BH / 2;
+    return s("g", { class: classes, "data-path": `${array.name}[${i}]` },
+      s("line", { x1: ax, y1: ay, x2: bx - 4, y2: by2, "marker-end": "url(#arrow)" }),
+      s("text", { x: (ax + bx) / 2, y: (ay + by2) / 2 - 4, "text-anchor": "middle" },
+        `${fmtNumber(e.count)}× · ${fmtNumber(e.errors)} err · p99 ${fmtNumber(e.p99_ms)}ms`));
+  });
+  const boxes = services.map((name) => {
+    const [x, y] = place.get(name);
+    return s("g", { class: "service" }, s("rect", { x, y, width: BW, height: BH, rx: 4 }),
+      s("text", { x: x + BW / 2, y: y + BH / 2 + 4, "text-anchor": "middle" }, name));
+  });
+  const svg = s("svg", { viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": description },
+    s("title", {}, description),
+    s("defs", {}, s("marker", { id: "arrow", viewBox: "0 0 8 8", refX: 7, refY: 4, markerWidth: 7, markerHeight: 7, orient: "auto" },
+      s("path", { d: "M0,0 L8,4 L0,8 z", class: "arrowhead" }))),
+    arrows, boxes);
+  const items = h("ul", { class: "edges" }, edges.map((e, i) => {
+    const path = `${array.name}[${i}]`;
+    const by = cited.get(`${inv.invocation_id} ${path}`);
+    return h("li", { class: by ? "cited" : null, "data-path": path }, `${path}: ${text(e.caller)} → ${text(e.callee)}, ${label(e)}`,
+      by ? h("strong", {}, ` ← cited by ${by.join(", ")}`) : null);
+  }));
+  return h("figure", { class: "callgraph", "data-invocation": text(inv.invocation_id) }, svg,
+    h("figcaption", {}, `Call graph (${inv.invocation_id} ${text(array.name)})`), items);
+}
+
+function spanTree(inv, array, cited, trace, index) {
+  // One example trace as a waterfall: a row per span, indented by depth, its bar placed by its
+  // start and sized by its duration within the trace; failed spans and cited spans marked.
+  const spans = Array.isArray(trace.spans) ? trace.spans : [];
+  const starts = spans.map((span) => Date.parse(text(span.start)));
+  const t0 = Math.min(...starts.filter((t) => !Number.isNaN(t)));
+  const total = Math.max(Number(trace.duration_ms) || 0, ...spans.map((span, i) => (starts[i] - t0) + (Number(span.duration_ms) || 0)));
+  const W = 520, ROW = 18, LABEL = 230, L = LABEL + 4, R = W - 58;
+  const x = (ms) => (total > 0 ? L + (ms / total) * (R - L) : L);
+  const base = `${array.name}[${index}]`;
+  const description = `Span tree of trace ${text(trace.trace_id)} (${inv.invocation_id} ${base}): ${spans.length} span(s) over ${fmtNumber(total)} ms.`;
+  const rows = spans.map((span, j) => {
+    const path = `${base}.spans[${j}]`;
+    const by = cited.get(`${inv.invocation_id} ${path}`);
+    const offset = Number.isNaN(starts[j]) ? 0 : starts[j] - t0;
+    const y = 4 + j * ROW;
+    const classes = ["span", span.status === "error" ? "failing" : "", by ? "cited" : ""].filter(Boolean).join(" ");
+    return s("g", { class: classes, "data-path": path },
+      s("text", { x: 4 + Math.min(Number(span.depth) || 0, 8) * 10, y: y + 12 }, `${text(span.service)} ${text(span.operation)}`),
+      s("rect", { x: x(offset), y: y + 3, width: Math.max(1.5, x(offset + (Number(span.duration_ms) || 0)) - x(offset)), height: ROW - 6 }),
+      s("text", { class: "duration", x: W - 4, y: y + 12, "text-anchor": "end" }, `${fmtNumber(span.duration_ms)} ms`));
+  });
+  const svg = s("svg", { viewBox: `0 0 ${W} ${8 + spans.length * ROW}`, role: "img", "aria-label": description },
+    s("title", {}, description), rows);
+  const items = h("ol", { class: "spans", start: 0 }, spans.map((span, j) => {
+    const path = `${base}.spans[${j}]`;
+    const by = cited.get(`${inv.invocation_id} ${path}`);
+    return h("li", { class: by ? "cited" : null, "data-path": path },
+      `${"· ".repeat(Number(span.depth) || 0)}${text(span.service)} ${text(span.operation)} ${fmtNumber(span.duration_ms)} ms ${text(span.status)}`
+      + (span.status_message ? `: ${text(span.status_message)}` : ""),
+      by ? h("strong", {}, ` ← cited by ${by.join(", ")}`) : null);
+  }));
+  const omitted = Number(trace.spans_omitted) > 0 ? h("p", { class: "muted" }, `${fmtNumber(trace.spans_omitted)} more span(s) not shown`) : null;
+  return h("figure", { class: "spantree", "data-path": base }, svg,
+    h("figcaption", {}, `Trace ${text(trace.trace_id)} (${text(trace.example)}, ${inv.invocation_id} ${base})`), items, omitted);
+}
+
+function tracesSection(ve, list) {
+  // Drawn for each trace invocation a claim cites: its call graph and its example span trees.
+  const cited = citedPaths(ve);
+  const citedIds = new Set([...cited.keys()].map((key) => key.split(" ")[0]));
+  const parts = [];
+  for (const inv of list) {
+    if (!citedIds.has(text(inv.invocation_id))) continue;
+    const graphs = displayArrays(inv, "callgraph").filter((array) => entriesIn(inv, array).length);
+    const trees = displayArrays(inv, "spantree");
+    const figures = [
+      ...graphs.map((array) => callGraph(inv, array, cited)),
+      ...trees.flatMap((array) => entriesIn(inv, array).map((trace, i) => (trace && Array.isArray(trace.spans) && trace.spans.length
+        ? spanTree(inv, array, cited, trace, i) : null))),
+    ].filter(Boolean);
+    if (figures.length) parts.push(h("h3", {}, `${inv.invocation_id} ${text(inv.tool_name)} `, h("code", {}, JSON.stringify(inv.arguments ?? {}))), figures);
+  }
+  return parts.length ? section("Traces", "traces", parts) : null;
+}
+
 function tableOf(id, headers, rows) {
   return h("div", { class: "scroll" }, h("table", { id },
     h("thead", {}, h("tr", {}, headers.map((name) => h("th", { scope: "col" }, name)))),
@@ -618,6 +725,7 @@ async function renderDiagnosis(id) {
     section(`Claims (round ${rounds.length || 1})`, "claims-section", claimsTable(ve, invocations)),
     metricsSection(ve, list),
     logsSection(ve, list),
+    tracesSection(ve, list),
     entriesSection(ve, list),
     section("Gatekeeper", "gatekeeper",
       h("p", {}, `status ${text(gate.status)} · severity ${text(gate.severity)} · ${text(gate.checked_bindings)} binding(s) checked · failed rules: ${(gate.failed_rules || []).join(", ") || "none"}`),
