@@ -88,6 +88,9 @@ _SIGNAL_WEIGHT: Final[dict[SignalKind, float]] = {
     "trace_latency": 0.9,
     "alert": 0.5,
 }
+_REPEAT_WEIGHT: Final = 0.3
+_CLIENT_SIDE: Final = re.compile(r"client|outbound|upstream|egress", re.IGNORECASE)
+_CLIENT_SIDE_FACTOR: Final = 0.3
 _SERVICE_LABELS: Final = ("service", "service_name", "app", "application", "job")
 _MAX_SERVICES_IN_TEXT: Final = 200
 
@@ -295,8 +298,24 @@ class _LogFacts:
 
 
 _LEVEL_RANK: Final = {"info": 0, "warn": 1, "error": 2}
-_COVERAGE_BUCKET_S: Final = 10
-"""Log coverage is counted in buckets of this many seconds that hold any line."""
+_COVERAGE_GAP_S: Final = 60.0
+"""Log coverage: the time between consecutive lines counts when it is at most this long (a
+longer silence is taken as a hole in the capture, not as time observed)."""
+
+
+def _coverage_minutes(moments: list[float]) -> float:
+    """Minutes a window's log lines cover.
+
+    The sum of the gaps between consecutive lines that are at most ``_COVERAGE_GAP_S`` long, and
+    at least one second when there is any line.
+    """
+    if not moments:
+        return 0.0
+    ordered = sorted(moments)
+    covered = sum(
+        gap for a, b in zip(ordered, ordered[1:], strict=False) if (gap := b - a) <= _COVERAGE_GAP_S
+    )
+    return max(covered, 1.0) / 60.0
 
 
 def _log_signals(
@@ -304,8 +323,8 @@ def _log_signals(
 ) -> _LogFacts:
     index = TemplateIndex()
     template_of: list[int] = []
-    buckets_b: set[int] = set()
-    buckets_i: set[int] = set()
+    moments_b: list[float] = []
+    moments_i: list[float] = []
     stats: dict[tuple[str, int], _TemplateStats] = {}
     levels: dict[str, dict[str, list[int]]] = defaultdict(lambda: {"error": [0, 0], "warn": [0, 0]})
     level_samples: dict[tuple[str, str], list[LogEntry]] = defaultdict(list)
@@ -316,7 +335,7 @@ def _log_signals(
         side = window.side(moment)
         if side is None:
             continue
-        (buckets_i if side == "i" else buckets_b).add(int(moment // _COVERAGE_BUCKET_S))
+        (moments_i if side == "i" else moments_b).append(moment)
         service = log.get("service", "") or "unknown"
         level = _level_class(log.get("level", ""))
         entry = stats.get((service, template_id))
@@ -338,8 +357,8 @@ def _log_signals(
                 if len(level_samples[(service, level)]) < thresholds.MAX_EVIDENCE:
                     level_samples[(service, level)].append(log)
                 level_onset.setdefault((service, level), moment)
-    cov_b = len(buckets_b) * _COVERAGE_BUCKET_S / 60.0
-    cov_i = len(buckets_i) * _COVERAGE_BUCKET_S / 60.0
+    cov_b = _coverage_minutes(moments_b)
+    cov_i = _coverage_minutes(moments_i)
     signals: list[Signal] = []
     if logs and cov_i and not cov_b:
         gaps.append("logs: no log line in the baseline window, so log rates have no baseline")
@@ -517,6 +536,10 @@ def _series_signals(
             thin.append(f"{metric}{{{service}}}")
             continue
         signal = _series_signal(series, service, kind, direction, base, during, points, cfg)
+        if signal is not None and kind == "latency" and _CLIENT_SIDE.search(metric):
+            # The latency of the calls a service makes measures its dependencies first.
+            signal["strength"] = round(signal["strength"] * _CLIENT_SIDE_FACTOR, 4)
+            signal["detail"] += " (calls it makes)"
         if signal is not None:
             signals.append(signal)
     if thin:
@@ -675,11 +698,21 @@ def _span_signals(
             entry_of[item] = found
         return found
 
+    # A service's own time excludes its calls out as the caller timed them (its client span,
+    # when the call has one: network and queues are not the service's own work).
+    child_count: dict[str, int] = defaultdict(int)
+    for _, span in spans:
+        child_count[span.get("parent_span_id", "")] += 1
     outgoing: dict[str, float] = defaultdict(float)
     for _, span in spans:
         parent = by_id.get(span.get("parent_span_id", ""))
         if parent is not None and parent.get("service") != span.get("service"):
-            outgoing[entry(parent)] += float(span.get("duration_ms", 0.0))
+            parent_id = parent.get("span_id", "")
+            root = entry(parent)
+            if root != parent_id and child_count[parent_id] == 1:
+                outgoing[root] += float(parent.get("duration_ms", 0.0))
+            else:
+                outgoing[root] += float(span.get("duration_ms", 0.0))
     served: dict[tuple[str, str], list[_Served]] = defaultdict(list)
     for moment, span in spans:
         side = window.side(moment)
@@ -794,8 +827,8 @@ def _call_gap_signals(
         gap = float(parent.get("duration_ms", 0.0)) - float(span.get("duration_ms", 0.0))
         key = (parent.get("service", ""), span.get("service", ""), side)
         gaps_by_edge[key].append((max(0.0, gap), parent, span))
-    measured: dict[str, list[tuple[str, str]]] = defaultdict(list)
-    slow: dict[str, list[tuple[str, str, float, float, SpanEntry, SpanEntry]]] = defaultdict(list)
+    measured: dict[str, int] = defaultdict(int)
+    slow_edges: list[tuple[str, str, float, float, SpanEntry, SpanEntry]] = []
     for (caller, callee, side), rows in sorted(gaps_by_edge.items()):
         if side != "i" or len(rows) < thresholds.MIN_SPANS:
             continue
@@ -804,18 +837,29 @@ def _call_gap_signals(
             continue
         p_b = percentile([row[0] for row in before], 0.5)
         p_i = percentile([row[0] for row in rows], 0.5)
-        for service in (caller, callee):
-            measured[service].append((caller, callee))
+        measured[caller] += 1
+        measured[callee] += 1
         if p_i - p_b < cfg.latency_min_ms or p_i / max(p_b, 1.0) < cfg.latency_ratio:
             continue
         sample = max(rows, key=lambda row: row[0])
-        for service in (caller, callee):
-            slow[service].append((caller, callee, p_b, p_i, sample[1], sample[2]))
+        slow_edges.append((caller, callee, p_b, p_i, sample[1], sample[2]))
+    touching: dict[str, int] = defaultdict(int)
+    for caller, callee, *_ in slow_edges:
+        touching[caller] += 1
+        touching[callee] += 1
+
+    def weight(service: str) -> float:
+        return touching[service] + touching[service] / max(1, measured[service])
+
+    slow: dict[str, list[tuple[str, str, float, float, SpanEntry, SpanEntry]]] = defaultdict(list)
+    for edge in slow_edges:
+        caller, callee = edge[0], edge[1]
+        slow[caller if weight(caller) > weight(callee) else callee].append(edge)
     signals: list[Signal] = []
     for service in sorted(slow):
         edges = slow[service]
         worst = max(edges, key=lambda edge: edge[3] / max(edge[2], 1.0))
-        strength = min(1.0, len(edges) / 2) * _ratio_strength(
+        strength = (1.0 if len(edges) > 1 else 0.6) * _ratio_strength(
             worst[3] / max(worst[2], 1.0), cfg.latency_ratio
         )
         if strength <= 0:
@@ -828,7 +872,7 @@ def _call_gap_signals(
                 service=service,
                 detail=(
                     f"time between services on calls in and out of it: p50 {_fmt(worst[2])} ms"
-                    f" -> {_fmt(worst[3])} ms on {len(edges)} of {len(measured[service])}"
+                    f" -> {_fmt(worst[3])} ms on {len(edges)} of {measured[service]}"
                     f" edges ({names})"
                 ),
                 baseline=round(worst[2], 3),
@@ -879,6 +923,8 @@ def _alert_signals(alerts: Sequence[AlertEntry], window: _Span) -> list[Signal]:
 
 
 _MAX_CHANGE_REPEATS: Final = 3
+"""A change is a rare line: its template appears at most this often in the data read."""
+_CHANGE_TEXT_CHARS: Final = 500
 
 
 def _changes(
@@ -891,8 +937,10 @@ def _changes(
     for (moment, log), template_id in zip(logs, facts.template_of, strict=True):
         if not window.i0 - cfg.change_lead_s <= moment <= window.i1:
             continue
-        category = change_category(log.get("message", ""))
-        if category is None or totals[template_id] > _MAX_CHANGE_REPEATS:
+        if totals[template_id] > _MAX_CHANGE_REPEATS:
+            continue
+        category = change_category(log.get("message", "")[:_CHANGE_TEXT_CHARS])
+        if category is None:
             continue
         found.append(
             Change(
@@ -949,9 +997,19 @@ def _edges(
 
 
 def _evidence(signals: Sequence[Signal]) -> float:
-    """The weight of a service's signals: the sum of the strongest, each times its kind's weight."""
+    """The weight of a service's signals: the sum of the strongest, each times its kind's weight.
+
+    A second signal of a kind already counted (p90 and p99 of one latency) counts
+    ``_REPEAT_WEIGHT`` of its value: they are mostly one observation.
+    """
     ranked = sorted(signals, key=lambda s: -s["strength"] * _SIGNAL_WEIGHT[s["kind"]])
-    return sum(s["strength"] * _SIGNAL_WEIGHT[s["kind"]] for s in ranked[: thresholds.MAX_SIGNALS])
+    seen: set[str] = set()
+    total = 0.0
+    for signal in ranked[: thresholds.MAX_SIGNALS]:
+        repeat = _REPEAT_WEIGHT if signal["kind"] in seen else 1.0
+        seen.add(signal["kind"])
+        total += signal["strength"] * _SIGNAL_WEIGHT[signal["kind"]] * repeat
+    return total
 
 
 def _score(evidence: float) -> float:
@@ -1040,7 +1098,8 @@ def _rank(
     explained_by: dict[str, set[str]] = defaultdict(set)
     for service in anomalous:
         for callee in _reach(service, graph) & anomalous:
-            if earlier_or_same(callee, service):
+            comparable = evidence[callee] >= thresholds.EXPLAIN_MIN_SHARE * evidence[service]
+            if comparable and earlier_or_same(callee, service):
                 explained_by[service].add(callee)
     # Two services that explain each other: the earlier onset (then the stronger) is the cause.
     for service in sorted(anomalous):
@@ -1121,14 +1180,20 @@ def _rank(
     return suspects
 
 
+def _evidence_of(score: float) -> float:
+    """The evidence behind a score (the inverse of ``_score``)."""
+    return -math.log(max(1e-12, 1.0 - score))
+
+
 def _root(suspects: list[Suspect], cfg: _Config) -> tuple[Suspect | None, str | None]:
     if not suspects:
         return None, "no service deviates from its baseline"
     top = suspects[0]
     if top["score"] < cfg.root_min_score:
         return None, f"the strongest suspect ({top['service']}) scores only {top['score']:.2f}"
-    if len(suspects) > 1 and top["score"] - suspects[1]["score"] < cfg.root_margin:
-        tied = [s["service"] for s in suspects if top["score"] - s["score"] < cfg.root_margin]
+    lead = _evidence_of(top["score"]) * (1.0 - cfg.root_margin)
+    if len(suspects) > 1 and _evidence_of(suspects[1]["score"]) > lead:
+        tied = [s["service"] for s in suspects if _evidence_of(s["score"]) > lead]
         return None, "the evidence does not single out one service: " + ", ".join(tied)
     return top, None
 

@@ -218,12 +218,35 @@ def minute_files(fault: Fault, kind: str) -> list[str]:
     return names
 
 
-class Converter:
-    """Builds environments from a snapshot, caching the per-day metric files."""
+def _kept(trace_id: str, sample: int) -> bool:
+    """Whether a trace is kept when one in ``sample`` is (by its id: deterministic)."""
+    if sample <= 1:
+        return True
+    try:
+        return int(trace_id[-6:], 16) % sample == 0
+    except ValueError:
+        return False
 
-    def __init__(self, snapshot: Snapshot, baseline_minutes: int = BASELINE_MINUTES) -> None:
+
+class Converter:
+    """Builds environments from a snapshot, caching the per-day metric files.
+
+    ``sample`` > 1 keeps one trace in that many (by trace id), with the INFO log lines of the
+    kept traces and every other log line; ``metrics`` limits the series written (small
+    fixtures for tests).
+    """
+
+    def __init__(
+        self,
+        snapshot: Snapshot,
+        baseline_minutes: int = BASELINE_MINUTES,
+        sample: int = 1,
+        metrics: tuple[str, ...] = (),
+    ) -> None:
         self.snapshot = snapshot
         self.baseline_minutes = baseline_minutes
+        self.sample = sample
+        self.metrics = metrics
         self._metrics: dict[str, list[dict[str, str]]] = {}
 
     def _construct(self, day: str, kind: str) -> list[str]:
@@ -252,6 +275,8 @@ class Converter:
                 continue
             pod = row.get("PodName", "")
             for column, (metric, _) in METRICS.items():
+                if self.metrics and metric not in self.metrics:
+                    continue
                 try:
                     value = float(row.get(column, ""))
                 except ValueError:
@@ -284,12 +309,18 @@ class Converter:
         baseline_logs = self._construct(fault.day, "log")
         baseline_traces = self._construct(fault.day, "trace")
         for path in [*baseline_logs, *minute_files(fault, "log")]:
-            rows = _rows(self.snapshot.read(path))
-            logs.extend(entry for row in rows if (entry := log_entry(row)))
+            for row in _rows(self.snapshot.read(path)):
+                entry = log_entry(row)
+                if entry is None:
+                    continue
+                if entry["level"] == "INFO" and not _kept(row.get("TraceID", ""), self.sample):
+                    continue
+                logs.append(entry)
         for path in [*baseline_traces, *minute_files(fault, "trace")]:
-            spans.extend(
-                entry for row in _rows(self.snapshot.read(path)) if (entry := span_entry(row))
-            )
+            for row in _rows(self.snapshot.read(path)):
+                span = span_entry(row)
+                if span is not None and _kept(span["trace_id"], self.sample):
+                    spans.append(span)
         logs.sort(key=lambda entry: (entry["timestamp"], entry["service"], entry["message"]))
         spans.sort(key=lambda entry: (entry["start"], entry["span_id"]))
         newest = max(
@@ -343,9 +374,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="folder for the files")
     parser.add_argument("--baseline-minutes", type=int, default=BASELINE_MINUTES)
     parser.add_argument("--only", help="convert only faults whose name contains this")
+    parser.add_argument("--sample", type=int, default=1, help="keep one trace in N (fixtures)")
+    parser.add_argument("--metrics", default="", help="comma-separated series to keep (fixtures)")
     args = parser.parse_args(argv)
     snapshot = Snapshot(args.snapshot)
-    converter = Converter(snapshot, args.baseline_minutes)
+    metrics = tuple(name for name in args.metrics.split(",") if name)
+    converter = Converter(snapshot, args.baseline_minutes, args.sample, metrics)
     args.out.mkdir(parents=True, exist_ok=True)
     lines = [line for line in args.faults.read_text().splitlines() if line.strip()]
     for line in lines:

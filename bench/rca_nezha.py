@@ -23,6 +23,7 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import sys
 import time
@@ -70,7 +71,9 @@ class Outcome:
 def load_inputs(folder: Path, case: dict[str, Any]) -> IncidentInputs:
     """The analysis inputs of a case: its environment's data and its windows."""
     path = folder / case["environment"]
-    environment = parse_environment(path.read_text(), origin=str(path), base=folder)
+    raw = path.read_bytes()
+    text = (gzip.decompress(raw) if path.suffix == ".gz" else raw).decode("utf-8")
+    environment = parse_environment(text, origin=str(path), base=folder)
     windows = case["windows"]
     return IncidentInputs(
         incident_start=windows["incident_start"],

@@ -18,7 +18,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from datetime import datetime
+from typing import Any, Protocol
 
 import anyio
 import anyio.to_thread
@@ -26,6 +27,7 @@ import anyio.to_thread
 from evidence.alertmanager import AlertmanagerAlerts
 from evidence.config import ConfigError, Settings, load_settings
 from evidence.environment import Environment, default_environment
+from evidence.incident import analyze_backend
 from evidence.logfiles import FileLogs
 from evidence.loki import LokiLogs
 from evidence.mcp.tools import McpServers, offer
@@ -37,6 +39,8 @@ from evidence.traces.files import FileTraces
 from evidence.traces.jaeger import JaegerTraces
 from evidence.traces.tempo import TempoTraces
 from knowledge.runbooks import Progress, RunbookIndex, stderr_progress
+from state.records import LogEntry, SpanEntry
+from tools.analyze_incident import AnalysisOutput
 from tools.backend import (
     BackendError,
     BackendReport,
@@ -201,6 +205,20 @@ class ComposedBackend(EvidenceSource):
                 query=query, top_k=top_k, runbook_urls=runbook_urls
             )
         return self.knowledge.lookup_knowledge(query=query, top_k=top_k)
+
+    def scan_logs(self, start: datetime, end: datetime, limit: int) -> list[LogEntry] | None:
+        """A window's lines at once when the log part can hand them over, else None."""
+        scan = getattr(self.logs, "scan_logs", None)
+        return scan(start, end, limit) if callable(scan) else None
+
+    def scan_spans(self, start: datetime, end: datetime, limit: int) -> list[SpanEntry] | None:
+        """A window's spans at once when the trace part can hand them over, else None."""
+        scan = getattr(self.traces, "scan_spans", None)
+        return scan(start, end, limit) if callable(scan) else None
+
+    def analyze_incident(self, **arguments: Any) -> AnalysisOutput:
+        """The incident analysis over the composed sources (``evidence.incident``)."""
+        return analyze_backend(self, **arguments)
 
     def get_current_time(self, *, timezone: str | None = None) -> TimeOutput:
         """The time from the clock part."""

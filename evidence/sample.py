@@ -19,6 +19,7 @@ indexes:
   of the query's distinct terms, `medium` from 0.33, else `low`.
 - `query_traces`: the spans of the environment's `traces` starting inside `start`/`end` (when
   given), answered by `evidence.traces.answer` like every trace source.
+- `analyze_incident`: `evidence.incident` over the environment (its log lines read at once).
 - `get_current_time`: the environment's `now` when present, else the real UTC time.
 
 Entries are returned as copies of the environment's entries. The environment is an `Environment`
@@ -30,13 +31,16 @@ from __future__ import annotations
 
 import copy
 from datetime import UTC, datetime
+from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from evidence.environment import Environment
 from evidence.environment import default_environment as default_environment
+from evidence.incident import analyze_backend
 from evidence.traces.answer import traces_answer
 from knowledge.rank import markdown_headings, query_terms, rank
-from state.records import DocumentEntry, LogEntry, SeriesEntry
+from state.records import DocumentEntry, LogEntry, SeriesEntry, SpanEntry
+from tools.analyze_incident import AnalysisOutput
 from tools.backend import (
     BackendError,
     EvidenceSource,
@@ -221,6 +225,30 @@ class SampleBackend(EvidenceSource):
     def evidence_kinds(self) -> frozenset[str]:
         """The kinds of evidence served: traces only when the environment has spans."""
         return frozenset({"logs", "metrics", "knowledge", *(["traces"] if self._traces else [])})
+
+    def scan_logs(self, start: datetime, end: datetime, limit: int) -> list[LogEntry]:
+        """Every log line inside the inclusive window, in environment order, at most `limit`.
+
+        What `analyze_incident` reads (`evidence.incident.LogScan`); lines whose timestamp
+        cannot be read are left out.
+        """
+        found = [entry for entry in self._logs if _within(entry.get("timestamp"), start, end)]
+        return copy.deepcopy(found[-limit:] if limit > 0 else [])
+
+    def scan_spans(self, start: datetime, end: datetime, limit: int) -> list[SpanEntry] | None:
+        """Every span of the environment's `traces` starting inside the window, at most `limit`.
+
+        What `analyze_incident` reads (`evidence.incident.SpanScan`); None when the environment
+        has no `traces` at all.
+        """
+        if not self._traces:
+            return None
+        found = [span for span in self._traces if _within(span.get("start"), start, end)]
+        return copy.deepcopy(found[-limit:] if limit > 0 else [])
+
+    def analyze_incident(self, **arguments: Any) -> AnalysisOutput:
+        """The incident analysis over this environment (`evidence.incident`)."""
+        return analyze_backend(self, **arguments)
 
     def get_current_time(self, *, timezone: str | None = None) -> TimeOutput:
         """Returns the environment's `now` (or the real UTC time when it has none).

@@ -154,4 +154,6 @@ def summary_of(values: DiagnosisState, thread_id: str) -> DiagnosisSummary:
             severity=gate["severity"] if gate else None,
             failed_rules=gate["failed_rules"] if gate else [],
         ),
+        root_cause=values.get("root_cause"),
+        suspects=list(values.get("suspects") or []),
     )

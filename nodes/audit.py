@@ -110,6 +110,12 @@ def make_audit(audit: AuditStore, catalog: Catalog) -> Node:
         ctx = context_of(runtime)
         audit.update_channel(diagnosis_id, "usage", usage_record(state, ctx))
         audit.update_channel(diagnosis_id, "replay", replay_record(state, ctx))
+        root = state.get("root_cause")
+        if root is not None:  # the confirmed root cause, as outputs show it
+            audit.update_channel(diagnosis_id, "root_cause", root)
+        suspects = state.get("suspects") or []
+        if suspects:  # the incident analysis's ranked suspects
+            audit.update_channel(diagnosis_id, "suspects", {"suspects": suspects})
         finish(
             audit,
             diagnosis_id,

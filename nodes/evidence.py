@@ -12,6 +12,7 @@ from state.graph_state import DiagnosisState
 from state.records import MissingInfo
 from verification.catalog import SchemaSettings
 from verification.executor_output import parse_executor_output, read_answer
+from verification.root_cause import analysis_suspects
 from verification.trace_summary import build_trace_summary
 
 
@@ -29,11 +30,13 @@ def make_evidence(ledger: InvocationLedger, schema: SchemaSettings) -> Node:
         if note:  # the round ended early: what could not be gathered is a gap
             gap = MissingInfo(text=f"the diagnosis stopped early: {note}", suggested_query=None)
             answer = {**answer, "missing_info": [*answer["missing_info"], gap]}
+        invocations = ledger.list(state["diagnosis_id"])
         return {
             "parse_status": parse_status,
             "structured_output": structured,
             "executor_answer": answer,
-            "trace_summary": build_trace_summary(ledger.list(state["diagnosis_id"])),
+            "trace_summary": build_trace_summary(invocations),
+            "suspects": analysis_suspects(invocations),
             "route": ["evidence"],
         }
 

@@ -78,6 +78,8 @@ def make_intake(
             "tool_calls_used": 0,
             "verdict": "",
             "groundedness_score": 0.0,
+            "root_cause": None,
+            "suspects": [],
             "retry_context": None,
             "answer": "",
             "rounds": Overwrite([]),

@@ -36,6 +36,7 @@ from state.records import (
     VerifierResult,
 )
 from verification.claim_checker import check_claims
+from verification.root_cause import confirmed_root_cause
 from verification.verdict import decide
 from verification.verifier_payload import (
     build_payload,
@@ -233,6 +234,9 @@ def make_verifier(get_model: GetModel, services: Callable[[], list[str]]) -> Nod
             "verifier_result": result,
             "verdict": result["verdict"],
             "groundedness_score": result["groundedness_score"],
+            "root_cause": confirmed_root_cause(
+                state["executor_answer"], result["claim_checks"], result["verdict"]
+            ),
             "rounds": [summary],
             "route": ["verifier"],
         }

@@ -26,9 +26,11 @@ from state.records import (
     ModelUsage,
     ParseStatus,
     RetryContext,
+    RootCause,
     RoundSummary,
     RuleEvaluation,
     RunInfo,
+    SuspectBrief,
     TraceItem,
     VerifierResult,
     add_usage,
@@ -48,6 +50,8 @@ class OutputState(TypedDict, total=False):
     diagnosis_id: str
     verdict: str
     groundedness_score: float
+    root_cause: RootCause | None
+    suspects: list[SuspectBrief]
 
 
 class DiagnosisState(TypedDict, total=False):
@@ -113,6 +117,10 @@ class DiagnosisState(TypedDict, total=False):
     trace_summary: list[TraceItem]
     """Written by ``evidence``: the tool trace summary over both rounds."""
 
+    suspects: list[SuspectBrief]
+    """Written by ``evidence`` (``intake`` resets it): the ranked suspects of the diagnosis's
+    last incident analysis (``analyze_incident``); none when it did not run."""
+
     gatekeeper_result: GatekeeperResult
     """Written by ``gatekeeper``."""
 
@@ -127,6 +135,11 @@ class DiagnosisState(TypedDict, total=False):
 
     groundedness_score: float
     """Written by ``verifier`` (``intake`` resets it): computed in code from the claim checks."""
+
+    root_cause: RootCause | None
+    """Written by ``verifier`` (``intake`` resets it): the executor's proposed root cause when
+    every claim stating it was confirmed and the verdict allows it
+    (``verification.root_cause``), else None."""
 
     retry_context: RetryContext | None
     """Written by ``retry`` (``intake`` resets it): what round 1 lacked."""

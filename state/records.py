@@ -363,11 +363,35 @@ class ConclusionCheck(TypedDict):
     reason: str
 
 
+class RootCause(TypedDict):
+    """The most likely root cause: a service, its mechanism, the claims stating it.
+
+    The executor proposes one in its answer (``root_cause``); the diagnosis keeps it only when
+    every claim it names was confirmed (``verification.root_cause``).
+    """
+
+    service: str
+    mechanism: str
+    claim_ids: list[str]
+
+
+class SuspectBrief(TypedDict):
+    """One ranked suspect of the incident analysis (``analyze_incident``), as outputs show it."""
+
+    rank: int
+    service: str
+    score: float
+    mechanism: str
+    onset: str | None
+    root_cause: bool
+
+
 class ExecutorAnswer(TypedDict):
     """The executor's ``executor_evidence_v2`` object, read into records.
 
     ``schema_findings`` are the ``schema.executor_v2`` (and binding shape) findings of reading it;
-    the claims it does contain are still checked and scored.
+    the claims it does contain are still checked and scored. ``root_cause``: the root cause the
+    executor proposes (absent or None when it proposes none).
     """
 
     claims: list[Claim]
@@ -377,6 +401,7 @@ class ExecutorAnswer(TypedDict):
     schema_findings: list[Finding]
     conclusion: NotRequired[Conclusion | None]
     """The answer's conclusion, when the executor stated one (``None``: none stated)."""
+    root_cause: NotRequired[RootCause | None]
 
 
 # --------------------------------------------------------------------------- Gatekeeper
@@ -915,6 +940,10 @@ class DiagnosisSummary(TypedDict):
     offline: bool
     answer: str | None
     gatekeeper: GatekeeperBrief
+    root_cause: RootCause | None
+    """The confirmed root cause (``verification.root_cause``), else None."""
+    suspects: list[SuspectBrief]
+    """The incident analysis's ranked suspects (none when it did not run)."""
 
 
 class DiagnosisRecord(TypedDict):

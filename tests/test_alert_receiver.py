@@ -189,10 +189,13 @@ def test_receiver_accepts_at_once_then_diagnoses_in_the_background(client: TestC
     assert accepted["thread_id"] == thread_id_for("alice", accepted["group_key"])
     (row,) = finished(client, ALICE, 1)
     assert row["diagnosis_id"] == accepted["diagnosis_id"]
-    assert (row["status"], row["verdict"], row["score"]) == ("done", "PASS", 1.0)
+    assert (row["status"], row["verdict"]) == ("done", "PASS")
     assert row["alerts"][0]["alert_name"] == "HighErrorRate"
     record = client.get(f"/api/diagnoses/{accepted['diagnosis_id']}", headers=ALICE).json()
     assert record["status"] == "done" and record["verdict"] == "PASS"
+    # The investigation states a root cause: the incident analysis's, confirmed by its claims.
+    assert record["self_evaluation"]["root_cause"]["service"] == "inventory-service"
+    assert "Most likely root cause (inferred): inventory-service" in record["final_answer"]
     assert "HighErrorRate" in record["question"] and "order-service" in record["question"]
     threads = client.get("/api/threads", headers=ALICE).json()["threads"]
     assert [t["thread_id"] for t in threads] == [accepted["thread_id"]]
@@ -609,7 +612,8 @@ def test_receiver_posts_the_composed_answer_to_the_notify_webhook_with_retries(
 
     assert set(body) == {"text"}
     text = body["text"]
-    assert text.startswith("superbiz: HighErrorRate (order-service): verdict PASS, score 1.00")
+    assert text.startswith("superbiz: HighErrorRate (order-service): verdict PASS, score 0.")
+    assert "\nMost likely root cause (inferred): inventory-service: " in text
     assert record["final_answer"].strip() in text
     assert text.endswith(f"Details: http://testserver/api/diagnoses/{diagnosis_id}")
     assert sink.refused == 1

@@ -113,7 +113,7 @@ def test_cli_diagnose_answers_in_chinese_with_verified_evidence(
     assert code == 0
     assert ZH_CONFIRMED in out
     assert ZH_EVIDENCE in out
-    assert "[inv-1]" in out and "[inv-2]" in out
+    assert "[inv-2]" in out and "[inv-4]" in out  # the metrics, and the incident analysis
     assert "校验结论：PASS" in out
     assert ZH_OFFLINE in out
     assert "verdict: PASS" in out
@@ -159,7 +159,10 @@ def test_cli_diagnose_json_prints_exactly_one_object(capsys: pytest.CaptureFixtu
     assert result["thread_id"] == "t-cli-1"
     assert result["verdict"] == "PASS"
     assert result["model_verdict"] == "PASS"
-    assert result["groundedness_score"] == pytest.approx(1.0)
+    # The root cause is an inference (0.6), its chain direct observations (1.0).
+    assert 0.9 <= result["groundedness_score"] < 1.0
+    assert result["root_cause"]["service"] == "inventory-service"
+    assert [s["service"] for s in result["suspects"]][:1] == ["inventory-service"]
     assert result["rounds"] == 1
     assert result["offline"] is True
     assert result["gatekeeper"] == {"status": "pass", "severity": "none", "failed_rules": []}

@@ -111,7 +111,7 @@ def test_mcp_stdio_diagnose_reports_progress_and_matches_sessions_show(tmp_path:
     got = anyio.run(scenario)
     view = got["view"]
     assert view["verdict"] == "PASS" and view["status"] == "done" and view["offline"] is True
-    assert view["root_cause"] is None  # nothing in this record names one
+    assert view["root_cause"]["service"] == "inventory-service"  # the record names one
     names = [line.split()[0] for line in stages]
     assert names[0] == "intake" and names[-1] == "done"
     assert {"planner", "tool", "gatekeeper", "verifier", "verdict", "composer"} <= set(names)

@@ -14,7 +14,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from state.records import JSONObject
-from tools import get_current_time, lookup_knowledge, query_logs, query_metrics, query_traces
+from tools import (
+    analyze_incident,
+    get_current_time,
+    lookup_knowledge,
+    query_logs,
+    query_metrics,
+    query_traces,
+)
 from tools.spec import EntryArray, ToolSpec
 
 _lock = threading.Lock()
@@ -153,5 +160,6 @@ def display_data() -> JSONObject:
 register(query_logs.SPEC)
 register(query_metrics.SPEC)
 register(query_traces.SPEC)
+register(analyze_incident.SPEC)
 register(lookup_knowledge.SPEC)
 register(get_current_time.SPEC)

@@ -26,6 +26,7 @@ from state.records import (
     MissingInfo,
     ParseStatus,
     RecommendedAction,
+    RootCause,
 )
 from verification.catalog import SCHEMA, SchemaSettings
 from verification.text import normalize_id, strip_fence
@@ -305,6 +306,26 @@ def _items(raw: object, key: str) -> list[JSONObject]:
     return items
 
 
+def _root_cause(raw: object) -> RootCause | None:
+    """The root cause the executor proposes: ``{service, mechanism, claim_ids}``, else None.
+
+    A proposal without a service or without a claim id to rest on is no proposal.
+    """
+    found = raw.get("root_cause") if isinstance(raw, dict) else None
+    if not isinstance(found, dict):
+        return None
+    service = _string(found, "service")
+    ids = found.get("claim_ids")
+    claim_ids = (
+        [i.strip() for i in ids if isinstance(i, str) and given(i)] if isinstance(ids, list) else []
+    )
+    if service is None or not claim_ids:
+        return None
+    return RootCause(
+        service=service.strip(), mechanism=_text(found, "mechanism").strip(), claim_ids=claim_ids
+    )
+
+
 def read_answer(
     parse_status: ParseStatus, raw: object, schema: SchemaSettings | None = None
 ) -> ExecutorAnswer:
@@ -340,6 +361,7 @@ def read_answer(
             for item in _items(raw, "missing_info")
         ],
         schema_findings=reader.findings,
+        root_cause=_root_cause(raw),
         conclusion=_conclusion(raw),
     )
 

@@ -723,6 +723,22 @@ def render_session(record: DiagnosisRecord, invocations: list[Invocation]) -> st
             + f", tokens in {usage.get('input_tokens')} / out {usage.get('output_tokens')}"
             + (f"; stopped early: {usage['stopped']}" if usage.get("stopped") else "")
         )
+    root = channels.get("root_cause")
+    if isinstance(root, dict):
+        ids = root.get("claim_ids")
+        claims = ", ".join(str(c) for c in ids) if isinstance(ids, list) else ""
+        lines.append(
+            f"root cause {root.get('service')} (inferred, claims {claims}): {root.get('mechanism')}"
+        )
+    ranked = channels.get("suspects")
+    suspects = ranked.get("suspects") if isinstance(ranked, dict) else None
+    if isinstance(suspects, list) and suspects:
+        lines.append("suspects")
+        lines += [
+            f"  {s.get('rank')}. {s.get('service')} score {s.get('score')}: {s.get('mechanism')}"
+            for s in suspects
+            if isinstance(s, dict)
+        ]
     if unreadable:
         lines.append(f"evaluation {unreadable}")
     if evaluation is not None:

@@ -87,6 +87,7 @@ class ScenarioResult(TypedDict):
     groundedness_score: float | None
     confirmed_claims: list[str]
     question_coverage: CoverageBrief | None
+    root_cause_service: str | None
     answer: str
     mismatches: list[str]
     error: str | None
@@ -145,6 +146,7 @@ def _empty_result(scenario_id: str) -> ScenarioResult:
         gatekeeper=_no_gatekeeper(),
         groundedness_score=None,
         confirmed_claims=[],
+        root_cause_service=None,
         question_coverage=None,
         answer="",
         mismatches=[],
@@ -181,6 +183,8 @@ def _fill(result: ScenarioResult, state: DiagnosisState) -> None:
             not_run=list(coverage["not_run"]),
         )
     )
+    root = state.get("root_cause")
+    result["root_cause_service"] = root["service"] if root else None
     result["answer"] = state.get("answer", "")
 
 
@@ -218,6 +222,12 @@ def compare(expect: Expect, result: ScenarioResult) -> list[str]:
     for key, actual in plain:
         if key in expect and expect[key] != actual:
             problems.append(f"{key}: expected {expect[key]} got {actual}")
+    if "root_cause_service" in expect and expect["root_cause_service"] != (
+        actual_root := result["root_cause_service"]
+    ):
+        problems.append(
+            f"root_cause_service: expected {expect['root_cause_service']} got {actual_root}"
+        )
     if "route" in expect and expect["route"] != result["route"]:
         problems.append(
             f"route: expected {' > '.join(expect['route'])} got {' > '.join(result['route'])}"

@@ -114,6 +114,7 @@ class Expect(TypedDict, total=False):
     answer_contains: list[str]
     answer_not_contains: list[str]
     question_coverage: ExpectCoverage
+    root_cause_service: str | None
 
 
 class Scenario(TypedDict):
@@ -237,6 +238,7 @@ class _Expect(FileModel):
     answer_contains: _Omittable[list[str]] = None
     answer_not_contains: _Omittable[list[str]] = None
     question_coverage: _Omittable[Annotated[_ExpectCoverage, BeforeValidator(_coverage)]] = None
+    root_cause_service: str | None = None
 
 
 class ScenarioFile(FileModel):

@@ -45,6 +45,7 @@ from persistence.ownership import ThreadOwners
 from persistence.store import Persistence
 from state import catalog
 from state.configuration import Sources
+from state.display import one_line
 from state.settings import typed_default
 
 logger = logging.getLogger("superbiz.alerts")
@@ -141,11 +142,14 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return await read_limited(request, limit, too_large)
 
 
-def notification_text(row: Mapping[str, Any], answer: str, link: str) -> str:
-    """The ``text`` of the notify webhook: a header, the composed answer, the link.
+def notification_text(
+    row: Mapping[str, Any], answer: str, link: str, root_cause: Mapping[str, Any] | None = None
+) -> str:
+    """The ``text`` of the notify webhook: a header, the root cause, the composed answer, the link.
 
-    Only the composed answer states anything about the incident; the header names the alerts
-    (as Alertmanager sent them), the verdict and the score.
+    Only the diagnosis states anything about the incident; the header names the alerts (as
+    Alertmanager sent them), the verdict and the score; the root cause is the diagnosis's
+    confirmed one (an inference, said so), when it names one.
     """
     names = ", ".join(dict.fromkeys(str(a.get("alert_name")) for a in row["alerts"])) or "alerts"
     services = ", ".join(
@@ -159,7 +163,12 @@ def notification_text(row: Mapping[str, Any], answer: str, link: str) -> str:
     else:
         outcome = "the diagnosis failed"
     subject = f"{names} ({services})" if services else names
-    return f"superbiz: {subject}: {outcome}\n\n{answer.strip()}\n\nDetails: {link}"
+    cause = ""
+    if root_cause and root_cause.get("service"):
+        mechanism = one_line(str(root_cause.get("mechanism") or ""))
+        cause = f"\nMost likely root cause (inferred): {root_cause['service']}"
+        cause += f": {mechanism}" if mechanism else ""
+    return f"superbiz: {subject}: {outcome}{cause}\n\n{answer.strip()}\n\nDetails: {link}"
 
 
 RERUN_NOTE = "started again: the process running it stopped before it could be resumed"
@@ -493,7 +502,11 @@ class AlertReceiver:
         link = f"{row['link_base']}/api/diagnoses/{diagnosis_id}"
         listed = queue.get(diagnosis_id)
         assert listed is not None
-        text = notification_text(listed, str(answer), link)
+        channels = (record["self_evaluation"] if record is not None else None) or {}
+        root = channels.get("root_cause")
+        text = notification_text(
+            listed, str(answer), link, root if isinstance(root, dict) else None
+        )
         problem: str | None = None
         try:
             reply = client.post(settings.notify_url, json={"text": text})

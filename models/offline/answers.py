@@ -7,6 +7,9 @@
   line that states it, the causal chain only as a hypothesis;
 - overview: firing alerts and the services with ERROR or WARN logs.
 
+A why or overview answer opens with the root cause the incident analysis found, its chain to the
+symptom and the runner-up suspects (``models.offline.root_cause``).
+
 A service the backend does not know is never answered from an empty result: the answer says no
 data was found and asks to check the name. Nothing about another service is given as the answer
 about the one asked.
@@ -32,7 +35,8 @@ from models.offline.evidence import (
     series_for,
 )
 from models.offline.question_kinds import compose_kind, question_names, timed_conclusion
-from models.offline.rules import SLOW_SYMPTOMS, scopes
+from models.offline.root_cause import root_cause_section
+from models.offline.rules import ANALYSED_KINDS, SLOW_SYMPTOMS, scopes
 from models.offline.traces import claims as trace_claims
 from models.offline.writer import Writer, binding, summary_binding
 from state.records import QuestionFacets
@@ -76,14 +80,19 @@ def compose(task: dict[str, Any], found: QuestionFacets, results: list[Result]) 
     kind = found["kind"]
     if compose_kind(writer, task, found, results):
         pass
-    elif kind == "value":
-        value(writer, found, results, services, str(task.get("question", "")))
-    elif kind == "confirm":
-        confirm(writer, found, results, services)
-    elif services:
-        why(writer, found, results, services, known)
-    elif not found["unknown_services"]:
-        overview(writer, found, results)
+    else:
+        stated = kind in ANALYSED_KINDS and root_cause_section(writer, found, results)
+        if kind == "value":
+            value(writer, found, results, services, str(task.get("question", "")))
+        elif kind == "confirm":
+            confirm(writer, found, results, services)
+        elif services and not stated:
+            why(writer, found, results, services, known)
+        elif services:  # the root cause and its chain are stated: the symptom's own measures
+            for service in services:
+                why_metrics(writer, found, results, service)
+        elif not found["unknown_services"]:
+            overview(writer, found, results)
     trace_claims(writer, found, results)
     for service in unknown:
         no_data(writer, service, known)

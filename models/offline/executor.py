@@ -1,8 +1,8 @@
 """Offline executor: runs the plan, follows the evidence, then answers what was asked.
 
 Turns: first the plan's tool calls (of the tools offered: those the backend serves); then, for a
-why question, the callee the traces' call graph points at (``models.offline.traces``); then the
-services the ERROR and WARN
+why question, the callee the traces' call graph points at (``models.offline.traces``); then,
+when the incident analysis did not single out a root cause, the services the ERROR and WARN
 messages name (``upstream X``, ``call to Y``, ``connection to Z``) are queried next, up to two
 hops; then runbooks are looked up for the symptoms of the question and of the messages seen;
 then the answer. The tool budget bounds all of it: a call that offers no tools means the budget
@@ -133,7 +133,11 @@ class OfflineExecutor(OfflineModel):
         ]
         if steps and not everything:
             return steps
-        if found["kind"] == "why" and found["services"] and turns <= MAX_HOPS:
+        analysed = any(
+            r.tool == "analyze_incident" and r.status == "ok" and r.output.get("root_cause")
+            for r in results
+        )
+        if found["kind"] == "why" and found["services"] and turns <= MAX_HOPS and not analysed:
             for service in self.hops(found, results, known):
                 steps.append(("query_logs", {"service": service, "level": found["error_level"]}))
                 steps.append(("query_logs", {"service": service, "level": "WARN"}))

@@ -11,6 +11,10 @@ evidence backend knows (``known_services`` of the task), so the rules work on an
   ``CRITICAL``) is queried instead of ERROR; the executor then follows the services the messages
   name, and looks up runbooks for the symptoms it saw;
 - an overview queries every alert and series, ERROR and WARN logs;
+- a why question and an overview (alert investigations included) also ask for the incident
+  analysis (``analyze_incident``, after the queries above, so a tight tool budget cuts it
+  first), scoped to the services named and starting at the earliest time the question names;
+  not when the question names only services the backend does not know;
 - a service the backend does not know is queried for logs and metrics once, to show there are
   none;
 - traces of the named services for who-calls, latency, error and why questions
@@ -39,6 +43,10 @@ Step = tuple[str, dict[str, Any]]
 _STEP = re.compile(r"^\s*\d+\.\s+(?P<tool>[A-Za-z0-9_-]+)\s+(?P<args>\{.*\})\s*$")
 SLOW_SYMPTOMS = frozenset({"slow", "latency", "timeout", "lag"})
 """Symptoms explained by WARN logs (slow queries, lock waits) before ERROR logs."""
+ANALYSED_KINDS = ("why", "overview")
+"""Question kinds (why, "what is wrong", alert investigations) that start with the incident
+analysis (``analyze_incident``)."""
+_ISO = re.compile(r"\b\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?")
 HOP_NOTE = (
     "then: follow the services and dependencies the error and warning messages name "
     "(up to two hops), and look up runbooks for the symptoms seen"
@@ -134,10 +142,27 @@ def plan_steps(facts: dict[str, Any]) -> list[Step]:
     else:
         for target in scopes(services, unknown):
             steps += _log_steps(target, slow, found["error_level"])
+        if services or not unknown:  # never about other services than the unknown one asked
+            steps.append(analysis_step(found, str(facts.get("question", ""))))
     for service in unknown:
         steps.append(("query_logs", {"service": service}))
         steps.append(("query_metrics", {"service": service}))
     return with_trace_steps(steps, found, str(facts.get("question", "")))
+
+
+def analysis_step(found: QuestionFacets, question: str) -> Step:
+    """The incident analysis of a why or overview question.
+
+    The services it names, and the earliest time it names as the start of the incident window
+    (an alert investigation names the time before the first alert started).
+    """
+    args: dict[str, Any] = {}
+    if found["services"]:
+        args["services"] = list(found["services"])
+    times = sorted(_ISO.findall(question))
+    if times:
+        args["start"] = times[0]
+    return ("analyze_incident", args)
 
 
 def render_steps(steps: list[Step], *, note: str = "") -> str:

@@ -154,6 +154,8 @@ class Writer:
         self.actions: list[dict[str, Any]] = []
         self.missing: list[dict[str, Any]] = []
         self.quoted: set[tuple[str, str]] = set()
+        self.root_cause: dict[str, Any] | None = None
+        """The root cause proposed (``models.offline.root_cause``), if any."""
         self.conclusion: dict[str, Any] | None = None
 
     @property
@@ -165,14 +167,21 @@ class Writer:
         """State the answer's conclusion and the claims it rests on (checked by code)."""
         self.conclusion = {"text": text, "answer": answer, "rests_on": list(rests_on)}
 
-    def claim(self, claim_type: str, text: str, bindings: list[dict[str, Any]]) -> None:
-        """Add a claim (direct support, bound to exact refs)."""
+    def claim(
+        self,
+        claim_type: str,
+        text: str,
+        bindings: list[dict[str, Any]],
+        *,
+        support: str = "direct",
+    ) -> None:
+        """Add a claim bound to exact refs (an inference has ``support="indirect"``)."""
         self.claims.append(
             {
                 "claim_id": f"c{len(self.claims) + 1}",
                 "claim_type": claim_type,
                 "claim_text": text,
-                "support_level": "direct",
+                "support_level": support,
                 "evidence_bindings": bindings,
             }
         )
@@ -196,6 +205,11 @@ class Writer:
         text = self.t["action"].format(title=title, sentence=sentence)
         if all(item["text"] != text for item in self.actions):
             self.actions.append({"text": text, "source": source})
+
+    def first_action(self, text: str, source: str) -> None:
+        """Add a next step of the answer's own, before those from runbooks."""
+        if all(item["text"] != text for item in self.actions):
+            self.actions.insert(0, {"text": text, "source": source})
 
     def join(self, names: list[str]) -> str:
         """Names listed in the answer language."""
@@ -370,14 +384,16 @@ class Writer:
 
     def json(self) -> str:
         """The answer as one ``executor_evidence_v2`` object."""
-        return json.dumps(
-            {
-                "answer_version": "executor_evidence_v2",
-                "claims": self.claims,
-                "hypotheses": self.hypotheses,
-                "recommended_actions": self.actions[:3],
-                "missing_info": self.missing,
-                **({"conclusion": self.conclusion} if self.conclusion else {}),
-            },
-            ensure_ascii=False,
-        )
+        answer: dict[str, Any] = {
+            "answer_version": "executor_evidence_v2",
+            "claims": self.claims,
+            "hypotheses": self.hypotheses,
+            # A root cause's own next step (what would confirm it) comes before three runbooks.
+            "recommended_actions": self.actions[: 4 if self.root_cause is not None else 3],
+            "missing_info": self.missing,
+        }
+        if self.conclusion:
+            answer["conclusion"] = self.conclusion
+        if self.root_cause is not None:
+            answer["root_cause"] = self.root_cause
+        return json.dumps(answer, ensure_ascii=False)

@@ -280,6 +280,8 @@ function showAnswer(result, data) {
       h("a", { href: `/diagnoses/${encodeURIComponent(text(data.diagnosis_id))}`, id: "diagnosis-link" },
         "See why: claims and evidence"),
       h("span", { class: "muted" }, ` · thread ${text(data.thread_id)}`)),
+    data.root_cause ? h("p", { id: "root-cause" }, h("strong", {}, "Most likely root cause (inferred): "),
+      text(data.root_cause.service), ": ", text(data.root_cause.mechanism)) : null,
     h("div", { class: "answer", id: "answer" }, text(data.answer))));
 }
 
@@ -705,6 +707,22 @@ function tableOf(id, headers, rows) {
     h("tbody", {}, rows.map((cells) => h("tr", {}, cells.map((cell) => h("td", {}, cell)))))));
 }
 
+function rootCauseSection(record) {
+  const channels = record.self_evaluation || {};
+  const root = channels.root_cause;
+  const suspects = (channels.suspects || {}).suspects || [];
+  if (!root && !suspects.length) return null;
+  const head = root
+    ? h("p", { id: "root-cause" }, h("strong", {}, "Most likely root cause (inferred): "), text(root.service),
+      ": ", text(root.mechanism), h("span", { class: "muted" }, ` · claims ${(root.claim_ids || []).map(text).join(", ")}`))
+    : h("p", { id: "root-cause", class: "muted" }, "No single root cause is stated: the evidence does not single one out.");
+  const ranked = suspects.length
+    ? tableOf("suspects", ["rank", "service", "score", "onset", "mechanism"],
+      suspects.map((s) => [text(s.rank), text(s.service), text(s.score), text(s.onset), text(s.mechanism)]))
+    : null;
+  return section("Root cause", "root-cause-section", head, ranked);
+}
+
 async function renderDiagnosis(id) {
   document.title = `Diagnosis ${id} · superbiz`;
   const [record] = await Promise.all([getJson(`/api/diagnoses/${encodeURIComponent(id)}`), loadToolDisplay()]);
@@ -720,6 +738,7 @@ async function renderDiagnosis(id) {
     h("p", { class: "text", id: "question" }, h("strong", {}, "Question: "), text(record.question)),
     h("p", {}, badge(record.verdict, record.score), " ",
       h("span", { class: "muted" }, `status ${text(record.status)} · ${text(record.rounds)} round(s) · thread ${text(record.thread_id)} · ${text(record.created_at)}`)),
+    rootCauseSection(record),
     section("Why this verdict", "why", h("ul", { id: "reasons" }, verdictReasons(ve, record).map((r) => h("li", {}, r)))),
     section("Answer", "answer-section", h("div", { class: "answer", id: "answer" }, text(record.final_answer) || "(no answer recorded)")),
     section(`Claims (round ${rounds.length || 1})`, "claims-section", claimsTable(ve, invocations)),

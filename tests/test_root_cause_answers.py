@@ -1,0 +1,175 @@
+"""Answers that state the root cause: the offline answer opens with it, the state carries it.
+
+The bundled sample's "order-service 为什么报 500 错误？" states inventory-service's stock
+reconciliation job as the most likely root cause and the chain to the 500s, each link a claim
+bound to its evidence; the root cause is kept only when the claims stating it are confirmed; an
+analysis that singles out no cause is told as such, with the candidates and no root cause.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from langchain_core.messages import HumanMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.memory import InMemorySaver
+
+import analysis.incident
+from analysis.report import IncidentReport
+from graph.compile import RunStores, compile_graph
+from graph.runner import summary_of
+from persistence.audit import InMemoryAuditStore
+from persistence.ledger import InMemoryLedger
+from state.context import Context
+from state.records import ClaimCheck, ExecutorAnswer, RootCause
+from verification.root_cause import confirmed_root_cause
+
+QUESTION = "order-service 为什么报 500 错误？"
+
+
+def _ask(question: str, language: str = "zh") -> tuple[dict[str, Any], InMemoryAuditStore]:
+    audit = InMemoryAuditStore()
+    app = compile_graph(RunStores(InMemorySaver(), audit=audit, ledger=InMemoryLedger()))
+    config: RunnableConfig = {"configurable": {"thread_id": "rc"}}
+    app.invoke({"messages": [HumanMessage(question)]}, config, context=Context(language=language))
+    return dict(app.get_state(config).values), audit
+
+
+def _confirmed_texts(state: dict[str, Any]) -> list[str]:
+    labels = {c["claim_id"]: c["verification"] for c in state["verifier_result"]["claim_checks"]}
+    return [
+        claim["claim_text"]
+        for claim in state["executor_answer"]["claims"]
+        if labels[claim["claim_id"]] in ("direct_observation", "reasonable_inference")
+    ]
+
+
+def test_sample_why_500_states_the_reconciliation_job_as_root_cause_and_the_chain() -> None:
+    state, _ = _ask(QUESTION)
+
+    assert state["verdict"] == "PASS"
+    root = state["root_cause"]
+    assert root is not None and root["service"] == "inventory-service"
+    assert "stock reconciliation job" in root["mechanism"]
+    texts = _confirmed_texts(state)
+    assert texts[0].startswith("最可能的根因（推断）：inventory-service")
+    chain = [
+        "Started stock reconciliation job run=rec-20260301-0958",  # the job (09:58)
+        "Slow query: UPDATE stock",  # slow queries on table stock
+        "Lock wait on table stock",  # lock waits
+        "Inventory reservation call to inventory-service",  # holding HikariPool-1 connections
+        "HikariPool-1 - Connection is not available",  # the pool exhausted
+        "status=500",  # the 500s
+        "502 Bad Gateway",  # api-gateway's 502s
+    ]
+    where = [next(i for i, text in enumerate(texts) if link in text) for link in chain]
+    assert where == sorted(where), texts
+    causal = state["executor_answer"]["claims"][0]
+    assert causal["claim_type"] == "causal" and causal["support_level"] == "indirect"
+    labels = {c["claim_id"]: c["verification"] for c in state["verifier_result"]["claim_checks"]}
+    assert labels[causal["claim_id"]] == "reasonable_inference"
+    assert all(
+        labels[claim_id] in ("direct_observation", "reasonable_inference")
+        for claim_id in root["claim_ids"]
+    )
+    answer = state["answer"]
+    assert answer.index("最可能的根因") < answer.index("Lock wait on table stock")
+    summary = summary_of(state, "rc")  # type: ignore[arg-type]
+    assert summary["root_cause"] == root
+    assert summary["suspects"][0]["service"] == "inventory-service"
+    assert summary["suspects"][0]["root_cause"] is True
+
+
+def test_sample_why_500_in_english_states_the_same_root_cause() -> None:
+    state, audit = _ask("Why is order-service returning HTTP 500 errors?", "en")
+
+    assert state["verdict"] == "PASS"
+    assert state["root_cause"]["service"] == "inventory-service"
+    assert _confirmed_texts(state)[0].startswith("Most likely root cause (inferred): inventory-")
+    record = audit.get(state["diagnosis_id"])
+    assert record is not None and record["self_evaluation"] is not None
+    assert record["self_evaluation"]["root_cause"] == state["root_cause"]
+    suspects = record["self_evaluation"]["suspects"]
+    assert isinstance(suspects, dict) and suspects["suspects"] == state["suspects"]
+
+
+def _answer(*claims: tuple[str, str]) -> ExecutorAnswer:
+    return ExecutorAnswer(
+        claims=[
+            {
+                "claim_id": claim_id,
+                "claim_type": "causal",
+                "claim_text": text,
+                "support_level": "indirect",
+                "evidence_bindings": [],
+            }  # type: ignore[typeddict-item]
+            for claim_id, text in claims
+        ],
+        hypotheses=[],
+        recommended_actions=[],
+        missing_info=[],
+        schema_findings=[],
+        root_cause=RootCause(service="db", mechanism="lock waits", claim_ids=["c1", "c2"]),
+    )
+
+
+def _checks(**labels: str) -> list[ClaimCheck]:
+    return [
+        ClaimCheck(
+            claim_id=claim_id,
+            verification=label,  # type: ignore[typeddict-item]
+            detail="",
+            evidence_refs=[],
+            model_verification=None,
+        )
+        for claim_id, label in labels.items()
+    ]
+
+
+@pytest.mark.parametrize(
+    ("labels", "verdict", "kept"),
+    [
+        ({"c1": "reasonable_inference", "c2": "direct_observation"}, "PASS", True),
+        ({"c1": "reasonable_inference", "c2": "direct_observation"}, "LOW_CONFID", True),
+        ({"c1": "reasonable_inference", "c2": "direct_observation"}, "REJECT", False),
+        ({"c1": "reasonable_inference", "c2": "unsupported"}, "PASS", False),
+        ({"c1": "overstated", "c2": "direct_observation"}, "PASS", False),
+        ({"c1": "reasonable_inference"}, "PASS", False),
+    ],
+    ids=["confirmed", "low-confid", "reject", "one-unsupported", "overstated", "claim-missing"],
+)
+def test_root_cause_is_kept_only_when_its_claims_are_confirmed(
+    labels: dict[str, str], verdict: str, kept: bool
+) -> None:
+    answer = _answer(("c1", "Most likely root cause: db, lock waits"), ("c2", "db waits"))
+    found = confirmed_root_cause(answer, _checks(**labels), verdict)
+    assert (found is not None) is kept
+
+
+def test_root_cause_not_named_by_its_claims_is_not_kept() -> None:
+    answer = _answer(("c1", "Most likely root cause: cache"), ("c2", "cache misses"))
+    checks = _checks(c1="reasonable_inference", c2="direct_observation")
+    assert confirmed_root_cause(answer, checks, "PASS") is None
+
+
+def test_an_analysis_without_a_single_cause_lists_candidates_and_states_none(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    analyze = analysis.incident.analyze
+
+    def undecided(inputs: Any, settings: Any = None) -> IncidentReport:
+        report = analyze(inputs, settings)
+        report["root_cause"] = None
+        report["ambiguity"] = "two services deviate alike"
+        return report
+
+    monkeypatch.setattr("evidence.incident.analyze", undecided)
+    state, _ = _ask("Why is order-service returning HTTP 500 errors?", "en")
+
+    assert state["root_cause"] is None
+    assert state["executor_answer"].get("root_cause") is None
+    first = state["executor_answer"]["claims"][0]
+    assert first["claim_text"].startswith("The evidence does not single out one root cause")
+    assert "inventory-service" in first["claim_text"]
+    assert "payment-service" not in first["claim_text"]  # it cannot explain order-service
