@@ -47,6 +47,7 @@ from analysis.report import (
 )
 from analysis.spans import call_edges, is_error, percentile
 from analysis.templates import TemplateIndex
+from state.display import clip
 from state.records import AlertEntry, LogEntry, SeriesEntry, SpanEntry
 
 __all__ = [
@@ -268,7 +269,7 @@ def _level_class(level: str) -> str:
 
 
 def _clip(text: str, size: int = 120) -> str:
-    return text if len(text) <= size else text[: size - 1] + "…"
+    return clip(text, size)
 
 
 # --------------------------------------------------------------------------- logs

@@ -30,11 +30,14 @@ from models.offline import (
 from persistence.audit import InMemoryAuditStore
 from state.context import Context
 from tests.serving_kit import serve_on_loopback
+from tools import registry
 from verification.verifier_payload import CLOSE, OPEN
 
 QUESTION = "order-service 为什么报 500？"
 PLAN_TEXT = "PLAN-MARKER-7f3a: read the ERROR logs of order-service, then decide."
-TOOL_NAMES = ["query_logs", "query_metrics", "lookup_knowledge", "get_current_time"]
+TOOL_NAMES = [name for name in registry.names() if name != "query_traces"]
+"""Every registered tool in registration order but the trace tool: what the executor is offered
+here, where no trace source is configured."""
 
 
 @dataclass
@@ -335,12 +338,13 @@ def test_models_http_uses_per_role_model_names_and_the_api_key(model_env: FakeOp
     assert {h.get("authorization") for h in model_env.headers} == {"Bearer test-key"}
 
 
-def test_models_http_executor_request_carries_the_four_tools(model_env: FakeOpenAI) -> None:
+def test_models_http_executor_request_carries_every_registered_tool(model_env: FakeOpenAI) -> None:
     _run_diagnosis()
 
     for body in model_env.by_role("executor"):
         names = [tool["function"]["name"] for tool in body["tools"]]
         assert names == TOOL_NAMES
+        assert {"query_logs", "query_metrics", "lookup_knowledge"} <= set(names)
         assert all(tool["type"] == "function" for tool in body["tools"])
     # The second executor turn sees the recorded tool result with its invocation id.
     second = model_env.by_role("executor")[1]
