@@ -1000,15 +1000,16 @@ def _edges(
 def _evidence(signals: Sequence[Signal]) -> float:
     """The weight of a service's signals: the sum of the strongest, each times its kind's weight.
 
-    A second signal of a kind already counted (p90 and p99 of one latency) counts
+    A second signal of a family already counted (p90 and p99 of one latency) counts
     ``_REPEAT_WEIGHT`` of its value: they are mostly one observation.
     """
     ranked = sorted(signals, key=lambda s: -s["strength"] * _SIGNAL_WEIGHT[s["kind"]])
     seen: set[str] = set()
     total = 0.0
     for signal in ranked[: thresholds.MAX_SIGNALS]:
-        repeat = _REPEAT_WEIGHT if signal["kind"] in seen else 1.0
-        seen.add(signal["kind"])
+        family = _family(signal)
+        repeat = _REPEAT_WEIGHT if family in seen else 1.0
+        seen.add(family)
         total += signal["strength"] * _SIGNAL_WEIGHT[signal["kind"]] * repeat
     return total
 
@@ -1052,6 +1053,26 @@ def _onset(signals: Sequence[Signal]) -> float | None:
     return min((moment for moment in moments if moment is not None), default=None)
 
 
+def _onset_is_coarse(signals: Sequence[Signal]) -> bool:
+    """Whether a service's onset comes from a series (points a minute or so apart)."""
+    timed = [
+        (moment, signal)
+        for signal in signals
+        if signal["kind"] != "change" and (moment := parse_time(signal["onset"])) is not None
+    ]
+    if not timed:
+        return True
+    first = min(timed, key=lambda item: item[0])[1]
+    return any(pointer.get("kind") == "series" for pointer in first["evidence"])
+
+
+def _family(signal: Signal) -> str:
+    """What a signal measures: its kind, and for trace latency which latency."""
+    if signal["kind"] == "trace_latency":
+        return "trace_latency:" + " ".join(signal["detail"].split()[:2])
+    return signal["kind"]
+
+
 def _mechanism(signal: Signal) -> str:
     kind = signal["kind"]
     detail = signal["detail"]
@@ -1092,15 +1113,26 @@ def _rank(
     for edge in edges:
         graph[edge["caller"]].add(edge["callee"])
 
+    coarse = {service for service in anomalous if _onset_is_coarse(by_service[service])}
+    slow_calls = {
+        (pointer.get("caller", ""), pointer.get("callee", ""))
+        for signal in signals
+        if signal["kind"] == "trace_latency"
+        for pointer in signal["evidence"]
+        if pointer.get("kind") == "edge"
+    }
+
     def earlier_or_same(cause: str, effect: str) -> bool:
         a, b = onset.get(cause), onset.get(effect)
-        return a is None or b is None or a <= b + cfg.onset_tolerance_s
+        precise = cause not in coarse and effect not in coarse
+        tolerance = thresholds.ONSET_TOLERANCE_PRECISE_S if precise else cfg.onset_tolerance_s
+        return a is None or b is None or a <= b + tolerance
 
     explained_by: dict[str, set[str]] = defaultdict(set)
     for service in anomalous:
         for callee in _reach(service, graph) & anomalous:
             comparable = evidence[callee] >= thresholds.EXPLAIN_MIN_SHARE * evidence[service]
-            if comparable and earlier_or_same(callee, service):
+            if (comparable or (service, callee) in slow_calls) and earlier_or_same(callee, service):
                 explained_by[service].add(callee)
     # Two services that explain each other: the earlier onset (then the stronger) is the cause.
     for service in sorted(anomalous):
