@@ -117,6 +117,13 @@ API_MAX_BODY_BYTES = Setting(
     "largest request body (larger: 413)",
     default=64 * 1024,
 )
+API_BODY_TIMEOUT_S = Setting(
+    "api_body_timeout_s",
+    "SUPERBIZ_API_BODY_TIMEOUT_S",
+    Amount("seconds", floor=0.1),
+    "seconds a client has to send its whole request body (slower: 408, connection closed)",
+    default=15.0,
+)
 API_RATE_PER_MIN = Setting(
     "api_rate_per_min",
     "SUPERBIZ_API_RATE_PER_MIN",
@@ -276,6 +283,7 @@ SETTINGS: tuple[Setting, ...] = (
     API_KEYS_FILE,
     API_MAX_QUESTION_CHARS,
     API_MAX_BODY_BYTES,
+    API_BODY_TIMEOUT_S,
     API_RATE_PER_MIN,
     API_RATE_BURST,
     API_MAX_RUNS,
