@@ -418,6 +418,7 @@ def decide(
         not_run=not_run,
         failed=failed_calls(trace),
         conclusion=conclusion["status"],
+        conclusion_text=conclusion["text"],
     )
     if coverage["status"] != "answered":
         shown = ", ".join(coverage["unanswered"]) or "none"
