@@ -70,7 +70,9 @@ _HTTP_STATUS = re.compile(
     r"(?:\bhttp(?:/\d(?:\.\d)?)?\s*|\bstatus(?:[ _]?code)?\s*[=:]?\s*|"
     r"\b(?:returned|returns|returning|answered|answers|responded|responds|response|responses)"
     r"\s+(?:with\s+)?(?:an?\s+|http\s+)?|返回\s*|状态码\s*[=:：]?\s*|响应\s*)([1-5]\d\d)(?!\d)"
-    r"|(?<![\d.])([1-5]\d\d)(?:s\b|\s+(?:errors?|responses?|status|codes?)\b|\s*(?:错误|响应))",
+    # "500s" are status codes; "in 590s", "after 300s", "took 120s" are durations.
+    r"|(?<![\d.])(?<!\bin )(?<!after )(?<!took )(?<!over )(?<!every )(?<!within )"
+    r"([1-5]\d\d)(?:s\b|\s+(?:errors?|responses?|status|codes?)\b|\s*(?:错误|响应))",
     re.IGNORECASE,
 )
 _ERRNO = re.compile(
