@@ -17,6 +17,7 @@ import apps.cli.main as cli
 from apps.eval.evaluation import run_scenario
 from apps.eval.scenario import load_scenario
 from evidence.environment import parse_environment
+from evidence.replay import ReplayBackend
 from evidence.sample import SampleBackend
 from persistence.ledger import InMemoryLedger
 from state.records import Invocation
@@ -30,7 +31,7 @@ from tests.scenario_kit import (
     verifier_reply,
 )
 from tests.traces_kit import otlp_request, shop_request, shop_spans
-from tools.registry import spec_of, tool_specs
+from tools.registry import offered, spec_of, tool_specs
 from tools.runner import ToolRunner
 from verification.trace_summary import build_trace_summary
 
@@ -263,3 +264,25 @@ def test_query_traces_cli_diagnose_offline_answers_who_calls_from_the_traces(
     assert "checkout calls payment-service: 10 calls, 2 failed, p99 900 ms" in out
     assert "edges[0]: checkout -> payment-service calls=10 errors=2 " in out
     assert "verdict: PASS" in out
+
+
+def _offered_names(backend: object) -> list[str]:
+    tools: list[Any] = offered(backend)
+    return [str(tool["function"]["name"]) for tool in tools]
+
+
+def test_query_traces_is_offered_only_over_a_backend_with_traces() -> None:
+    recorded = _run({"service": "payment-service"})
+    call: Any = {
+        "tool": "query_traces",
+        "arguments": recorded["arguments"],
+        "status": "ok",
+        "output": recorded["output"],
+        "error": None,
+    }
+
+    assert "query_traces" not in _offered_names(SampleBackend(environment()))
+    assert "query_traces" in _offered_names(SampleBackend(_traced_environment()))
+    assert "query_traces" not in _offered_names(ReplayBackend({"services": [], "calls": []}))
+    assert "query_traces" in _offered_names(ReplayBackend({"services": [], "calls": [call]}))
+    assert "query_logs" in _offered_names(SampleBackend(environment()))
