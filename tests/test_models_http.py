@@ -34,7 +34,13 @@ from verification.verifier_payload import CLOSE, OPEN
 
 QUESTION = "order-service 为什么报 500？"
 PLAN_TEXT = "PLAN-MARKER-7f3a: read the ERROR logs of order-service, then decide."
-TOOL_NAMES = ["query_logs", "query_metrics", "lookup_knowledge", "get_current_time"]
+TOOL_NAMES = [
+    "query_logs",
+    "query_metrics",
+    "analyze_incident",
+    "lookup_knowledge",
+    "get_current_time",
+]
 
 
 @dataclass
