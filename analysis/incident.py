@@ -47,6 +47,7 @@ from analysis.report import (
 )
 from analysis.spans import call_edges, is_error, percentile
 from analysis.templates import TemplateIndex
+from state.display import clip
 from state.records import AlertEntry, LogEntry, SeriesEntry, SpanEntry
 
 __all__ = [
@@ -77,7 +78,7 @@ _SIGNAL_WEIGHT: Final[dict[SignalKind, float]] = {
     "error_surge": 1.0,
     "new_template": 0.8,
     "template_jump": 0.7,
-    "latency": 0.9,
+    "latency": 0.55,
     "error_ratio": 1.0,
     "cpu": 0.8,
     "memory": 0.6,
@@ -268,7 +269,7 @@ def _level_class(level: str) -> str:
 
 
 def _clip(text: str, size: int = 120) -> str:
-    return text if len(text) <= size else text[: size - 1] + "…"
+    return clip(text, size)
 
 
 # --------------------------------------------------------------------------- logs
@@ -999,15 +1000,16 @@ def _edges(
 def _evidence(signals: Sequence[Signal]) -> float:
     """The weight of a service's signals: the sum of the strongest, each times its kind's weight.
 
-    A second signal of a kind already counted (p90 and p99 of one latency) counts
+    A second signal of a family already counted (p90 and p99 of one latency) counts
     ``_REPEAT_WEIGHT`` of its value: they are mostly one observation.
     """
     ranked = sorted(signals, key=lambda s: -s["strength"] * _SIGNAL_WEIGHT[s["kind"]])
     seen: set[str] = set()
     total = 0.0
     for signal in ranked[: thresholds.MAX_SIGNALS]:
-        repeat = _REPEAT_WEIGHT if signal["kind"] in seen else 1.0
-        seen.add(signal["kind"])
+        family = _family(signal)
+        repeat = _REPEAT_WEIGHT if family in seen else 1.0
+        seen.add(family)
         total += signal["strength"] * _SIGNAL_WEIGHT[signal["kind"]] * repeat
     return total
 
@@ -1051,6 +1053,26 @@ def _onset(signals: Sequence[Signal]) -> float | None:
     return min((moment for moment in moments if moment is not None), default=None)
 
 
+def _onset_is_coarse(signals: Sequence[Signal]) -> bool:
+    """Whether a service's onset comes from a series (points a minute or so apart)."""
+    timed = [
+        (moment, signal)
+        for signal in signals
+        if signal["kind"] != "change" and (moment := parse_time(signal["onset"])) is not None
+    ]
+    if not timed:
+        return True
+    first = min(timed, key=lambda item: item[0])[1]
+    return any(pointer.get("kind") == "series" for pointer in first["evidence"])
+
+
+def _family(signal: Signal) -> str:
+    """What a signal measures: its kind, and for trace latency which latency."""
+    if signal["kind"] == "trace_latency":
+        return "trace_latency:" + " ".join(signal["detail"].split()[:2])
+    return signal["kind"]
+
+
 def _mechanism(signal: Signal) -> str:
     kind = signal["kind"]
     detail = signal["detail"]
@@ -1077,6 +1099,35 @@ def _reach(start: str, graph: dict[str, set[str]]) -> set[str]:
     return seen
 
 
+def _prior_changes(
+    changes: list[Change], onset: dict[str, float | None], cfg: _Config
+) -> dict[str, Change]:
+    """Per anomalous service, the first change on it shortly before (or at) its onset."""
+    found: dict[str, Change] = {}
+    for change in changes:
+        service = change["service"]
+        moment = parse_time(change["time"])
+        if service not in onset or service in found or moment is None:
+            continue
+        start = onset[service]
+        if start is None or start - cfg.change_lead_s <= moment <= start + cfg.onset_tolerance_s:
+            found[service] = change
+    return found
+
+
+def _change_signal(service: str, change: Change) -> Signal:
+    return Signal(
+        kind="change",
+        service=service,
+        detail=f"{change['category']} at {change['time']}: {_clip(change['text'])}",
+        baseline=None,
+        incident=None,
+        onset=change["time"],
+        strength=1.0,
+        evidence=[change["evidence"]],
+    )
+
+
 def _rank(
     signals: list[Signal], changes: list[Change], edges: list[Edge], cfg: _Config
 ) -> list[Suspect]:
@@ -1087,19 +1138,38 @@ def _rank(
     strength = {service: _score(value) for service, value in evidence.items()}
     anomalous = {service for service, value in strength.items() if value >= cfg.anomaly_min}
     onset = {service: _onset(by_service[service]) for service in anomalous}
+    prior_change = _prior_changes(changes, onset, cfg)
+    comparable_evidence = {
+        service: evidence[service] + (cfg.change_bonus if service in prior_change else 0.0)
+        for service in anomalous
+    }
     graph: dict[str, set[str]] = defaultdict(set)
     for edge in edges:
         graph[edge["caller"]].add(edge["callee"])
 
+    coarse = {service for service in anomalous if _onset_is_coarse(by_service[service])}
+    slow_calls = {
+        (pointer.get("caller", ""), pointer.get("callee", ""))
+        for signal in signals
+        if signal["kind"] == "trace_latency"
+        for pointer in signal["evidence"]
+        if pointer.get("kind") == "edge"
+    }
+
     def earlier_or_same(cause: str, effect: str) -> bool:
         a, b = onset.get(cause), onset.get(effect)
-        return a is None or b is None or a <= b + cfg.onset_tolerance_s
+        precise = cause not in coarse and effect not in coarse
+        tolerance = thresholds.ONSET_TOLERANCE_PRECISE_S if precise else cfg.onset_tolerance_s
+        return a is None or b is None or a <= b + tolerance
 
     explained_by: dict[str, set[str]] = defaultdict(set)
     for service in anomalous:
         for callee in _reach(service, graph) & anomalous:
-            comparable = evidence[callee] >= thresholds.EXPLAIN_MIN_SHARE * evidence[service]
-            if comparable and earlier_or_same(callee, service):
+            comparable = (
+                comparable_evidence[callee]
+                >= thresholds.EXPLAIN_MIN_SHARE * comparable_evidence[service]
+            )
+            if (comparable or (service, callee) in slow_calls) and earlier_or_same(callee, service):
                 explained_by[service].add(callee)
     # Two services that explain each other: the earlier onset (then the stronger) is the cause.
     for service in sorted(anomalous):
@@ -1118,37 +1188,19 @@ def _rank(
         for cause in causes:
             explains[cause].add(service)
     suspects: list[Suspect] = []
-    others = max(1, len(anomalous) - 1)
     for service in anomalous:
         score = evidence[service]
         if explained_by[service]:
             score *= cfg.symptom_factor
-        score += cfg.explain_bonus * len(explains[service]) / others
+        score += cfg.explain_bonus * sum(
+            evidence[symptom] / len(explained_by[symptom]) for symptom in explains[service]
+        )
         service_signals = sorted(by_service[service], key=lambda s: (-s["strength"], s["kind"]))
         start = onset.get(service)
-        for change in changes:
-            moment = parse_time(change["time"])
-            if change["service"] != service or moment is None:
-                continue
-            if (
-                start is None
-                or start - cfg.change_lead_s <= moment <= start + cfg.onset_tolerance_s
-            ):
-                score += cfg.change_bonus
-                service_signals.insert(
-                    0,
-                    Signal(
-                        kind="change",
-                        service=service,
-                        detail=f"{change['category']} at {change['time']}: {_clip(change['text'])}",
-                        baseline=None,
-                        incident=None,
-                        onset=change["time"],
-                        strength=1.0,
-                        evidence=[change["evidence"]],
-                    ),
-                )
-                break
+        change = prior_change.get(service)
+        if change is not None:
+            score += cfg.change_bonus
+            service_signals.insert(0, _change_signal(service, change))
         top = service_signals[0]
         suspects.append(
             Suspect(

@@ -16,6 +16,7 @@ from drain3.masking import MaskingInstruction
 from drain3.template_miner_config import TemplateMinerConfig
 
 from analysis import thresholds
+from state.display import one_line
 
 _MASKS: Final = (
     (r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}", "UUID"),
@@ -45,7 +46,7 @@ class TemplateIndex:
 
     def add(self, message: str) -> int:
         """Mine one message; return its template id."""
-        text = " ".join(message[:_MAX_MESSAGE_CHARS].split())
+        text = one_line(message[:_MAX_MESSAGE_CHARS])
         result = self._miner.add_log_message(text)
         return int(result["cluster_id"])
 

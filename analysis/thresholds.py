@@ -36,11 +36,13 @@ a series deviation that several services share is divided by the square root of 
 Propagation and ranking
     A service is anomalous when its combined strength reaches ``ANOMALY_MIN``. An anomalous
     service that calls (directly or through anomalous services) an anomalous service whose onset
-    is no later than its own plus ``ONSET_TOLERANCE_S``, and whose evidence is at least
-    ``EXPLAIN_MIN_SHARE`` of its own, is explained by it (a symptom): its score
+    is no later than its own plus ``ONSET_TOLERANCE_S`` (``ONSET_TOLERANCE_PRECISE_S`` when both
+    onsets come from log lines or spans, not from series points a minute apart), and whose
+    evidence is at least ``EXPLAIN_MIN_SHARE`` of its own or whose slow calls from this very
+    caller are among its signals, is explained by it (a symptom): its score
     evidence is multiplied by ``SYMPTOM_FACTOR``. A suspect's evidence gains ``EXPLAIN_BONUS``
-    times the share of the other anomalous services it explains, and ``CHANGE_BONUS`` for a
-    change event on it within
+    times the evidence of each service it explains (shared among that service's causes), and
+    ``CHANGE_BONUS`` for a change event on it within
     ``CHANGE_LEAD_S`` before (or during) its onset. The top suspect is the root cause when its score
     is at least ``ROOT_MIN_SCORE`` and the next one's evidence is below ``1 - ROOT_MARGIN`` of its
     own; otherwise the report says
@@ -78,9 +80,10 @@ ERROR_RATIO_DELTA: Final = 0.1
 
 ANOMALY_MIN: Final = 0.3
 ONSET_TOLERANCE_S: Final = 60.0
+ONSET_TOLERANCE_PRECISE_S: Final = 15.0
 EXPLAIN_MIN_SHARE: Final = 0.5
 SYMPTOM_FACTOR: Final = 0.5
-EXPLAIN_BONUS: Final = 0.5
+EXPLAIN_BONUS: Final = 0.3
 CHANGE_BONUS: Final = 0.5
 CHANGE_LEAD_S: Final = 1800.0
 ROOT_MIN_SCORE: Final = 0.3

@@ -6,8 +6,9 @@ per fault) and scores the named root-cause service against each case's expected 
 Modes:
     ``--direct``  ``analysis.incident.analyze`` on each environment, with the case's windows;
                   top-1 is ``root_cause.service``, top-3 the first three suspects.
-    default       the product offline (``superbiz diagnose --offline --json``, in process), once
-                  per question language (``--lang zh,en``), scoring the answer's ``root_cause``.
+    default       the product offline (``superbiz diagnose --offline --json``, one process per
+                  question, a throw-away SQLite database), once per question language
+                  (``--lang zh,en``), scoring the answer's ``root_cause`` and ``suspects``.
     ``--model``   the same with the configured models.
 
 It also measures the analysis on a day-sized input (``--day-scale N`` copies of one fault's data
@@ -25,9 +26,11 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import resource
+import subprocess
 import sys
+import tempfile
 import time
-import tracemalloc
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -117,29 +120,27 @@ def _show(report: IncidentReport) -> None:
             print(f"        {signal['kind']} {signal['strength']:.2f} {signal['detail'][:110]}")
 
 
-def run_product(folder: Path, case: dict[str, Any], language: str, offline: bool) -> Outcome:
-    """The product's answer to the case's question, scored by its ``root_cause``."""
-    from apps.cli.main import main as cli_main  # the product, in process
-
+def run_product(
+    folder: Path, case: dict[str, Any], language: str, offline: bool, database: Path
+) -> Outcome:
+    """The product's answer to the case's question (``superbiz diagnose --json``), scored by its
+    ``root_cause`` and ``suspects``."""
     question = case["questions"][language]
-    argv = ["diagnose", question, "--env", str(folder / case["environment"]), "--json"]
+    argv = [
+        sys.executable, "-m", "apps.cli.main", "diagnose", question,
+        "--env", str(folder / case["environment"]), "--json", "--lang", language,
+        "--db", str(database),
+    ]
     if offline:
         argv.append("--offline")
-    if language == "en":
-        argv += ["--lang", "en"]
-    import contextlib
-    import io
-
-    buffer = io.StringIO()
     started = time.perf_counter()
-    with contextlib.redirect_stdout(buffer):
-        code = cli_main(argv)
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, check=False)
     seconds = time.perf_counter() - started
     try:
-        summary = json.loads(buffer.getvalue())
+        summary = json.loads(done.stdout)
     except json.JSONDecodeError:
         return Outcome(case["name"], case["expected_service"], [], None, seconds, "error",
-                       [f"exit {code}: output is not JSON"])
+                       [f"exit {done.returncode}: {done.stderr.strip()[-200:]}"])
     root = summary.get("root_cause") or {}
     suspects = [s.get("service", "") for s in summary.get("suspects") or []]
     return Outcome(
@@ -153,7 +154,7 @@ def run_product(folder: Path, case: dict[str, Any], language: str, offline: bool
 
 
 def day_scale(folder: Path, case: dict[str, Any], copies: int) -> tuple[float, float, int]:
-    """Seconds and peak MiB of the analysis on ``copies`` shifted copies of one fault's data."""
+    """CPU seconds and peak RSS (MiB) of the analysis on ``copies`` shifted copies of a fault."""
     from analysis.incident import parse_time
 
     inputs = load_inputs(folder, case)
@@ -176,12 +177,16 @@ def day_scale(folder: Path, case: dict[str, Any], copies: int) -> tuple[float, f
     big = IncidentInputs(**{**inputs, "logs": logs, "spans": spans,  # type: ignore[typeddict-item]
                             "baseline_start": _iso((parse_time(inputs["baseline_end"]) or 0)
                                                    - 86_400)})
-    tracemalloc.start()
-    started = time.perf_counter()
-    analyze(big)
-    seconds = time.perf_counter() - started
-    _, peak = tracemalloc.get_traced_memory()
-    tracemalloc.stop()
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    started, cpu = time.perf_counter(), time.process_time()
+    report = analyze(big)
+    seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
+    rss_after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(f"  analysed {report['counts']}; gaps: {report['gaps'][-2:]}")
+    print(f"  CPU {cpu:.1f} s (wall {seconds:.1f} s); peak RSS {rss_after / 1024:.0f} MiB"
+          f" ({rss_before / 1024:.0f} MiB with the inputs built, before the analysis)")
+    peak = float(rss_after) * 1024
+    seconds = cpu
     return seconds, peak / 2**20, len(logs) + len(spans)
 
 
@@ -203,6 +208,9 @@ def _report(label: str, outcomes: list[Outcome]) -> None:
             f"{o.name:50} {o.expected:32} {o.root or '-':32} {_yes(o.top1):4} {_yes(o.top3):4}"
             f" {_yes(o.anywhere):4} {o.verdict or '-':9} {o.seconds:7.2f}"
         )
+    for o in outcomes:
+        for note in o.notes:
+            print(f"  {o.name}: {note}")
     top1 = sum(o.top1 for o in outcomes) / total
     top3 = sum(o.top3 for o in outcomes) / total
     anywhere = sum(o.anywhere for o in outcomes) / total
@@ -247,16 +255,18 @@ def main(argv: list[str] | None = None) -> int:
             outcomes.append(run_direct(args.folder, case, args.verbose))
         _report("analysis.incident.analyze (--direct)", outcomes)
     else:
+        database = Path(tempfile.mkdtemp(prefix="rca_nezha_")) / "bench.db"
         for language in args.lang.split(","):
             outcomes = [
-                run_product(args.folder, case, language, offline=not args.model) for case in cases
+                run_product(args.folder, case, language, not args.model, database)
+                for case in cases
             ]
             _report(f"superbiz diagnose {'' if args.model else '--offline '}--json ({language})",
                     outcomes)
     if args.day_scale:
         seconds, peak, items = day_scale(args.folder, cases[0], args.day_scale)
         print(f"\nday-sized input: {items} log lines and spans ({args.day_scale} copies):"
-              f" {seconds:.1f} s, peak {peak:.0f} MiB traced")
+              f" {seconds:.1f} CPU seconds, peak RSS {peak:.0f} MiB")
     return 0
 
 

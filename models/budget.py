@@ -95,9 +95,29 @@ class Spend:
             )
         return None
 
-    def invoke(self, model: Runnable[Any, Any], messages: Sequence[BaseMessage]) -> AIMessage:
-        """Call ``model`` and count what the call cost; its answer as a reply (``as_reply``)."""
+    def supersede_last(self) -> None:
+        """Mark the last recorded call as superseded (its node asks again and uses the next)."""
+        if self.calls:
+            self.calls[-1]["superseded"] = True
+
+    def invoke(
+        self,
+        model: Runnable[Any, Any],
+        messages: Sequence[BaseMessage],
+        *,
+        read: Callable[[AIMessage], AIMessage] | None = None,
+    ) -> AIMessage:
+        """Call ``model`` and count what the call cost; its answer as a reply (``as_reply``).
+
+        Args:
+            model: the model (or a model with tools or options bound).
+            messages: what it is sent.
+            read: how the node reads the reply before it is recorded (the executor reads tool
+                calls written in the text, ``models.text_tool_calls``).
+        """
         reply = as_reply(model.invoke(list(messages), config=self.config))
+        if read is not None:
+            reply = read(reply)
         if not getattr(model, "offline", False):
             usage = getattr(reply, "usage_metadata", None) or {}
             self.added = add_usage(
@@ -116,9 +136,17 @@ class Spend:
                         role=_node_name(),
                         round=self._round,
                         record_replies=self._ctx.record_model_replies,
+                        max_tokens=output_limit(model),
                     )
                 )
         return reply
+
+
+def output_limit(model: Runnable[Any, Any]) -> int | None:
+    """The ``max_tokens`` a model (or a model with options bound) sends, if any."""
+    bound = getattr(model, "bound", model)
+    limit = getattr(model, "kwargs", {}).get("max_tokens") or getattr(bound, "max_tokens", None)
+    return limit if isinstance(limit, int) else None
 
 
 def _node_name() -> str:

@@ -20,7 +20,7 @@ import json
 from collections.abc import Callable
 from email.utils import parsedate_to_datetime
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import openai
 from langchain_core.callbacks import CallbackManagerForLLMRun
@@ -124,6 +124,7 @@ def call_with_retries(
     model: str,
     endpoint: str,
     deadline: float | None,
+    timeout_setting: str | None = None,
 ) -> T:
     """Run ``call`` under the retry rules above.
 
@@ -146,6 +147,8 @@ def call_with_retries(
             text = f"{label} ({status}: {_server_message(exc)})"
         except openai.APITimeoutError as exc:
             failure, text, status = exc, "timed out", None
+            if timeout_setting:
+                text = f"timed out (raise {timeout_setting})"
         except openai.APIConnectionError as exc:
             failure, status = exc, None
             text = f"could not be reached at {endpoint} or dropped the reply"
@@ -181,14 +184,37 @@ def deadline_of(run_manager: CallbackManagerForLLMRun | None) -> float | None:
 
 
 class ResilientChatOpenAI(CallableChatModel, ChatOpenAI):
-    """``ChatOpenAI`` whose requests go through ``call_with_retries`` (and never stream)."""
+    """``ChatOpenAI`` whose requests go through ``call_with_retries`` (and never stream).
 
+    It sends ``response_format`` (``models.structured``) until the endpoint refuses it once:
+    the refused request is sent again without it, and so is every later one.
+    """
+
+    accepts_response_format: ClassVar[bool] = True
     _policy: RetryPolicy = PrivateAttr(default_factory=RetryPolicy)
+    _role: str = PrivateAttr(default="model")
+    _schema_refused: bool = PrivateAttr(default=False)
 
-    def with_policy(self, policy: RetryPolicy) -> ResilientChatOpenAI:
-        """Use ``policy`` for this model's retries; returns the model itself."""
+    def with_policy(self, policy: RetryPolicy, *, role: str = "model") -> ResilientChatOpenAI:
+        """Use ``policy`` for this model's retries (``role`` names its settings in messages)."""
         self._policy = policy
+        self._role = role
         return self
+
+    def _get_request_payload(
+        self, input_: Any, *, stop: list[str] | None = None, **kwargs: Any
+    ) -> dict[str, Any]:
+        payload: dict[str, Any] = super()._get_request_payload(input_, stop=stop, **kwargs)
+        base = self.openai_api_base or ""
+        if base and "api.openai.com" not in base and "max_completion_tokens" in payload:
+            # Other OpenAI-compatible servers (Ollama, vLLM, llama.cpp) all read max_tokens.
+            payload["max_tokens"] = payload.pop("max_completion_tokens")
+        return payload
+
+    @property
+    def schema_refused(self) -> bool:
+        """Whether the endpoint refused a ``response_format`` (it is no longer sent)."""
+        return self._schema_refused
 
     def generate_for(self, call: GenerateCall) -> ChatResult:
         """``ChatOpenAI``'s generation under ``call_with_retries``, bounded by the deadline.
@@ -197,6 +223,20 @@ class ResilientChatOpenAI(CallableChatModel, ChatOpenAI):
             ModelCallFailed: when the endpoint's answer is never retried, or the retries or the
                 diagnosis deadline are spent.
         """
+        with_schema = "response_format" in call.kwargs
+        if with_schema and self._schema_refused:
+            call = _without_schema(call)
+            with_schema = False
+        try:
+            return self._generate_once(call)
+        except ModelCallFailed as exc:
+            if not with_schema or not refuses_schema(exc):
+                raise
+            # The endpoint does not take a JSON schema: the same request without it, from now on.
+            self._schema_refused = True
+            return self._generate_once(_without_schema(call))
+
+    def _generate_once(self, call: GenerateCall) -> ChatResult:
         deadline = deadline_of(call.run_manager)
         policy = self._policy
 
@@ -208,7 +248,12 @@ class ResilientChatOpenAI(CallableChatModel, ChatOpenAI):
                 limit = self.request_timeout
                 if not is_number(limit) or remaining < limit:
                     options["timeout"] = remaining
-            return call.run(partial(ChatOpenAI._generate, self), **options)
+            try:
+                return call.run(partial(ChatOpenAI._generate, self), **options)
+            except openai.LengthFinishReasonError as exc:
+                # With a response_format the client refuses a reply cut at max_tokens; it is
+                # read like any other cut reply (finish_reason "length").
+                return self._create_chat_result(exc.completion)
 
         return call_with_retries(
             attempt,
@@ -216,4 +261,22 @@ class ResilientChatOpenAI(CallableChatModel, ChatOpenAI):
             model=self.model_name,
             endpoint=self.openai_api_base or "https://api.openai.com/v1",
             deadline=deadline,
+            timeout_setting=TIMEOUT_SETTING,
         )
+
+
+def refuses_schema(exc: ModelCallFailed) -> bool:
+    """Whether a failure is the endpoint refusing ``response_format`` (400 or 422 naming it)."""
+    said = exc.reason.lower()
+    return exc.status in (400, 422) and any(
+        word in said for word in ("response_format", "json_schema", "schema", "grammar")
+    )
+
+
+TIMEOUT_SETTING = "SUPERBIZ_MODEL_TIMEOUT_S (or set SUPERBIZ_MODEL_PROFILE=local)"
+"""What a timed-out request names to raise."""
+
+
+def _without_schema(call: GenerateCall) -> GenerateCall:
+    kwargs = {key: value for key, value in call.kwargs.items() if key != "response_format"}
+    return GenerateCall(call.messages, call.stop, call.run_manager, kwargs)

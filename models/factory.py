@@ -43,12 +43,19 @@ def make_model_factory(policy: RetryPolicy | None = None) -> GetModel:
         policy: how model requests are retried (``models/calls.py``); its number of
             retries is the run's ``model_retries``. Tests pass one that waits milliseconds.
     """
-    cache: dict[tuple[str, str, float, bool, int], BaseChatModel] = {}
+    cache: dict[tuple[str, str, float, bool, int, int], BaseChatModel] = {}
     lock = threading.Lock()
     base = policy or RetryPolicy()
 
     def get_model(role: str, ctx: Context) -> BaseChatModel:
-        key = (role, ctx.model_for(role), ctx.model_timeout_s, ctx.offline, ctx.model_retries)
+        key = (
+            role,
+            ctx.model_for(role),
+            ctx.model_timeout_s,
+            ctx.offline,
+            ctx.model_retries,
+            max_tokens(role),
+        )
         with lock:
             model = cache.get(key)
             if model is None:
@@ -56,6 +63,12 @@ def make_model_factory(policy: RetryPolicy | None = None) -> GetModel:
             return model
 
     return get_model
+
+
+def max_tokens(role: str) -> int:
+    """The output token limit of ``role`` (``SUPERBIZ_<ROLE>_MAX_TOKENS``)."""
+    setting = catalog.MAX_TOKENS.get(role, catalog.EXECUTOR_MAX_TOKENS)
+    return int(configuration.value(setting))
 
 
 def _build(role: str, ctx: Context, policy: RetryPolicy) -> BaseChatModel:
@@ -79,4 +92,6 @@ def _build(role: str, ctx: Context, policy: RetryPolicy) -> BaseChatModel:
         temperature=0,
         max_retries=0,
         disable_streaming=True,
-    ).with_policy(policy)
+        # Sent with every request: a model that rambles stops at its role's limit.
+        max_completion_tokens=max_tokens(role),
+    ).with_policy(policy, role=role)

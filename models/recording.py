@@ -18,6 +18,7 @@ from langchain_core.messages import AIMessage
 from evidence import config as evidence_settings
 from models.messages import INVALID_ARGUMENTS as INVALID_ARGUMENTS
 from models.messages import message_text, readable_calls
+from models.text_tool_calls import tool_call_source
 from state import catalog
 from state.configuration import Sources
 from state.context import Context
@@ -97,9 +98,15 @@ def call_record(
     round: int,
     record_replies: bool,
     secrets: Sequence[str] | None = None,
+    max_tokens: int | None = None,
 ) -> ModelCallRecord:
-    """The record of one model call (see the module docstring)."""
+    """The record of one model call (see the module docstring).
+
+    ``max_tokens`` is the output limit the request carried; ``finish_reason`` says whether the
+    reply reached it (``length``), and ``tool_call_source`` where its tool calls came from.
+    """
     usage = getattr(reply, "usage_metadata", None) or {}
+    finish = reply.response_metadata.get("finish_reason")
     record = ModelCallRecord(
         role=role,
         round=round,
@@ -109,6 +116,9 @@ def call_record(
         output_tokens=int(usage.get("output_tokens") or 0),
         truncated=False,
         redacted=False,
+        tool_call_source=tool_call_source(reply),
+        finish_reason=finish if isinstance(finish, str) else None,
+        max_tokens=max_tokens,
     )
     if not record_replies:
         return record

@@ -14,6 +14,7 @@ from langgraph.runtime import Runtime
 
 from models.budget import GetModel, Spend
 from models.messages import message_text
+from models.structured import with_schema
 from nodes.common import Node, context_of, emit
 from nodes.prompts import load_prompt
 from state.context import Context
@@ -78,7 +79,7 @@ def make_composer(get_model: GetModel) -> Node:
             request: JSONObject = {"verdict": verdict, "language": ctx.language}
             request.update(model_material(material, verdict))
             reply = spend.invoke(
-                get_model("composer", ctx),
+                with_schema(get_model("composer", ctx), "composer_sections"),
                 [SystemMessage(prompt.text), HumanMessage(json.dumps(request, ensure_ascii=False))],
             )
             status, parsed = parse_executor_output(message_text(reply))

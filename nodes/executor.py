@@ -12,11 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage, ToolMessage
 from langgraph.runtime import Runtime
 
 from models.budget import GetModel, Spend
-from models.messages import content_chars, readable_calls
+from models.messages import content_chars, message_text, readable_calls
+from models.structured import accepts_schema, from_endpoint, with_schema
+from models.text_tool_calls import read_text_calls
 from nodes.common import Node, context_of, emit
 from nodes.executor_context import bounded_history, expand_tool_messages
 from nodes.prompts import load_prompt
@@ -25,6 +27,7 @@ from state.context import Context
 from state.graph_state import DiagnosisState
 from state.records import CallNotRun, JSONObject
 from tools.registry import tool_specs
+from verification.executor_output import parse_executor_output
 
 
 def readable_tool_calls(reply: AIMessage) -> AIMessage:
@@ -57,6 +60,8 @@ def make_executor(
     """
     prompt = load_prompt("executor")
     budget_spent = load_prompt("executor_budget")
+    no_call_prompt = load_prompt("executor_no_call")
+    final_repair = load_prompt("executor_final_repair")
 
     def executor(state: DiagnosisState, *, runtime: Runtime[Context]) -> DiagnosisState:
         ctx = context_of(runtime)
@@ -73,6 +78,15 @@ def make_executor(
             }
         model = get_model("executor", ctx)
         messages = state.get("executor_messages", [])
+        # Tool calls a model wrote in its text are read as calls, with ids stable on a re-run.
+        prefix = f"text-r{state.get('round', 1)}-m{len(messages)}"
+
+        def read(reply: AIMessage) -> AIMessage:
+            return read_text_calls(reply, prefix)
+
+        def read2(reply: AIMessage) -> AIMessage:
+            return read_text_calls(reply, prefix + "b")
+
         spent = used >= ctx.max_tool_calls_per_round
         nudge = HumanMessage(budget_spent.text)
         if any(isinstance(m, ToolMessage) for m in messages):
@@ -88,7 +102,11 @@ def make_executor(
         if spent:
             # No tools offered: the model must answer. The budget is a hard bound: calls asked
             # for all the same are dropped, not run, and listed so the answer can say so.
-            reply = readable_tool_calls(spend.invoke(model, [*history, nudge]))
+            reply = readable_tool_calls(
+                spend.invoke(
+                    with_schema(model, "executor_evidence_v2"), [*history, nudge], read=read
+                )
+            )
             dropped = [
                 CallNotRun(
                     tool_name=call["name"],
@@ -107,9 +125,36 @@ def make_executor(
                 "route": ["executor"],
             }
         # The registered tools, read per turn: a tool registered at run time is offered too.
-        reply = readable_tool_calls(spend.invoke(model.bind_tools(offered()), history))
+        with_tools = model.bind_tools(offered())
+        reply = readable_tool_calls(spend.invoke(with_tools, history, read=read))
+        added: list[AnyMessage] = [reply]
+        # Only a model behind an endpoint is asked again: scripted replies are replayed as they
+        # were recorded, and the offline rules always call tools.
+        endpoint = from_endpoint(model)
+        called = reply.tool_calls or any(isinstance(m, ToolMessage) for m in messages)
+        if endpoint and not called and spend.stop() is None:
+            # An answer before any tool result cites nothing: the model is asked once to call a
+            # tool (a model that only writes calls as text is told how).
+            no_call = HumanMessage(no_call_prompt.text)
+            spend.supersede_last()
+            retried = readable_tool_calls(
+                spend.invoke(with_tools, [*history, reply, no_call], read=read2)
+            )
+            added += [no_call, retried]
+            reply = retried
+        if endpoint and not reply.tool_calls and spend.stop() is None:
+            status, _ = parse_executor_output(message_text(reply))
+            if status["status"] == "malformed" and accepts_schema(model):
+                # An unreadable final answer is asked for once more, shaped by its schema.
+                repair = HumanMessage(final_repair.text.replace("{error}", str(status["error"])))
+                spend.supersede_last()
+                again = spend.invoke(
+                    with_schema(model, "executor_evidence_v2"),
+                    [*history, *added, repair],
+                )
+                added += [repair, AIMessage(content=again.content, id=again.id)]
         return {
-            "executor_messages": [reply],
+            "executor_messages": added,
             "usage": spend.added,
             "model_calls": spend.calls,
             "route": ["executor"],

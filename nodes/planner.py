@@ -11,11 +11,17 @@ from langgraph.types import Overwrite
 
 from models.budget import GetModel, Spend
 from models.messages import message_text
+from models.structured import with_schema
 from nodes.common import Node, context_of, dumps, emit
 from nodes.prompts import load_prompt
 from state.context import Context
+from state.display import one_line
 from state.graph_state import DiagnosisState
+from state.json_shape import obj
 from state.records import Task
+from verification.executor_output import parse_json
+from verification.output_schemas import MAX_PLAN_STEPS, MAX_STEP_CHARS
+from verification.text import strip_fence
 
 
 def planner_task(state: DiagnosisState, services: list[str], language: str) -> Task:
@@ -32,6 +38,24 @@ def planner_task(state: DiagnosisState, services: list[str], language: str) -> T
     return task
 
 
+def bounded_plan(text: str) -> str:
+    """The plan the executor reads: at most ``MAX_PLAN_STEPS`` steps, each bounded.
+
+    A reply shaped by the planner's schema (``{"steps": [...]}``) gives its steps; any other
+    reply (an endpoint without schemas, a model that rambles) keeps its first non-empty lines.
+    """
+    data, error = parse_json(strip_fence(text)[0])
+    steps_value = obj(data).get("steps") if error is None else None
+    if isinstance(steps_value, list):
+        steps = [one_line(str(step), MAX_STEP_CHARS) for step in steps_value if str(step).strip()]
+    else:
+        steps = [one_line(line, MAX_STEP_CHARS) for line in text.splitlines() if line.strip()]
+    steps = steps[:MAX_PLAN_STEPS]
+    if isinstance(steps_value, list):
+        return "\n".join(f"{index}. {step}" for index, step in enumerate(steps, start=1))
+    return "\n".join(steps)
+
+
 def make_planner(get_model: GetModel, services: Callable[[], list[str]]) -> Node:
     """Build the planner node; ``services`` lists the services the evidence backend knows."""
     prompt = load_prompt("planner")
@@ -45,9 +69,10 @@ def make_planner(get_model: GetModel, services: Callable[[], list[str]]) -> Node
         plan = ""
         if stopped is None:
             reply = spend.invoke(
-                get_model("planner", ctx), [SystemMessage(prompt.text), HumanMessage(dumps(task))]
+                with_schema(get_model("planner", ctx), "planner_plan"),
+                [SystemMessage(prompt.text), HumanMessage(dumps(task))],
             )
-            plan = message_text(reply).strip()
+            plan = bounded_plan(message_text(reply).strip())
         return {
             "usage": spend.added,
             "model_calls": spend.calls,

@@ -9,13 +9,16 @@ the reply is ``verification.verdict.decide``.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from langchain_core.runnables import Runnable
 from langgraph.runtime import Runtime
 
 from models.budget import INTERNAL_CALL, GetModel, Spend, model_label
 from models.messages import final_text, message_text, render_call
+from models.structured import from_endpoint, with_schema
 from nodes.common import Node, context_of, emit
 from nodes.prompts import load_prompt
 from state.context import Context
@@ -47,6 +50,21 @@ from verification.verifier_payload import (
 from verification.verifier_reply import parse_verifier_reply, read_verifier_reply
 
 MAX_REPAIRS = 2
+REPAIR_TEMPERATURE = 0.4
+"""Temperature of a repair request: at temperature 0 a model asked again tends to send the same
+unreadable reply, even with the parse error quoted."""
+
+
+def ask_model(model: BaseChatModel, attempt: int) -> Runnable[Any, Any]:
+    """The Verifier model for one attempt.
+
+    Shaped by its JSON schema where the endpoint takes one (``models.structured``); a repair
+    (``attempt`` > 0) is also asked at ``REPAIR_TEMPERATURE``.
+    """
+    asked = with_schema(model, "verifier_claim_checks")
+    if attempt > 0 and from_endpoint(model):
+        asked = asked.bind(temperature=REPAIR_TEMPERATURE)
+    return asked
 
 
 def _ask(
@@ -71,10 +89,11 @@ def _ask(
             return None, ReplyParse(
                 fence_stripped=fence_stripped, repair_attempts=attempt, errors=errors
             )
+        asked = ask_model(model, attempt)
         if spend is not None:
-            reply = spend.invoke(model, messages)
+            reply = spend.invoke(asked, messages)
         else:
-            reply = model.invoke(messages, config=INTERNAL_CALL)
+            reply = asked.invoke(messages, config=INTERNAL_CALL)
         text = message_text(reply)
         data, fenced, error = parse_verifier_reply(text)
         fence_stripped = fence_stripped or fenced

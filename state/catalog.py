@@ -16,6 +16,7 @@ from state.settings import (
     Count,
     HttpUrl,
     Listed,
+    RunCheck,
     Setting,
     SettingsError,
     Switch,
@@ -39,6 +40,50 @@ MODEL_BASE_URL = Setting(
     "OpenAI-compatible endpoint, e.g. http://localhost:11434/v1 for Ollama",
     shown_default="OpenAI's",
 )
+
+
+MODEL_PROFILE = Setting(
+    "model_profile",
+    "SUPERBIZ_MODEL_PROFILE",
+    RunCheck("choice", choices=("hosted", "local")),
+    "hosted, or local for a model on your own CPU or small GPU: longer request and diagnosis "
+    "timeouts (SUPERBIZ_MODEL_TIMEOUT_S, SUPERBIZ_DIAGNOSIS_DEADLINE_S)",
+    default="hosted",
+)
+
+LOCAL_MODEL_TIMEOUT_S = 600.0
+"""Seconds per model request under the local profile (a CPU generates 5 to 25 tokens/s)."""
+LOCAL_DIAGNOSIS_DEADLINE_S = 1800.0
+"""Seconds of model calls per diagnosis under the local profile."""
+
+
+def local_profile(sources: Sources | None = None) -> bool:
+    """Whether ``SUPERBIZ_MODEL_PROFILE`` is ``local``."""
+    return bool((sources or Sources()).value(MODEL_PROFILE) == "local")
+
+
+def _max_tokens(role: str, default: int, what: str) -> Setting:
+    return Setting(
+        f"{role}_max_tokens",
+        f"SUPERBIZ_{role.upper()}_MAX_TOKENS",
+        AtLeast(16),
+        f"output tokens one {role} request may generate (max_tokens, sent with every "
+        f"request): {what}",
+        default=default,
+    )
+
+
+PLANNER_MAX_TOKENS = _max_tokens("planner", 400, "a plan of at most 6 steps")
+EXECUTOR_MAX_TOKENS = _max_tokens("executor", 2000, "tool calls, or the final claims object")
+VERIFIER_MAX_TOKENS = _max_tokens("verifier", 2000, "one label and a line per claim")
+COMPOSER_MAX_TOKENS = _max_tokens("composer", 600, "a two-sentence summary and its lists")
+MAX_TOKENS: dict[str, Setting] = {
+    "planner": PLANNER_MAX_TOKENS,
+    "executor": EXECUTOR_MAX_TOKENS,
+    "verifier": VERIFIER_MAX_TOKENS,
+    "composer": COMPOSER_MAX_TOKENS,
+}
+"""Each role's output token limit."""
 
 
 def models_configured(sources: Sources | None = None) -> bool:
@@ -116,6 +161,13 @@ API_MAX_BODY_BYTES = Setting(
     AtLeast(1024),
     "largest request body (larger: 413)",
     default=64 * 1024,
+)
+API_BODY_TIMEOUT_S = Setting(
+    "api_body_timeout_s",
+    "SUPERBIZ_API_BODY_TIMEOUT_S",
+    Amount("seconds", floor=0.1),
+    "seconds a client has to send its whole request body (slower: 408, connection closed)",
+    default=15.0,
 )
 API_RATE_PER_MIN = Setting(
     "api_rate_per_min",
@@ -267,6 +319,11 @@ DEBUG = Setting(
 SETTINGS: tuple[Setting, ...] = (
     MODEL_API_KEY,
     MODEL_BASE_URL,
+    MODEL_PROFILE,
+    PLANNER_MAX_TOKENS,
+    EXECUTOR_MAX_TOKENS,
+    VERIFIER_MAX_TOKENS,
+    COMPOSER_MAX_TOKENS,
     DATABASE_URL,
     DB_POOL_SIZE,
     LEASE_TTL_S,
@@ -276,6 +333,7 @@ SETTINGS: tuple[Setting, ...] = (
     API_KEYS_FILE,
     API_MAX_QUESTION_CHARS,
     API_MAX_BODY_BYTES,
+    API_BODY_TIMEOUT_S,
     API_RATE_PER_MIN,
     API_RATE_BURST,
     API_MAX_RUNS,

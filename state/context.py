@@ -20,7 +20,12 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
 from state import configuration
-from state.catalog import models_configured
+from state.catalog import (
+    LOCAL_DIAGNOSIS_DEADLINE_S,
+    LOCAL_MODEL_TIMEOUT_S,
+    local_profile,
+    models_configured,
+)
 from state.settings import (
     Check,
     Derived,
@@ -114,6 +119,14 @@ def _offline_by_default(sources: configuration.Sources) -> bool:
     return not models_configured(sources)
 
 
+def _request_timeout(sources: configuration.Sources) -> float:
+    return LOCAL_MODEL_TIMEOUT_S if local_profile(sources) else 120.0
+
+
+def _diagnosis_deadline(sources: configuration.Sources) -> float:
+    return LOCAL_DIAGNOSIS_DEADLINE_S if local_profile(sources) else 300.0
+
+
 def _role_model(role: str) -> Any:
     return run_setting(
         f"SUPERBIZ_{role.upper()}_MODEL",
@@ -188,7 +201,7 @@ class Context:
     model_timeout_s: float = run_setting(
         "SUPERBIZ_MODEL_TIMEOUT_S",
         RunCheck("seconds"),
-        120.0,
+        Derived(_request_timeout, "120; 600 with SUPERBIZ_MODEL_PROFILE=local"),
         "Seconds one model request may take.",
     )
     model_retries: int = run_setting(
@@ -200,7 +213,7 @@ class Context:
     diagnosis_deadline_s: float = run_setting(
         "SUPERBIZ_DIAGNOSIS_DEADLINE_S",
         RunCheck("seconds"),
-        300.0,
+        Derived(_diagnosis_deadline, "300; 1800 with SUPERBIZ_MODEL_PROFILE=local"),
         "Seconds a diagnosis may spend on model calls and their retries.",
     )
     max_model_calls: int = run_setting(

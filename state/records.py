@@ -31,6 +31,8 @@ JSONObject: TypeAlias = dict[str, JSONValue]
 # --------------------------------------------------------------------------- closed sets
 
 InvocationStatus = Literal["ok", "no_hit", "error"]
+ToolCallSource = Literal["native", "text"]
+"""Where a model reply's tool calls came from: the endpoint's tool calls, or its message text."""
 EvidenceLevel = Literal["direct", "none"]
 
 ParseStatusName = Literal["valid", "missing", "malformed"]
@@ -49,6 +51,7 @@ RuleId = Literal[
     "evidence.raw_path",
     "evidence.excerpt_mismatch",
     "evidence.unbound_specifics",
+    "evidence.fabricated",
     "gatekeeper.internal_error",
 ]
 GatekeeperStatus = Literal["pass", "warn", "fail"]
@@ -84,6 +87,7 @@ GapKind = Literal[
     "not_run",
     "failed",
     "conclusion_gap",
+    "model",
 ]
 
 DiagnosisStatus = Literal["running", "done", "failed", "abandoned"]
@@ -329,6 +333,9 @@ class MissingInfo(TypedDict):
 
     text: str
     suggested_query: JSONObject | None
+    about_model: NotRequired[bool]
+    """Set by code (never read from a model) on a note about the model, not the incident: it
+    made no tool call, or a reply reached its token limit."""
 
 
 ConclusionAnswer = Literal["yes", "no", "value", "unknown"]
@@ -841,6 +848,15 @@ class ModelCallRecord(TypedDict):
     output_tokens: int
     truncated: bool
     redacted: bool
+    tool_call_source: NotRequired[ToolCallSource | None]
+    """``native`` or ``text`` (``models.text_tool_calls``) when the reply made tool calls."""
+    finish_reason: NotRequired[str | None]
+    """Why the endpoint stopped (``length``: the role's token limit was reached)."""
+    max_tokens: NotRequired[int | None]
+    """The role's output token limit sent with the request."""
+    superseded: NotRequired[bool]
+    """The node asked again in the same visit (an executor answer before any tool call, or an
+    unreadable final answer) and used the later reply; a replay script leaves this one out."""
 
 
 class ReplayRecord(TypedDict):

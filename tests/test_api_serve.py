@@ -255,3 +255,31 @@ def test_serve_refuses_an_invalid_backend_configuration(
     assert "database" not in err
     assert err.count("\n") == 1
     assert not (tmp_path / "db.sqlite").exists()
+
+
+def test_serve_closes_connections_whose_body_never_arrives(tmp_path: Path) -> None:
+    import socket
+
+    with served(
+        tmp_path,
+        ["--db", f"sqlite:///{tmp_path / 'db.sqlite'}"],
+        SUPERBIZ_API_BODY_TIMEOUT_S="1",
+    ) as server:
+        host, port = server.url.removeprefix("http://").split(":")
+        clients = []
+        for _ in range(50):
+            client = socket.create_connection((host, int(port)), timeout=15)
+            client.sendall(
+                b"POST /api/chat HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                b'Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"quest'
+            )
+            clients.append(client)
+        answers = []
+        for client in clients:
+            received = b""
+            while chunk := client.recv(65536):  # until the server closes the connection
+                received += chunk
+            answers.append(received)
+            client.close()
+
+    assert all(a.startswith(b"HTTP/1.1 408 ") for a in answers), answers[:2]

@@ -211,7 +211,9 @@ def test_export_model_diagnosis_with_a_retry_round_replays_its_recorded_replies(
 ) -> None:
     # Round 1's executor answer is cut (malformed): LOW_CONFID below 0.5 earns round 2. A 429 of
     # the planner is retried by the model-call layer: one call as the diagnosis sees it.
-    model_env.fail("executor", Fault("sleep"), Fault("content", text=CUT_ANSWER))
+    # The cut answer is asked for once more (shaped by its schema) and comes back cut again.
+    cut = Fault("content", text=CUT_ANSWER)
+    model_env.fail("executor", Fault("sleep"), cut, cut)
     model_env.fail("planner", Fault("status", status=429, message="slow down"))
     model_env.fail("composer", Fault("content", text='{"summary": ""}'))
     record, invocations = _run(Context(offline=False, composer_mode="model"))

@@ -10,6 +10,7 @@ from typing import Any
 import anyio
 import pytest
 from starlette.testclient import TestClient
+from starlette.types import Message
 
 from apps.http.api import DiagnosisStream, create_app
 from apps.http.guard import GuardSettings, host_name, is_loopback_name
@@ -228,3 +229,78 @@ def test_stream_with_an_answer_sends_no_extra_error() -> None:
     events = _events(asyncio.run(_relay([("started", None), answer])))
 
     assert [name for name, _ in events] == ["answer", "done"]
+
+
+def test_guard_api_answers_are_neither_cached_nor_sniffed(db: str) -> None:
+    with TestClient(create_app(db, api_keys=KEYS)) as client:
+        answers = [
+            client.get("/api/threads", headers=ALICE),
+            client.get("/api/threads"),  # 401
+            client.get("/api/threads", headers={**ALICE, "Origin": "https://evil.example"}),
+            client.post("/api/chat", content=b"x", headers={**ALICE, "Content-Type": "text/plain"}),
+            client.get("/api/nothing-here", headers=ALICE),
+            client.get("/healthz"),
+        ]
+
+    for answer in answers:
+        assert answer.headers["cache-control"] == "no-store", answer.request.url
+        assert answer.headers["x-content-type-options"] == "nosniff", answer.request.url
+
+
+def test_guard_metrics_path_needs_the_api_key(db: str) -> None:
+    with TestClient(create_app(db, api_keys=KEYS)) as client:
+        missing = client.get("/metrics")
+        wrong = client.get("/metrics", headers={"Authorization": "Bearer nope"})
+        passed = client.get("/metrics", headers=ALICE)  # on to the app (no metrics of its own)
+
+    assert (missing.status_code, wrong.status_code) == (401, 401)
+    assert "API key" in missing.json()["error"]
+    assert passed.status_code == 404
+
+
+def test_guard_slow_request_body_is_408_after_the_timeout(
+    db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SUPERBIZ_API_BODY_TIMEOUT_S", "0.3")
+    app = create_app(db, api_keys=KEYS)
+    sent: list[dict[str, Any]] = []
+    body = json.dumps({"question": QUESTION}).encode()
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/api/chat",
+        "raw_path": b"/api/chat",
+        "query_string": b"",
+        "root_path": "",
+        "scheme": "http",
+        "http_version": "1.1",
+        "server": ("127.0.0.1", 8000),
+        "client": ("127.0.0.1", 50000),
+        "headers": [
+            (b"host", b"127.0.0.1:8000"),
+            (b"authorization", b"Bearer key-alice"),
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+        ],
+    }
+    chunks = [{"type": "http.request", "body": body[:5], "more_body": True}]
+
+    async def receive() -> dict[str, Any]:
+        if chunks:
+            return chunks.pop()
+        await anyio.sleep(3600)  # the rest of the body never comes
+        raise AssertionError("unreachable")
+
+    async def send(message: Message) -> None:
+        sent.append(dict(message))
+
+    async def serve() -> None:
+        with anyio.fail_after(10):
+            await app(scope, receive, send)
+
+    anyio.run(serve)
+
+    start = sent[0]
+    assert start["status"] == 408
+    assert (b"connection", b"close") in start["headers"]
+    assert b"SUPERBIZ_API_BODY_TIMEOUT_S" in sent[1]["body"]

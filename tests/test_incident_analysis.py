@@ -300,3 +300,29 @@ def test_incident_is_deterministic() -> None:
     assert analyze(IncidentInputs(**_windows(), logs=logs)) == analyze(
         IncidentInputs(**_windows(), logs=list(reversed(logs)))
     )
+
+
+def test_incident_bundled_sample_names_the_reconciliation_job_as_the_cause() -> None:
+    import json
+    from pathlib import Path
+
+    import evidence.data
+
+    path = Path(evidence.data.__file__).parent / "sample_environment.json"
+    sample = json.loads(path.read_text())
+    report = analyze(
+        IncidentInputs(
+            logs=sample["logs"],
+            series=sample["series"],
+            alerts=sample["alerts"],
+            incident_end=sample["now"],
+        )
+    )
+    root = report["root_cause"]
+    assert root is not None and root["service"] == "inventory-service"
+    assert root["signals"][0]["kind"] == "change"
+    assert root["mechanism"].startswith("change: job at 2026-03-01T09:58:12Z")
+    assert set(root["explains"]) == {"order-service", "api-gateway"}
+    order = {s["service"]: s for s in report["suspects"]}["order-service"]
+    assert order["explained_by"] == ["inventory-service"]
+    assert [c["category"] for c in report["changes"]] == ["job"]

@@ -307,9 +307,7 @@ def test_langgraph_mounted_api_serves_mcp_per_identity(keyed: Server) -> None:
 
     async def scenario() -> None:
         async with connect(ALICE) as alice:
-            done = await alice.call_tool(
-                "diagnose", {"question": QUESTION, "offline": True}
-            )
+            done = await alice.call_tool("diagnose", {"question": QUESTION, "offline": True})
             view = done.structured_content
             assert view is not None and view["verdict"] == "PASS" and view["claims"]
         async with connect(BOB) as bob:
@@ -462,3 +460,15 @@ def _wait_gone(server: Server) -> None:
             return
         time.sleep(0.1)
     pytest.fail("the killed server still answers")
+
+
+def test_langgraph_metrics_need_an_api_key(keyed: Server) -> None:
+    refused = [
+        httpx.get(f"{keyed.url}/metrics", headers=headers, timeout=30)
+        for headers in ({}, {"Authorization": "Bearer nope"}, {"x-auth-scheme": "langsmith"})
+    ]
+    allowed = httpx.get(f"{keyed.url}/metrics", headers=ALICE, timeout=30)
+
+    assert [r.status_code for r in refused] == [401, 401, 401], [r.text for r in refused]
+    assert allowed.status_code == 200, allowed.text
+    assert httpx.get(f"{keyed.url}/ok", timeout=30).status_code == 200  # health stays open

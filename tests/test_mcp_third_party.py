@@ -12,7 +12,11 @@ Gatekeeper, one that is not fails it.
 from __future__ import annotations
 
 import json
+import os
+import socket
+import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
@@ -32,7 +36,7 @@ from models.factory import make_model_factory
 from persistence.ledger import InMemoryLedger
 from state.context import Context
 from tests.components import component_unavailable
-from tests.prometheus_kit import Stack, prometheus_stack  # noqa: F401 (the fixture)
+from tests.prometheus_kit import Stack, free_port, prometheus_stack  # noqa: F401 (the fixture)
 from tests.serving_kit import ROOT, serve_on_loopback
 from tests.test_models_http import _completion, _tool_call, _verifier_reply, role_of
 from tools.runner import ToolRunner
@@ -122,6 +126,59 @@ def test_mcp_alertmanager_server_offers_only_the_tools_listed(
     assert any("HighErrorRate" in text for text in _texts(alerts).values())
     silences = _call(runner, "am_get_silences", {}, "c2")
     assert any("PaymentRetries" in text for text in _texts(silences).values())
+
+
+def test_mcp_alertmanager_server_over_streamable_http_with_a_bearer_header(
+    prometheus_stack: Stack,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    _needs(ALERTMANAGER_MCP)
+    port = free_port()
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "ALERTMANAGER_URL": prometheus_stack.alertmanager_url,
+        "MCP_API_KEY": "am-secret-key-7",
+    }
+    log = (tmp_path / "am-mcp.log").open("w")
+    process = subprocess.Popen(
+        [str(ALERTMANAGER_MCP), "--transport", "http", "--port", str(port)],
+        env=env,
+        stdout=log,
+        stderr=log,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert process.poll() is None, (tmp_path / "am-mcp.log").read_text()
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            assert time.monotonic() < deadline, "alertmanager-mcp-server did not start"
+            time.sleep(0.2)
+        url = f"http://127.0.0.1:{port}/mcp"
+        wrong = offer(
+            parse_servers({"am": {"url": url, "headers": {"Authorization": "Bearer nope-nope"}}})
+        ).servers[0]
+        assert wrong.error is not None and "MCP server 'am'" in wrong.error
+        assert "nope-nope" not in wrong.error
+        withdraw_all()
+        table = {
+            "url": url,
+            "headers": {"Authorization": "Bearer am-secret-key-7"},
+            "tools": ["get_alerts"],
+        }
+        server = offer(parse_servers({"am": table})).servers[0]
+        assert server.error is None, server.error
+        report = server.check()
+        assert report["status"] == "ok" and "am-secret-key-7" not in json.dumps(report)
+        runner = ToolRunner(configured_backend(load_settings({}), progress=None), InMemoryLedger())
+        alerts = _call(runner, "am_get_alerts", {})
+        assert alerts["status"] == "ok", alerts["error"]
+        assert any("QueueBacklog" in text for text in _texts(alerts).values())
+    finally:
+        process.terminate()
+        process.wait(10)
+        log.close()
 
 
 # --------------------------------------------------------------------------- a model-mode run

@@ -30,17 +30,14 @@ from models.offline import (
 from persistence.audit import InMemoryAuditStore
 from state.context import Context
 from tests.serving_kit import serve_on_loopback
+from tools import registry
 from verification.verifier_payload import CLOSE, OPEN
 
 QUESTION = "order-service 为什么报 500？"
 PLAN_TEXT = "PLAN-MARKER-7f3a: read the ERROR logs of order-service, then decide."
-TOOL_NAMES = [
-    "query_logs",
-    "query_metrics",
-    "analyze_incident",
-    "lookup_knowledge",
-    "get_current_time",
-]
+TOOL_NAMES = [name for name in registry.names() if name != "query_traces"]
+"""Every registered tool in registration order but the trace tool: what the executor is offered
+here, where no trace source is configured."""
 
 
 @dataclass
@@ -61,6 +58,8 @@ class Fault:
     headers: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
     text: str = ""
+    finish: str = "stop"
+    """The ``finish_reason`` of a ``content`` reply (``length``: cut at max_tokens)."""
 
 
 @dataclass
@@ -202,7 +201,7 @@ def _faulty_reply(body: dict[str, Any], fault: Fault) -> dict[str, Any]:
     """A 200 reply that is wrong in the way ``fault`` says."""
     model = str(body.get("model"))
     if fault.kind == "content":
-        return _completion(model, {"role": "assistant", "content": fault.text}, "stop")
+        return _completion(model, {"role": "assistant", "content": fault.text}, fault.finish)
     index = len([m for m in body["messages"] if m.get("role") == "tool"]) + 1
     if fault.kind == "malformed_args":
         call = _tool_call(index, "query_logs", '{"service": "order-serv')
@@ -341,12 +340,13 @@ def test_models_http_uses_per_role_model_names_and_the_api_key(model_env: FakeOp
     assert {h.get("authorization") for h in model_env.headers} == {"Bearer test-key"}
 
 
-def test_models_http_executor_request_carries_the_four_tools(model_env: FakeOpenAI) -> None:
+def test_models_http_executor_request_carries_every_registered_tool(model_env: FakeOpenAI) -> None:
     _run_diagnosis()
 
     for body in model_env.by_role("executor"):
         names = [tool["function"]["name"] for tool in body["tools"]]
         assert names == TOOL_NAMES
+        assert {"query_logs", "query_metrics", "lookup_knowledge"} <= set(names)
         assert all(tool["type"] == "function" for tool in body["tools"])
     # The second executor turn sees the recorded tool result with its invocation id.
     second = model_env.by_role("executor")[1]
@@ -657,7 +657,8 @@ def test_models_http_unknown_tool_is_an_error_the_executor_reads(model_env: Fake
 
 def test_models_http_truncated_executor_json_is_read_as_malformed(model_env: FakeOpenAI) -> None:
     answer = '{"answer_version": "executor_evidence_v2", "claims": [{"claim_id": "c1", "cl'
-    model_env.fail("executor", Fault("sleep"), Fault("content", text=answer))
+    cut = Fault("content", text=answer)
+    model_env.fail("executor", Fault("sleep"), cut, cut)
 
     values, _ = _diagnose()
 
@@ -666,6 +667,50 @@ def test_models_http_truncated_executor_json_is_read_as_malformed(model_env: Fak
     assert values["rounds"][0]["verdict"] == "LOW_CONFID"
     assert values["round"] == 2
     assert values["route"][-1] == "audit"
+    # The cut answer was asked for once more, shaped by its schema and quoting the parse error.
+    repair = model_env.by_role("executor")[2]
+    assert repair["response_format"]["json_schema"]["name"] == "executor_evidence_v2"
+    assert "not JSON" in user_texts(repair)[-1]
+    assert "tools" not in repair
+
+
+def test_models_http_every_request_carries_its_roles_max_tokens(
+    model_env: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SUPERBIZ_PLANNER_MAX_TOKENS", "123")
+
+    _run_diagnosis()
+
+    limits = {"planner": 123, "executor": 2000, "verifier": 2000}
+    assert model_env.requests
+    for body in model_env.requests:
+        assert body["max_tokens"] == limits[role_of(body)], role_of(body)
+        assert "max_completion_tokens" not in body
+
+
+def test_models_http_planner_verifier_ask_for_their_json_schema(model_env: FakeOpenAI) -> None:
+    _run_diagnosis()
+
+    (planner,) = model_env.by_role("planner")
+    (verifier,) = model_env.by_role("verifier")
+    assert planner["response_format"]["type"] == "json_schema"
+    assert planner["response_format"]["json_schema"]["name"] == "planner_plan"
+    assert verifier["response_format"]["json_schema"]["name"] == "verifier_claim_checks"
+    # Executor turns that offer tools are not constrained.
+    assert all("response_format" not in body for body in model_env.by_role("executor"))
+
+
+def test_models_http_an_endpoint_refusing_the_schema_gets_the_request_without_it(
+    model_env: FakeOpenAI,
+) -> None:
+    refused = "Unrecognized request argument supplied: response_format"
+    model_env.fail("planner", Fault("status", status=400, message=refused))
+
+    state = _run_diagnosis()
+
+    first, second = model_env.by_role("planner")
+    assert "response_format" in first and "response_format" not in second
+    assert state["verdict"] == "PASS"
 
 
 @pytest.mark.parametrize("text", ["", "not json at all"], ids=["empty", "garbage"])

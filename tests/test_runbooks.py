@@ -442,7 +442,7 @@ def test_config_show_names_the_log_and_knowledge_sources(
     )
     assert out.splitlines()[-1] == (
         "evidence: logs: log files (postgres); metrics: none; knowledge: runbook index "
-        f"(1 folder, SQLite file {tmp_path / 'kb.sqlite'}); time: real time"
+        f"(1 folder, SQLite file {tmp_path / 'kb.sqlite'}); traces: none; time: real time"
     )
     assert not (tmp_path / "kb.sqlite").exists()  # showing the configuration opens nothing
 

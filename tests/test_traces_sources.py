@@ -21,7 +21,7 @@ from evidence.composed import configured_backend, part_names
 from evidence.config import ConfigError, load_settings
 from evidence.environment import parse_environment
 from evidence.traces.files import FileTraces
-from tests.backend_kit import evidence_refs, run_doctor, run_tool
+from tests.backend_kit import evidence_refs, get_healthz, run_doctor, run_tool
 from tests.traces_kit import hex_ids, otlp_request, shop_request, shop_spans
 from tools.query_traces import TracesRequest
 
@@ -169,3 +169,17 @@ def test_trace_env_file_serves_traces_beside_a_real_source(tmp_path: Path) -> No
     answer = backend.find_traces(TracesRequest(service="checkout"))  # type: ignore[attr-defined]
     assert answer["traces_total"] == 3
     assert "payment-service" in backend.services()
+
+
+def test_trace_files_healthz_reports_the_trace_source(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SUPERBIZ_TRACE_FILES", str(tmp_path / "missing-*.json"))
+
+    status, body = get_healthz(tmp_path)
+
+    report = body["backends"]["trace_files"]
+    assert report["status"] == "error"
+    assert report["setting"] == "SUPERBIZ_TRACE_FILES"
+    assert "no file matches" in report["detail"]

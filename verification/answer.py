@@ -9,6 +9,7 @@ steps. A contradicted claim is never shown. The rendered text never contains exe
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Collection, Sequence
 
 from state.display import one_line
@@ -71,6 +72,8 @@ _TEXT: dict[str, dict[str, str]] = {
         "conclusion_gap": "（这个结论不能由已确认的事实推出）",
         "not_run": "（未执行：本轮的工具调用预算已用完）",
         "failed": "（查询失败：数据源返回了错误，本回答不含它的结果）",
+        "model": "（关于模型本身，而非事故）",
+        "model_text": "[模型英文原文] ",
         "withheld_steps": "部分建议把未经核实的原因当作事实陈述，已略去。",
         "source": "（来源：{source}）",
         "footer": "校验结论：{verdict}（证据支撑度 {score}）",
@@ -107,6 +110,7 @@ _TEXT: dict[str, dict[str, str]] = {
         "conclusion_gap": " (this conclusion does not follow from the confirmed facts)",
         "not_run": " (not run: the tool budget of the round was spent)",
         "failed": " (failed: the source answered an error; nothing from it is in this answer)",
+        "model": " (about the model, not the incident)",
         "withheld_steps": "Suggestions that stated an unverified cause as fact are left out.",
         "source": " (source: {source})",
         "footer": "Verification: {verdict} (groundedness {score})",
@@ -204,7 +208,16 @@ def select_material(
         for item in answer["hypotheses"]
         if (text := safe_text(item["text"]))
     ]
-    missing = [text for item in answer["missing_info"] if (text := safe_text(item["text"]))]
+    gaps += [
+        GapItem(text=text, kind="model", claim_id=None)
+        for item in answer["missing_info"]
+        if item.get("about_model") and (text := safe_text(item["text"]))
+    ]
+    missing = [
+        text
+        for item in answer["missing_info"]
+        if not item.get("about_model") and (text := safe_text(item["text"]))
+    ]
     # Missing information that names a cause is a possible direction, not a gap to state as fact.
     gaps += [
         GapItem(text=t, kind="missing_info", claim_id=None) for t in missing if not asserts_cause(t)
@@ -305,10 +318,27 @@ def _direction_lines(t: dict[str, str], directions: Sequence[DirectionItem]) -> 
     return lines
 
 
-ALWAYS_SHOWN_GAPS: tuple[GapKind, ...] = ("unanswered", "not_run", "failed", "conclusion_gap")
-"""Gaps shown under every verdict: what the question asked and no fact answers, what was not
-looked at because the tool budget was spent, and what could not be looked at because the
-source failed."""
+ALWAYS_SHOWN_GAPS: tuple[GapKind, ...] = (
+    "model",
+    "unanswered",
+    "not_run",
+    "failed",
+    "conclusion_gap",
+)
+"""Gaps shown under every verdict: what limited the model (it made no tool call, a reply reached
+its token limit), what the question asked and no fact answers, what was not looked at because
+the tool budget was spent, what could not be looked at because the source failed, and a
+conclusion that does not follow from the confirmed facts."""
+
+MODEL_WORDED: tuple[GapKind, ...] = (
+    "unsupported",
+    "external_unknown",
+    "missing_info",
+    "not_checked",
+)
+"""Gaps whose text a model wrote: in a Chinese answer, such a text written in English is marked."""
+_CJK = re.compile("[\u3400-\u9fff\uf900-\ufaff]")
+_LATIN_WORD = re.compile("[A-Za-z]{3,}")
 
 
 def _gap_lines(t: dict[str, str], gaps: Sequence[GapItem], language: str) -> list[str]:
@@ -318,9 +348,16 @@ def _gap_lines(t: dict[str, str], gaps: Sequence[GapItem], language: str) -> lis
         text = safe_text(item["text"])
         if item["kind"] == "unanswered":
             text = facet_label(text, language)
+        if text and "model_text" in t and item["kind"] in MODEL_WORDED and model_english(text):
+            text = t["model_text"] + text
         if text:
             lines.append(text + t[item["kind"]])
     return lines
+
+
+def model_english(text: str) -> bool:
+    """Whether a text is English words with no Chinese (a model's English in a Chinese answer)."""
+    return not _CJK.search(text) and _LATIN_WORD.search(text) is not None
 
 
 def _step_lines(t: dict[str, str], steps: Sequence[NextStep]) -> list[str]:

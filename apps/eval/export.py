@@ -98,6 +98,8 @@ def script_of(calls: list[ModelCallRecord]) -> tuple[dict[str, Any] | None, str 
         if call["role"] == "composer":
             composer.append(call)
             continue
+        if call.get("superseded"):
+            continue  # asked again in the same node visit: the script replays the reply used
         if call["role"] not in ("planner", "executor", "verifier"):
             return None, f"a model call of unknown role {call['role']!r} was recorded"
         rounds.setdefault(call["round"], {}).setdefault(call["role"], []).append(call)

@@ -141,7 +141,7 @@ class Notification(BaseModel):
 def _shown(part: str) -> str:
     """A field name from the body as it can be shown (escaped, clipped)."""
     escaped = part.encode("unicode_escape", "backslashreplace").decode("ascii")
-    return escaped if len(escaped) <= 64 else escaped[:63] + "…"
+    return clip(escaped, 64)
 
 
 def _where(loc: Sequence[int | str]) -> str:

@@ -45,7 +45,7 @@ from persistence.ownership import ThreadOwners
 from persistence.store import Persistence
 from state import catalog
 from state.configuration import Sources
-from state.display import one_line
+from state.display import clip, one_line
 from state.settings import typed_default
 
 logger = logging.getLogger("superbiz.alerts")
@@ -181,9 +181,7 @@ def _resumable(persistence: Persistence, claimed: Claimed) -> bool:
 
 
 def _bounded(value: object) -> object:
-    if isinstance(value, str) and len(value) > LISTED_TEXT_CHARS:
-        return value[: LISTED_TEXT_CHARS - 1] + "…"
-    return value
+    return clip(value, LISTED_TEXT_CHARS) if isinstance(value, str) else value
 
 
 def listed_page(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

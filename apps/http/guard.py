@@ -18,6 +18,13 @@ untouched.
 - **POST bodies must be JSON.** A POST with a body whose ``Content-Type`` is not
   ``application/json`` gets 415: browsers send ``text/plain`` and form bodies cross-site without
   a preflight.
+- **Slow bodies are cut off.** A request whose body has not fully arrived
+  ``SUPERBIZ_API_BODY_TIMEOUT_S`` seconds after it started gets 408, and the server closes the
+  connection (its body was not read), so clients that never finish cannot hold connections.
+- **Responses are not cached or sniffed**: ``Cache-Control: no-store`` and
+  ``X-Content-Type-Options: nosniff`` on every answer of these paths.
+- **``/metrics``** (the LangGraph server's own, when the API is mounted there) takes the API's
+  key like every route (401 without it); without keys it is held to the ``Host`` check.
 """
 
 from __future__ import annotations
@@ -28,13 +35,15 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+import anyio
 from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from apps.auth import ApiKeys, ConfigError, read
+from apps.auth import ApiKeys, ConfigError, presented_key, read
 from state import catalog
+from state.settings import typed_default
 
 CORS_VAR = catalog.API_CORS_ORIGINS.variable
 HOSTS_VAR = catalog.API_ALLOWED_HOSTS.variable
@@ -49,10 +58,12 @@ class GuardSettings:
     Attributes:
         cors_origins: Origins (``scheme://host[:port]``) allowed cross-origin; empty: none.
         allowed_hosts: Host names accepted in keyless mode besides the loopback names.
+        body_timeout_s: Seconds a request's body may take to arrive (slower: 408).
     """
 
     cors_origins: tuple[str, ...] = ()
     allowed_hosts: tuple[str, ...] = ()
+    body_timeout_s: float = typed_default(catalog.API_BODY_TIMEOUT_S, float)
 
     @classmethod
     def from_env(cls) -> GuardSettings:
@@ -64,6 +75,7 @@ class GuardSettings:
         return cls(
             cors_origins=read(catalog.API_CORS_ORIGINS),
             allowed_hosts=read(catalog.API_ALLOWED_HOSTS),
+            body_timeout_s=read(catalog.API_BODY_TIMEOUT_S),
         )
 
 
@@ -85,21 +97,68 @@ def is_loopback_name(name: str) -> bool:
         return False
 
 
+METRICS_PATH = "/metrics"
+
+_NO_STORE = [(b"cache-control", b"no-store"), (b"x-content-type-options", b"nosniff")]
+
+
 def _guarded(path: str) -> bool:
-    return path in ("/healthz", "/api", "/mcp") or path.startswith("/api/")
+    return path in ("/healthz", "/api", "/mcp", METRICS_PATH) or path.startswith("/api/")
 
 
-def _json_error(status: int, message: str) -> tuple[Message, Message]:
+def _no_store(headers: Sequence[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """Response headers with ``Cache-Control: no-store`` and ``nosniff`` (replacing any)."""
+    names = {name for name, _ in _NO_STORE}
+    return [(n, v) for n, v in headers if n.lower() not in names] + _NO_STORE
+
+
+def _json_error(
+    status: int, message: str, extra: Sequence[tuple[bytes, bytes]] = ()
+) -> tuple[Message, Message]:
     body = json.dumps({"error": message}).encode()
     start: Message = {
         "type": "http.response.start",
         "status": status,
-        "headers": [
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(body)).encode()),
-        ],
+        "headers": _no_store(
+            [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                *extra,
+            ]
+        ),
     }
     return start, {"type": "http.response.body", "body": body}
+
+
+def timed_receive(receive: Receive, seconds: float) -> Receive:
+    """``receive``, raising a 408 ``ApiError`` once the body is not complete after ``seconds``.
+
+    The time counts from this call; once the last body chunk has arrived, later calls (waiting
+    for the client to disconnect) are not timed.
+    """
+    deadline = anyio.current_time() + seconds
+    complete = False
+
+    async def timed() -> Message:
+        nonlocal complete
+        if complete:
+            return await receive()
+        try:
+            with anyio.fail_after(max(0.0, deadline - anyio.current_time())):
+                message = await receive()
+        except TimeoutError:
+            complete = True
+            raise ApiError(
+                408,
+                f"the request body did not arrive within {seconds:g} s "
+                f"({catalog.API_BODY_TIMEOUT_S.variable}); send it at once",
+                {"Connection": "close"},
+            ) from None
+        if message["type"] != "http.request" or not message.get("more_body", False):
+            complete = True
+        return message
+
+    return timed
 
 
 class ApiGuard:
@@ -133,10 +192,15 @@ class ApiGuard:
             refusal, allowed = await self._check(scope, self._settings)
         except ConfigError as exc:
             refusal, allowed = (500, f"the API is misconfigured: {exc}"), None
+        if refusal is None and str(scope.get("path", "")) == METRICS_PATH:
+            refusal = await self._metrics_refusal(scope)
         if refusal is not None:
-            for message in _json_error(*refusal):
+            extra = [(b"www-authenticate", b"Bearer")] if refusal[0] == 401 else []
+            for message in _json_error(*refusal, extra):
                 await send(message)
             return
+        assert self._settings is not None
+        receive = timed_receive(receive, self._settings.body_timeout_s)
         method = str(scope.get("method", ""))
         headers = Headers(scope=scope)
         if (
@@ -168,10 +232,27 @@ class ApiGuard:
                 ]
                 if allowed is not None:
                     kept += _cors_headers(allowed)
-                message = {**message, "headers": kept}
+                message = {**message, "headers": _no_store(kept)}
             await send(message)
 
         await self.app(scope, receive, send_with_own_cors)
+
+    async def _metrics_refusal(self, scope: Scope) -> tuple[int, str] | None:
+        """401 for a ``/metrics`` request without a valid key (when keys are configured)."""
+        try:
+            keys = await self._keys()
+        except ConfigError as exc:
+            return 500, f"the API is misconfigured: {exc}"
+        if keys.open:
+            return None  # the Host check above holds for keyless mode
+        headers = Headers(scope=scope)
+        key = presented_key({k: headers[k] for k in ("authorization", "x-api-key") if k in headers})
+        if key is None or keys.identity_of(key) is None:
+            return (
+                401,
+                "the metrics need an API key: send Authorization: Bearer <key> or X-API-Key",
+            )
+        return None
 
     async def _check(
         self, scope: Scope, settings: GuardSettings

@@ -236,7 +236,9 @@ class Access:
             raise mcp_error(_failure(exc, "request")) from None
         if self.http:
             headers = {name.lower(): value for name, value in (ctx.headers or {}).items()}
-            client = "mcp-http"
+            request = ctx.request_context.request
+            address = getattr(request, "client", None)
+            client = str(getattr(address, "host", None) or "mcp-http")
         else:
             headers = {"authorization": f"Bearer {self.key}"} if self.key else {}
             client = "mcp-stdio"

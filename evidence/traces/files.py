@@ -30,6 +30,7 @@ from typing import BinaryIO
 from evidence.logquery import iso
 from evidence.otlp import read_spans
 from evidence.traces.answer import traces_answer
+from state.json_shape import obj, objects
 from state.records import SpanEntry
 from tools.backend import BackendError, BackendReport, parse_timestamp, window_bounds
 from tools.query_traces import TracesOutput, TracesRequest
@@ -117,6 +118,35 @@ def _moment(text: str) -> datetime | None:
         return None
 
 
+def _nanos_range(request: object) -> tuple[int, int] | None:
+    """The earliest and latest ``startTimeUnixNano`` of a request's spans, read raw.
+
+    None when a span has none readable (the spans are then read one by one).
+    """
+    low: int | None = None
+    high: int | None = None
+    for resource_spans in objects(obj(request).get("resourceSpans")):
+        scopes = objects(resource_spans.get("scopeSpans")) or objects(
+            resource_spans.get("instrumentationLibrarySpans")
+        )
+        for scope in scopes:
+            for raw in objects(scope.get("spans")):
+                value = raw.get("startTimeUnixNano")
+                if isinstance(value, str) and value.isdigit():
+                    nanos = int(value)
+                elif isinstance(value, int) and not isinstance(value, bool):
+                    nanos = value
+                else:
+                    return None
+                low = nanos if low is None or nanos < low else low
+                high = nanos if high is None or nanos > high else high
+    return (low, high) if low is not None and high is not None else None
+
+
+def _from_nanos(nanos: int) -> datetime:
+    return datetime.fromtimestamp(nanos // 1000 / 1_000_000, tz=UTC)
+
+
 def _stamp(moment: datetime) -> str:
     """A moment as ``evidence.otlp`` writes a span's start (microseconds, ``Z``)."""
     return moment.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
@@ -160,6 +190,8 @@ class _Scan:
         self.start, self.end = start, end
         # Span starts are ISO-8601 UTC with microseconds (``evidence.otlp``): compared as text.
         self._first, self._last = _stamp(start), _stamp(end)
+        self._first_ns = int(start.timestamp()) * 1_000_000_000 + start.microsecond * 1000
+        self._last_ns = int(end.timestamp()) * 1_000_000_000 + end.microsecond * 1000
         self.max_spans = max_spans
         self.spans: list[SpanEntry] = []
         self.skipped_lines = 0
@@ -175,6 +207,10 @@ class _Scan:
         except ValueError:
             self.skipped_lines += 1
             return None, None
+        bounds = _nanos_range(request)
+        if bounds is not None and (bounds[1] < self._first_ns or bounds[0] > self._last_ns):
+            # No span of the line starts in the window: its spans are not read one by one.
+            return _from_nanos(bounds[0]), _from_nanos(bounds[1])
         starts: list[str] = []
         for span in read_spans([request]).spans:
             start = span.get("start", "")

@@ -1,0 +1,48 @@
+"""Replies constrained to a JSON schema where the endpoint takes ``response_format``.
+
+``with_schema(model, name)`` asks for a reply shaped by the schema ``name``
+(``verification.output_schemas``) when the model is one that sends requests to an
+OpenAI-compatible endpoint (``ResilientChatOpenAI``). OpenAI, vLLM, llama.cpp's server and Ollama
+accept ``{"type": "json_schema", ...}``; an endpoint that refuses it with 400 or 422 is asked the
+same request without it, and the model stops sending it (``models.calls``). Scripted and offline
+models are returned as they are. Either way the reply is parsed and checked as before.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.runnables import Runnable
+
+from state.records import JSONObject
+from verification.output_schemas import SCHEMAS
+
+RESPONSE_FORMAT = "response_format"
+
+
+def response_format(name: str) -> JSONObject:
+    """The ``response_format`` request field for the schema ``name``."""
+    return {
+        "type": "json_schema",
+        "json_schema": {"name": name, "schema": SCHEMAS[name], "strict": False},
+    }
+
+
+def from_endpoint(model: BaseChatModel) -> bool:
+    """Whether ``model`` sends requests to an endpoint (not a scripted or offline model)."""
+    return bool(getattr(model, "accepts_response_format", False))
+
+
+def accepts_schema(model: BaseChatModel) -> bool:
+    """Whether ``model`` can send a ``response_format`` (and has not had one refused)."""
+    return bool(getattr(model, "accepts_response_format", False)) and not getattr(
+        model, "schema_refused", False
+    )
+
+
+def with_schema(model: BaseChatModel, name: str) -> Runnable[Any, Any]:
+    """``model`` asked for a reply shaped by the schema ``name``, where it can send one."""
+    if not accepts_schema(model):
+        return model
+    return model.bind(response_format=response_format(name))
