@@ -117,6 +117,8 @@ def test_mcp_stdio_diagnose_reports_progress_and_matches_sessions_show(tmp_path:
     assert {"planner", "tool", "gatekeeper", "verifier", "verdict", "composer"} <= set(names)
 
     shown = _sessions_show(database, view["diagnosis_id"])
+    stored_root = shown["self_evaluation"]["root_cause"]
+    assert view["root_cause"] == {key: stored_root[key] for key in view["root_cause"]}
     assert view["answer"] == shown["final_answer"]
     assert view["score"] == shown["score"] and view["verdict"] == shown["verdict"]
     evaluation = shown["self_evaluation"]["verifier_evaluation"]
