@@ -117,6 +117,8 @@ def test_mcp_stdio_diagnose_reports_progress_and_matches_sessions_show(tmp_path:
     assert {"planner", "tool", "gatekeeper", "verifier", "verdict", "composer"} <= set(names)
 
     shown = _sessions_show(database, view["diagnosis_id"])
+    stored_root = shown["self_evaluation"]["root_cause"]
+    assert view["root_cause"] == {key: stored_root[key] for key in view["root_cause"]}
     assert view["answer"] == shown["final_answer"]
     assert view["score"] == shown["score"] and view["verdict"] == shown["verdict"]
     evaluation = shown["self_evaluation"]["verifier_evaluation"]
@@ -269,6 +271,14 @@ def test_mcp_http_without_a_valid_key_is_401_with_the_api_message(served: Served
         "error": "missing API key: send Authorization: Bearer <key> or X-API-Key: <key>"
     }
     assert wrong.status_code == 401 and wrong.json() == {"error": "invalid API key"}
+    huge = {**ping, "params": {"padding": "x" * 70_000}}
+    too_large = httpx.post(
+        f"{served.url}/mcp", json=huge, headers={**headers, "Authorization": "Bearer key-alice"}
+    )
+    assert too_large.status_code == 413
+    assert too_large.json() == {
+        "error": "the request body is larger than the limit of 65536 bytes"
+    }
 
 
 def test_mcp_http_identities_progress_cancel_and_resume(served: Served) -> None:

@@ -109,6 +109,14 @@ class ClaimView(BaseModel):
     evidence: list[EvidenceHandle]
 
 
+class RootCauseView(BaseModel):
+    """The verified root cause: kept only when every claim it names was confirmed."""
+
+    service: str
+    mechanism: str
+    claim_ids: list[str] = Field(description="the confirmed claims that state it")
+
+
 class Diagnosis(BaseModel):
     """A diagnosis: verdict, score, root cause, answer, and the claims with their evidence."""
 
@@ -121,7 +129,9 @@ class Diagnosis(BaseModel):
     score: float | None = Field(description="groundedness score, 0 to 1")
     rounds: int
     offline: bool
-    root_cause: Any = Field(description="the verified root cause, when the diagnosis names one")
+    root_cause: RootCauseView | None = Field(
+        description="the verified root cause, when the diagnosis names one"
+    )
     answer: str | None
     claims: list[ClaimView]
     invocations: int = Field(description="tool calls recorded")
@@ -565,6 +575,9 @@ def build_server(service: Service, access: Access) -> MCPServer:
             f"Diagnosis {view['diagnosis_id']}: verdict {view['verdict'] or '-'}, score "
             f"{view['score'] if view['score'] is not None else '-'}\n\n"
         )
+        root = view["root_cause"]
+        if root is not None:
+            head += f"Root cause: {root['service']}: {root['mechanism']}\n\n"
         return head + (view["answer"] or "(no answer recorded)") + "\n"
 
     @server.resource(
@@ -592,7 +605,11 @@ def _stage_text(event: Mapping[str, object]) -> str:
 
 
 class _KeyRequired:
-    """ASGI wrapper of the HTTP endpoint: a request without a valid key gets the API's 401."""
+    """ASGI wrapper of the HTTP endpoint: the API's 401 and 413 before the MCP transport.
+
+    401 without a valid key; 413 for a body over the limit its ``Content-Length`` declares (the
+    transport bounds the others).
+    """
 
     def __init__(self, app: ASGIApp, service: Service) -> None:
         self._app = app
@@ -603,7 +620,7 @@ class _KeyRequired:
         if scope["type"] == "http":
             request = Request(scope, receive)
             try:
-                keys, _, _ = await self._service.config_async()
+                keys, limits, _ = await self._service.config_async()
             except Exception as exc:
                 await _failure(exc, "request").response()(scope, receive, send)
                 return
@@ -616,6 +633,13 @@ class _KeyRequired:
                 )
                 error = ApiError(401, reason, {"WWW-Authenticate": "Bearer"})
                 await error.response()(scope, receive, send)
+                return
+            length = request.headers.get("content-length", "")
+            if length.isdigit() and int(length) > limits.max_body_bytes:
+                too_large = (
+                    f"the request body is larger than the limit of {limits.max_body_bytes} bytes"
+                )
+                await ApiError(413, too_large).response()(scope, receive, send)
                 return
         await self._app(scope, receive, send)
 
