@@ -59,11 +59,12 @@ def endpoint(monkeypatch: pytest.MonkeyPatch) -> Iterator[ProbeEndpoint]:
             state.bodies.append(body)
             if "response_format" in body:
                 if state.schema_refused:
-                    message = "Unrecognized request argument supplied: response_format"
-                    self._send(400, {"error": {"message": message}})
+                    refused = "Unrecognized request argument supplied: response_format"
+                    self._send(400, {"error": {"message": refused}})
                     return
                 self._send(200, _completion({"role": "assistant", "content": '{"status": "ok"}'}))
                 return
+            message: dict[str, Any]
             if state.mode == "native":
                 call = {
                     "id": "call_1",
