@@ -78,7 +78,7 @@ _SIGNAL_WEIGHT: Final[dict[SignalKind, float]] = {
     "error_surge": 1.0,
     "new_template": 0.8,
     "template_jump": 0.7,
-    "latency": 0.9,
+    "latency": 0.55,
     "error_ratio": 1.0,
     "cpu": 0.8,
     "memory": 0.6,
@@ -1099,6 +1099,35 @@ def _reach(start: str, graph: dict[str, set[str]]) -> set[str]:
     return seen
 
 
+def _prior_changes(
+    changes: list[Change], onset: dict[str, float | None], cfg: _Config
+) -> dict[str, Change]:
+    """Per anomalous service, the first change on it shortly before (or at) its onset."""
+    found: dict[str, Change] = {}
+    for change in changes:
+        service = change["service"]
+        moment = parse_time(change["time"])
+        if service not in onset or service in found or moment is None:
+            continue
+        start = onset[service]
+        if start is None or start - cfg.change_lead_s <= moment <= start + cfg.onset_tolerance_s:
+            found[service] = change
+    return found
+
+
+def _change_signal(service: str, change: Change) -> Signal:
+    return Signal(
+        kind="change",
+        service=service,
+        detail=f"{change['category']} at {change['time']}: {_clip(change['text'])}",
+        baseline=None,
+        incident=None,
+        onset=change["time"],
+        strength=1.0,
+        evidence=[change["evidence"]],
+    )
+
+
 def _rank(
     signals: list[Signal], changes: list[Change], edges: list[Edge], cfg: _Config
 ) -> list[Suspect]:
@@ -1109,6 +1138,11 @@ def _rank(
     strength = {service: _score(value) for service, value in evidence.items()}
     anomalous = {service for service, value in strength.items() if value >= cfg.anomaly_min}
     onset = {service: _onset(by_service[service]) for service in anomalous}
+    prior_change = _prior_changes(changes, onset, cfg)
+    comparable_evidence = {
+        service: evidence[service] + (cfg.change_bonus if service in prior_change else 0.0)
+        for service in anomalous
+    }
     graph: dict[str, set[str]] = defaultdict(set)
     for edge in edges:
         graph[edge["caller"]].add(edge["callee"])
@@ -1131,7 +1165,10 @@ def _rank(
     explained_by: dict[str, set[str]] = defaultdict(set)
     for service in anomalous:
         for callee in _reach(service, graph) & anomalous:
-            comparable = evidence[callee] >= thresholds.EXPLAIN_MIN_SHARE * evidence[service]
+            comparable = (
+                comparable_evidence[callee]
+                >= thresholds.EXPLAIN_MIN_SHARE * comparable_evidence[service]
+            )
             if (comparable or (service, callee) in slow_calls) and earlier_or_same(callee, service):
                 explained_by[service].add(callee)
     # Two services that explain each other: the earlier onset (then the stronger) is the cause.
@@ -1151,37 +1188,19 @@ def _rank(
         for cause in causes:
             explains[cause].add(service)
     suspects: list[Suspect] = []
-    others = max(1, len(anomalous) - 1)
     for service in anomalous:
         score = evidence[service]
         if explained_by[service]:
             score *= cfg.symptom_factor
-        score += cfg.explain_bonus * len(explains[service]) / others
+        score += cfg.explain_bonus * sum(
+            evidence[symptom] / len(explained_by[symptom]) for symptom in explains[service]
+        )
         service_signals = sorted(by_service[service], key=lambda s: (-s["strength"], s["kind"]))
         start = onset.get(service)
-        for change in changes:
-            moment = parse_time(change["time"])
-            if change["service"] != service or moment is None:
-                continue
-            if (
-                start is None
-                or start - cfg.change_lead_s <= moment <= start + cfg.onset_tolerance_s
-            ):
-                score += cfg.change_bonus
-                service_signals.insert(
-                    0,
-                    Signal(
-                        kind="change",
-                        service=service,
-                        detail=f"{change['category']} at {change['time']}: {_clip(change['text'])}",
-                        baseline=None,
-                        incident=None,
-                        onset=change["time"],
-                        strength=1.0,
-                        evidence=[change["evidence"]],
-                    ),
-                )
-                break
+        change = prior_change.get(service)
+        if change is not None:
+            score += cfg.change_bonus
+            service_signals.insert(0, _change_signal(service, change))
         top = service_signals[0]
         suspects.append(
             Suspect(

@@ -41,8 +41,8 @@ Propagation and ranking
     evidence is at least ``EXPLAIN_MIN_SHARE`` of its own or whose slow calls from this very
     caller are among its signals, is explained by it (a symptom): its score
     evidence is multiplied by ``SYMPTOM_FACTOR``. A suspect's evidence gains ``EXPLAIN_BONUS``
-    times the share of the other anomalous services it explains, and ``CHANGE_BONUS`` for a
-    change event on it within
+    times the evidence of each service it explains (shared among that service's causes), and
+    ``CHANGE_BONUS`` for a change event on it within
     ``CHANGE_LEAD_S`` before (or during) its onset. The top suspect is the root cause when its score
     is at least ``ROOT_MIN_SCORE`` and the next one's evidence is below ``1 - ROOT_MARGIN`` of its
     own; otherwise the report says
@@ -83,7 +83,7 @@ ONSET_TOLERANCE_S: Final = 60.0
 ONSET_TOLERANCE_PRECISE_S: Final = 15.0
 EXPLAIN_MIN_SHARE: Final = 0.5
 SYMPTOM_FACTOR: Final = 0.5
-EXPLAIN_BONUS: Final = 0.5
+EXPLAIN_BONUS: Final = 0.3
 CHANGE_BONUS: Final = 0.5
 CHANGE_LEAD_S: Final = 1800.0
 ROOT_MIN_SCORE: Final = 0.3

@@ -108,7 +108,7 @@ def reverify(
     parse_status = evaluation["executor_output_parse_status"]
     structured = evaluation["executor_structured_output"]
     answer = read_answer(parse_status, structured, settings.schema)
-    gatekeeper_result = gatekeep(answer, invocations, settings)
+    gatekeeper_result = gatekeep(answer, invocations, settings, question=record["question"])
     services = sorted(
         {str(i["arguments"]["service"]) for i in invocations if i["arguments"].get("service")}
     )

@@ -174,6 +174,19 @@ def _section_rank(label: str) -> int | None:
     return _SECTION_ORDER.get(key)
 
 
+def title_section_rank(title: str) -> int:
+    """How a chunk's title path ranks as a procedure (``A > Mitigation > B``: 0).
+
+    The innermost section the path names that is known decides: procedure 0, diagnosis 1,
+    impact, meaning and the like 9; a path naming none is unlabelled (2).
+    """
+    for part in reversed(title.split(" > ")[1:]):
+        found = _section_rank(part)
+        if found is not None:
+            return found
+    return _UNLABELLED
+
+
 def _sections(text: str) -> list[tuple[int, str]]:
     """(section rank, paragraph text) in order; Markdown headings open sections."""
     rank_now = _UNLABELLED

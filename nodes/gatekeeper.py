@@ -21,7 +21,7 @@ def make_gatekeeper(ledger: InvocationLedger, audit: AuditStore, settings: Setti
         emit("gatekeeper", round=state.get("round", 1))
         invocations = ledger.list(state["diagnosis_id"])
         answer = state["executor_answer"]
-        result = gatekeep(answer, invocations, settings)
+        result = gatekeep(answer, invocations, settings, question=state.get("question", ""))
         evaluation = evaluate_rules(invocations, answer, result)
         audit.update_channel(state["diagnosis_id"], "rule_evaluation", evaluation)
         return {"gatekeeper_result": result, "rule_evaluation": evaluation, "route": ["gatekeeper"]}

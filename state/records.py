@@ -51,6 +51,7 @@ RuleId = Literal[
     "evidence.raw_path",
     "evidence.excerpt_mismatch",
     "evidence.unbound_specifics",
+    "evidence.fabricated",
     "gatekeeper.internal_error",
 ]
 GatekeeperStatus = Literal["pass", "warn", "fail"]

@@ -23,7 +23,7 @@ from tests.scenario_kit import (
 )
 
 C1 = "order-service logged HTTP 500 errors"
-C2 = "payment-service CPU reached 95% during the incident"
+C2 = "order-service CPU reached 95% during the incident"
 C3 = "the connection pool exhaustion caused the HTTP 500 errors"
 C4 = "order-service instance order-2 logged Cannot acquire connection from pool"
 HYPOTHESIS = "slow database queries hold pool connections too long"

@@ -17,6 +17,7 @@ from tests import records
 from tests.records import VALID
 from verification.conclusion import excerpt_signal, stated_answer
 from verification.executor_output import read_answer
+from verification.fabrication import named
 from verification.intent import read_intent, time_spec
 from verification.question import analyze_question
 from verification.verdict import decide
@@ -285,3 +286,16 @@ def test_decide_changes_question_is_answered_only_by_a_change() -> None:
     no_time = [("c1", "ledger-db logged a migration", "logs[0]", INFO_LINE)]
     decision = _decide("What changed at 09:40?", no_time)
     assert decision["question_coverage"]["unanswered"] == ["time window"]
+
+
+@pytest.mark.parametrize(
+    ("text", "codes"),
+    [
+        ('"Migration 0042 finished in 590s"', []),
+        ("the job took 120s", []),
+        ("order-service returned 500s", ["500"]),
+    ],
+)
+def test_a_duration_is_no_status_code(text: str, codes: list[str]) -> None:
+    """A change line quoting a duration names no error code (its claim stays confirmable)."""
+    assert [name for name in named(text) if name.isdigit()] == codes

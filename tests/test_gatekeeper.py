@@ -90,6 +90,21 @@ def default_invocations() -> list[Invocation]:
     ]
 
 
+ELSEWHERE_TEXT = (
+    "2026-03-01T10:09:00Z WARN payment-service pay-1: HTTP 503 from bank-gateway: "
+    "IllegalStateException"
+)
+
+
+def with_elsewhere() -> list[Invocation]:
+    """The default invocations and one more whose log names 503 and IllegalStateException.
+
+    A detail present somewhere in the diagnosis but not in a claim's own evidence is unbound
+    (capped); one present nowhere is fabricated (``evidence.fabricated``, tested apart).
+    """
+    return [*default_invocations(), make_invocation(4, "query_logs", [("logs[0]", ELSEWHERE_TEXT)])]
+
+
 def binding(
     invocation_id: str | None = "inv-2",
     raw_path: str | None = "logs[0]",
@@ -544,7 +559,7 @@ def test_gatekeeper(
     ],
 )
 def test_gatekeeper_unbound_specifics_flags_invented_details(claim_text: str, token: str) -> None:
-    result = check(output(claim(text=claim_text)))
+    result = check(output(claim(text=claim_text)), with_elsewhere())
 
     assert result["status"] == "fail"
     assert result["failed_rules"] == ["evidence.unbound_specifics"]
@@ -558,7 +573,7 @@ def test_gatekeeper_unbound_specifics_flags_invented_details(claim_text: str, to
 def test_gatekeeper_unbound_specifics_lists_every_unbound_token_once() -> None:
     text = "HTTP 503 after 45s, 95% usage, HTTP 503 again"
 
-    result = check(output(claim(text=text)))
+    result = check(output(claim(text=text)), with_elsewhere())
 
     assert len(result["errors"]) == 1
     message = result["errors"][0]["message"]
@@ -592,7 +607,10 @@ def test_gatekeeper_unbound_specifics_ignores_specifics_only_in_unverified_bindi
 
 
 def test_gatekeeper_unbound_specifics_skips_claims_without_verified_binding() -> None:
-    result = check(output(claim(text="HTTP 503 everywhere", bindings=[binding(raw_path="x[0]")])))
+    result = check(
+        output(claim(text="HTTP 503 everywhere", bindings=[binding(raw_path="x[0]")])),
+        with_elsewhere(),
+    )
 
     assert result["failed_rules"] == ["evidence.raw_path"]
 

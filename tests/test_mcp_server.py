@@ -117,6 +117,8 @@ def test_mcp_stdio_diagnose_reports_progress_and_matches_sessions_show(tmp_path:
     assert {"planner", "tool", "gatekeeper", "verifier", "verdict", "composer"} <= set(names)
 
     shown = _sessions_show(database, view["diagnosis_id"])
+    stored_root = shown["self_evaluation"]["root_cause"]
+    assert view["root_cause"] == {key: stored_root[key] for key in view["root_cause"]}
     assert view["answer"] == shown["final_answer"]
     assert view["score"] == shown["score"] and view["verdict"] == shown["verdict"]
     evaluation = shown["self_evaluation"]["verifier_evaluation"]
@@ -380,7 +382,7 @@ def test_mcp_http_rate_limit_applies_per_key(tmp_path: Path) -> None:
     from apps.auth import Limits
 
     database = f"sqlite:///{tmp_path / 'rate.sqlite'}"
-    limits = Limits(rate_per_minute=2, rate_burst=2)
+    limits = Limits(rate_per_minute=1, rate_burst=2)
     app = create_app(database, api_keys=KEYS, limits=limits)
     port = free_port()
     server = uvicorn.Server(
@@ -398,7 +400,7 @@ def test_mcp_http_rate_limit_applies_per_key(tmp_path: Path) -> None:
             with pytest.raises(MCPError) as refused:
                 await alice.call_tool("list_diagnoses", {})
             assert refused.value.code == mcp_server.RATE_LIMITED
-            assert refused.value.message.startswith("rate limit exceeded: 2 requests per minute")
+            assert refused.value.message.startswith("rate limit exceeded: 1 requests per minute")
         async with Client(_http(f"http://127.0.0.1:{port}", "key-bob")) as bob:
             await bob.call_tool("list_diagnoses", {})
 
@@ -407,3 +409,67 @@ def test_mcp_http_rate_limit_applies_per_key(tmp_path: Path) -> None:
     finally:
         server.should_exit = True
         thread.join(30)
+
+
+def test_mcp_stdio_cancelled_diagnosis_is_resumable(tmp_path: Path) -> None:
+    """Model mode on a gated endpoint: the run waits in its planner, the client cancels the
+    call, the gate opens, the run stops at its next stage; resume_diagnosis finishes it."""
+    from tests.gated_openai import gated_openai
+
+    database = str(tmp_path / "mcp.sqlite")
+    with gated_openai() as endpoint:
+        parameters = _stdio(database, "key-alice")
+        assert parameters.env is not None
+        parameters.env.update(endpoint.env())
+
+        async def scenario() -> dict[str, Any]:
+            async with Client(parameters) as client:
+                started: list[str] = []
+                intake = anyio.Event()
+
+                async def on_progress(
+                    progress: float, total: float | None, message: str | None
+                ) -> None:
+                    started.append(message or "")
+                    if (message or "").startswith("intake"):
+                        intake.set()
+
+                with anyio.CancelScope() as scope:
+                    async with anyio.create_task_group() as group:
+
+                        async def call() -> None:
+                            await client.call_tool(
+                                "diagnose", {"question": QUESTION}, progress_callback=on_progress
+                            )
+
+                        group.start_soon(call)
+                        with anyio.fail_after(60):
+                            await intake.wait()
+                            await anyio.to_thread.run_sync(endpoint.received.wait, 60)
+                        scope.cancel()
+                assert scope.cancelled_caught
+                diagnosis_id = next(
+                    part.split("=", 1)[1] for part in started[0].split() if "diagnosis_id=" in part
+                )
+                endpoint.gate.set()
+                with anyio.fail_after(60):
+                    while True:
+                        found = await client.call_tool(
+                            "get_diagnosis", {"diagnosis_id": diagnosis_id}
+                        )
+                        record = found.structured_content
+                        assert record is not None
+                        if (record["note"] or "").startswith("interrupted"):
+                            break
+                        await anyio.sleep(0.1)
+                assert record["status"] == "running" and record["verdict"] is None
+                resumed = await client.call_tool(
+                    "resume_diagnosis", {"diagnosis_id": diagnosis_id}
+                )
+                assert resumed.structured_content is not None
+                return resumed.structured_content
+
+        finished = anyio.run(scenario)
+    assert finished["status"] == "done" and finished["verdict"] == "PASS"
+    assert finished["offline"] is False
+    assert finished["claims"][0]["evidence"][0]["verified"] is True

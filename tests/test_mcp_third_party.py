@@ -12,10 +12,11 @@ Gatekeeper, one that is not fails it.
 from __future__ import annotations
 
 import json
-import threading
+import os
+import socket
+import subprocess
+import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +33,10 @@ from models.factory import make_model_factory
 from persistence.ledger import InMemoryLedger
 from state.context import Context
 from tests.components import component_unavailable
-from tests.prometheus_kit import Stack, prometheus_stack  # noqa: F401 (the fixture)
-from tests.serving_kit import ROOT, serve_on_loopback
-from tests.test_models_http import _completion, _tool_call, _verifier_reply, role_of
+from tests.mcp_kit import ScriptedMcpModel, scripted_mcp_model
+from tests.prometheus_kit import Stack, free_port, prometheus_stack  # noqa: F401 (the fixture)
+from tests.serving_kit import ROOT
+from tests.test_models_http import role_of
 from tools.runner import ToolRunner
 
 VENV = ROOT / ".venv-mcp" / "bin"
@@ -124,116 +126,92 @@ def test_mcp_alertmanager_server_offers_only_the_tools_listed(
     assert any("PaymentRetries" in text for text in _texts(silences).values())
 
 
+def test_mcp_alertmanager_server_over_streamable_http_with_a_bearer_header(
+    prometheus_stack: Stack,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    _needs(ALERTMANAGER_MCP)
+    port = free_port()
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "ALERTMANAGER_URL": prometheus_stack.alertmanager_url,
+        "MCP_API_KEY": "am-secret-key-7",
+    }
+    log = (tmp_path / "am-mcp.log").open("w")
+    process = subprocess.Popen(
+        [str(ALERTMANAGER_MCP), "--transport", "http", "--port", str(port)],
+        env=env,
+        stdout=log,
+        stderr=log,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert process.poll() is None, (tmp_path / "am-mcp.log").read_text()
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            assert time.monotonic() < deadline, "alertmanager-mcp-server did not start"
+            time.sleep(0.2)
+        url = f"http://127.0.0.1:{port}/mcp"
+        wrong = offer(
+            parse_servers({"am": {"url": url, "headers": {"Authorization": "Bearer nope-nope"}}})
+        ).servers[0]
+        assert wrong.error is not None and "MCP server 'am'" in wrong.error
+        assert "nope-nope" not in wrong.error
+        withdraw_all()
+        table = {
+            "url": url,
+            "headers": {"Authorization": "Bearer am-secret-key-7"},
+            "tools": ["get_alerts"],
+        }
+        server = offer(parse_servers({"am": table})).servers[0]
+        assert server.error is None, server.error
+        report = server.check()
+        assert report["status"] == "ok" and "am-secret-key-7" not in json.dumps(report)
+        runner = ToolRunner(configured_backend(load_settings({}), progress=None), InMemoryLedger())
+        alerts = _call(runner, "am_get_alerts", {})
+        assert alerts["status"] == "ok", alerts["error"]
+        assert any("QueueBacklog" in text for text in _texts(alerts).values())
+    finally:
+        process.terminate()
+        process.wait(10)
+        log.close()
+
+
 # --------------------------------------------------------------------------- a model-mode run
 
 
-@dataclass
-class Scripted:
-    """A fake OpenAI-compatible endpoint whose executor calls and cites the MCP tool."""
-
-    cite_wrong: bool = False
-    url: str = ""
-    requests: list[dict[str, Any]] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-
-def _executor(body: dict[str, Any], script: Scripted) -> tuple[dict[str, Any], str]:
-    results = [json.loads(m["content"]) for m in body["messages"] if m.get("role") == "tool"]
-    done = [r for r in results if r.get("status") == "ok" and r.get("evidence_refs")]
-    if not done:
-        arguments = json.dumps({"query": "order_queue_depth"})
-        call = _tool_call(len(results) + 1, "prom_execute_query", arguments)
-        return {"role": "assistant", "content": None, "tool_calls": [call]}, "tool_calls"
-    result = done[0]
-    ref = next(r for r in result["evidence_refs"] if "order_queue_depth" in r["text"])
-    excerpt = '"value": [' if not script.cite_wrong else '"order_queue_depth": "999"'
-    start = ref["text"].index('"service": "order-service"')
-    quoted = ref["text"][start:] if not script.cite_wrong else excerpt
-    answer = {
-        "answer_version": "executor_evidence_v2",
-        "claims": [
-            {
-                "claim_id": "c1",
-                "claim_type": "observation",
-                "claim_text": f"Prometheus reports order_queue_depth for {quoted}",
-                "support_level": "direct",
-                "evidence_bindings": [
-                    {
-                        "source_type": "mcp",
-                        "tool_name": "prom_execute_query",
-                        "source_invocation_id": result["invocation_id"],
-                        "raw_path": ref["raw_path"],
-                        "evidence_excerpt": quoted,
-                    }
-                ],
-            }
-        ],
-        "hypotheses": [],
-        "recommended_actions": [],
-        "missing_info": [],
-    }
-    return {"role": "assistant", "content": json.dumps(answer)}, "stop"
-
-
-@pytest.fixture
-def scripted() -> Iterator[Scripted]:
-    script = Scripted()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
-            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
-            with script.lock:
-                script.requests.append(body)
-            role, model = role_of(body), str(body.get("model"))
-            try:
-                if role == "planner":
-                    reply = _completion(model, {"role": "assistant", "content": "Query."}, "stop")
-                elif role == "executor":
-                    message, finish = _executor(body, script)
-                    reply = _completion(model, message, finish)
-                else:
-                    reply = _completion(model, _verifier_reply(body), "stop")
-                self._send(200, reply)
-            except Exception as exc:  # a script error reaches the client, never a hang
-                self._send(500, {"error": {"message": f"{type(exc).__name__}: {exc}"}})
-
-        def _send(self, status: int, data: dict[str, Any]) -> None:
-            raw = json.dumps(data).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(raw)))
-            self.end_headers()
-            self.wfile.write(raw)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            return
-
-    with serve_on_loopback(Handler) as port:
-        script.url = f"http://127.0.0.1:{port}/v1"
-        yield script
-
-
 def _diagnose(
-    script: Scripted, stack: Stack, monkeypatch: pytest.MonkeyPatch
-) -> dict[str, Any]:
-    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
-    monkeypatch.setenv("OPENAI_BASE_URL", script.url)
-    monkeypatch.setenv("SUPERBIZ_MODEL", "fake-model")
-    monkeypatch.setenv("SUPERBIZ_MCP_SERVERS", json.dumps({"prom": _prometheus_server(stack)}))
-    backend = configured_backend(progress=None)
-    graph = compile_graph(RunStores(InMemorySaver()), backend, get_model=make_model_factory())
-    config: Any = {"configurable": {"thread_id": "thread-mcp"}}
-    graph.invoke({"messages": [HumanMessage(QUESTION)]}, config, context=Context(offline=False))
-    return dict(graph.get_state(config).values)
+    stack: Stack, monkeypatch: pytest.MonkeyPatch, *, cite_wrong: bool
+) -> tuple[dict[str, Any], ScriptedMcpModel]:
+    with scripted_mcp_model(
+        "prom_execute_query",
+        {"query": "order_queue_depth"},
+        '"service": "order-service"',
+        cite_wrong=cite_wrong,
+    ) as script:
+        for name, value in script.env().items():
+            monkeypatch.setenv(name, value)
+        monkeypatch.setenv("SUPERBIZ_MODEL", "fake-model")
+        monkeypatch.setenv(
+            "SUPERBIZ_MCP_SERVERS", json.dumps({"prom": _prometheus_server(stack)})
+        )
+        backend = configured_backend(progress=None)
+        graph = compile_graph(RunStores(InMemorySaver()), backend, get_model=make_model_factory())
+        config: Any = {"configurable": {"thread_id": "thread-mcp"}}
+        graph.invoke(
+            {"messages": [HumanMessage(QUESTION)]}, config, context=Context(offline=False)
+        )
+        return dict(graph.get_state(config).values), script
 
 
 def test_mcp_model_mode_claims_citing_an_mcp_result_pass_the_gatekeeper(
-    scripted: Scripted,
     prometheus_stack: Stack,  # noqa: F811
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    state = _diagnose(scripted, prometheus_stack, monkeypatch)
-    executor = [body for body in scripted.requests if role_of(body) == "executor"]
+    state, script = _diagnose(prometheus_stack, monkeypatch, cite_wrong=False)
+    executor = [body for body in script.requests if role_of(body) == "executor"]
     offered = {tool["function"]["name"] for tool in executor[0]["tools"]}
     assert {"prom_execute_query", "query_logs", "query_metrics"} <= offered
     gate = state["gatekeeper_result"]
@@ -245,17 +223,15 @@ def test_mcp_model_mode_claims_citing_an_mcp_result_pass_the_gatekeeper(
 
 
 def test_mcp_model_mode_an_excerpt_not_in_the_mcp_result_fails_the_gatekeeper(
-    scripted: Scripted,
     prometheus_stack: Stack,  # noqa: F811
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    scripted.cite_wrong = True
-    state = _diagnose(scripted, prometheus_stack, monkeypatch)
+    state, _ = _diagnose(prometheus_stack, monkeypatch, cite_wrong=True)
     gate = state["gatekeeper_result"]
     assert gate["status"] == "fail"
     assert not gate["verified_excerpts"].get("c1")
     assert state["verdict"] == "REJECT"
-    assert any("c1" in str(f["target"]) or "claims[0]" in str(f["target"]) for f in gate["errors"])
+    assert any("claims[0]" in str(finding["target"]) for finding in gate["errors"])
 
 
 def test_mcp_third_party_servers_are_installed_for_the_tests() -> None:

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+import apps.cli.main as cli
 from apps.eval.evaluation import run_scenario
 from apps.eval.scenario import load_scenario
 from evidence.environment import parse_environment
@@ -231,3 +232,34 @@ def test_query_traces_offline_rules_answer_from_the_call_graph(path: Path) -> No
     result = run_scenario(load_scenario(path))
 
     assert result["ok"], "; ".join(result["mismatches"])
+
+
+def test_query_traces_cli_diagnose_offline_answers_who_calls_from_the_traces(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for name in (
+        "OPENAI_API_KEY",
+        "OPENAI_BASE_URL",
+        "SUPERBIZ_MAX_TOOL_CALLS",
+        "SUPERBIZ_LANGUAGE",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    environment = Path(__file__).parent / "environments" / "checkout-traced.json"
+
+    code = cli.main(
+        [
+            "diagnose",
+            "--offline",
+            "--lang",
+            "en",
+            "--env",
+            str(environment),
+            "who calls payment-service and is it slow?",
+        ]
+    )
+
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "checkout calls payment-service: 10 calls, 2 failed, p99 900 ms" in out
+    assert "edges[0]: checkout -> payment-service calls=10 errors=2 " in out
+    assert "verdict: PASS" in out

@@ -69,11 +69,15 @@ PASS_C1 = verifier_reply("PASS", check("c1", "direct_observation"))
 
 
 def thin_round_one() -> str:
-    """A round-1 answer whose only claim states a status code its evidence does not (503)."""
+    """A round-1 answer whose only claim states a count its evidence does not (42).
+
+    A count may be computed: unbound, capped (a status code found in no evidence at all would be
+    fabricated, and REJECT).
+    """
     return executor_answer(
         claim(
             "c1",
-            "order-service returned HTTP 503 errors",
+            "order-service returned HTTP 500 errors 42 times",
             binding("inv-1", "logs[0]", "HTTP 500"),
         ),
         missing=[
@@ -639,7 +643,7 @@ def test_verifier_retry_context_carries_what_round_one_lacked(checkpointer: Chec
     assert {
         "claim_id": "c1",
         "verification": "unsupported",
-        "text": "order-service returned HTTP 503 errors",
+        "text": "order-service returned HTTP 500 errors 42 times",
     } in context["gaps"]
     assert {
         "claim_id": None,

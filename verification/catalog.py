@@ -32,7 +32,7 @@ from state.records import CatalogRule as CatalogRule
 from verification.text import EDGE_PUNCTUATION, IDENTIFIER_SUFFIXES, UnicodeForm
 
 CATALOG_RESOURCE = "gatekeeper_catalog.json"
-DEFAULT_RULE_SET_VERSION = "gatekeeper-rules.v1"
+DEFAULT_RULE_SET_VERSION = "gatekeeper-rules.v2"
 """Version of the bundled rule catalog; carried by results built without a usable catalog."""
 
 SCHEMA: Final = "schema.executor_v2"
@@ -42,6 +42,7 @@ REFS_MISSING: Final = "evidence.refs_missing"
 RAW_PATH: Final = "evidence.raw_path"
 EXCERPT_MISMATCH: Final = "evidence.excerpt_mismatch"
 UNBOUND_SPECIFICS: Final = "evidence.unbound_specifics"
+FABRICATED: Final = "evidence.fabricated"
 INTERNAL_ERROR: Final = "gatekeeper.internal_error"
 
 _T = TypeVar("_T")
@@ -51,6 +52,19 @@ REQUIRED_ARRAYS: Final = ("hypotheses", "recommended_actions", "missing_info")
 
 KNOWN_RULE_IDS: Final[tuple[RuleId, ...]] = get_args(RuleId)[:-1]
 """The catalog rules, in catalog order (``gatekeeper.internal_error`` is not a catalog rule)."""
+
+
+LATER_RULES: Final[dict[RuleId, CatalogRule]] = {
+    FABRICATED: CatalogRule(
+        id=FABRICATED,
+        description="(not in this catalog's rule set: added in gatekeeper-rules.v2)",
+        enabled=False,
+        default_severity="reject",
+        parameters={},
+    ),
+}
+"""Rules added after the first rule set. A catalog written before one was added (recorded with
+an older diagnosis) gets it disabled, so that re-checking that diagnosis applies its own rules."""
 
 
 class CatalogError(ValueError):
@@ -147,22 +161,23 @@ def validate_catalog(catalog: object) -> Catalog:
                 parameters.model_validate(rule.parameters)
             except ValidationError as exc:
                 raise CatalogError(f"{where}: parameter {_problem(exc)}") from None
-    missing = [rule_id for rule_id in KNOWN_RULE_IDS if rule_id not in seen]
+    missing = [
+        rule_id for rule_id in KNOWN_RULE_IDS if rule_id not in seen and rule_id not in LATER_RULES
+    ]
     if missing:
         raise CatalogError(f"rule catalog: missing rules {', '.join(missing)}")
-    return Catalog(
-        rule_set_version=model.rule_set_version,
-        rules=[
-            CatalogRule(
-                id=rule.id,
-                description=rule.description,
-                enabled=rule.enabled,
-                default_severity=rule.default_severity,
-                parameters=rule.parameters,
-            )
-            for rule in model.rules
-        ],
-    )
+    rules = [
+        CatalogRule(
+            id=rule.id,
+            description=rule.description,
+            enabled=rule.enabled,
+            default_severity=rule.default_severity,
+            parameters=rule.parameters,
+        )
+        for rule in model.rules
+    ]
+    rules += [rule.copy() for rule_id, rule in LATER_RULES.items() if rule_id not in seen]
+    return Catalog(rule_set_version=model.rule_set_version, rules=rules)
 
 
 def load_catalog(path: str | Path | None = None) -> Catalog:

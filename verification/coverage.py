@@ -148,6 +148,7 @@ def question_coverage(
     not_run: Sequence[str] = (),
     failed: Sequence[str] = (),
     conclusion: ConclusionStatus = "not_required",
+    conclusion_text: str = "",
 ) -> QuestionCoverage:
     """The round's coverage: the floor, lowered (never lifted) by the model and the budget.
 
@@ -161,10 +162,14 @@ def question_coverage(
         failed: Tool calls that failed every time, rendered with their error (``failed_calls``).
         conclusion: The status of the answer's conclusion (``verification.conclusion``): a
             question wanting one is unanswered when none follows from the confirmed claims.
+        conclusion_text: Its text; one that follows answers what it states (the window).
     """
     confirmed = confirmed_texts(answer, checks)
     floor = floor_coverage(question, known_services, confirmed)
-    more_asked, more_open = intent_facets(question, known_services, answer, confirmed)
+    concluded = [conclusion_text] if conclusion == "follows" and conclusion_text else []
+    more_asked, more_open = intent_facets(
+        question, known_services, answer, [*confirmed, *concluded]
+    )
     if more_asked:
         asked_all = floor["asked"] + [item for item in more_asked if item not in floor["asked"]]
         open_all = floor["unanswered"] + more_open

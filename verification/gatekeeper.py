@@ -4,14 +4,16 @@ Runs after the executor's output has been read (``verification.executor_output``
 ``schema.executor_v2`` findings) and before the Verifier model. A binding is *verified* when it
 passes every evidence rule, in this order, each failure stopping the binding: invocation id,
 tool name, ``raw_path`` given, refs recorded, ``raw_path`` known, excerpt contained. A claim with
-a verified binding is then checked for ``evidence.unbound_specifics``. The rules' switches,
+a verified binding is then checked for ``evidence.unbound_specifics``, and every claim for
+``evidence.fabricated`` (``verification.fabrication``). The rules' switches,
 severities and parameters come from the catalog (``verification.catalog``); an unexpected
 exception fails closed (``fail`` / ``reject``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Iterator, Sequence
 
 from state.records import (
     SEVERITIES,
@@ -33,6 +35,7 @@ from tools.registry import is_guidance
 from verification.catalog import (
     DEFAULT_RULE_SET_VERSION,
     EXCERPT_MISMATCH,
+    FABRICATED,
     INTERNAL_ERROR,
     INVOCATION_REF,
     KNOWN_RULE_IDS,
@@ -45,6 +48,7 @@ from verification.catalog import (
     settings_for,
 )
 from verification.executor_output import read_answer
+from verification.fabrication import Evidence, fabricated, named
 from verification.text import grounded, normalize, specifics
 
 _SEVERITY_RANK = {name: rank for rank, name in enumerate(SEVERITIES)}
@@ -295,30 +299,41 @@ def _excerpt_matches(
     return True
 
 
-def _check_specifics(check: _Check, claim: Claim, verified: list[VerifiedExcerpt]) -> None:
+def _check_specifics(
+    check: _Check, claim: Claim, verified: list[VerifiedExcerpt], evidence: Evidence
+) -> None:
     """Apply ``evidence.unbound_specifics`` to a claim with verified evidence.
 
     Only incident evidence grounds specifics: knowledge refs never do, and the timestamp and
-    instance of a log line ground times, dates and names, never counts or values.
+    instance of a log line ground times, dates and names, never counts or values. A name the
+    claim gives (``verification.fabrication.named``) that its verified texts lack but other
+    evidence of the diagnosis holds is unbound too (one no evidence holds is fabricated).
     """
     if not check.settings.on(UNBOUND_SPECIFICS):
         return
     settings = check.settings
     incident = [entry for entry in verified if not is_guidance(entry["tool_name"])]
     texts = [grounding_text(check.by_id[e["invocation_id"]], e["raw_path"]) for e in incident]
+    name_texts = [entry["text"] for entry in incident]
+    tokens = specifics(
+        claim["claim_text"],
+        identifier_suffixes=settings.identifier_suffixes,
+        strip_punctuation=settings.strip_punctuation,
+    )
     unbound = [
         token
-        for token in specifics(
-            claim["claim_text"],
-            identifier_suffixes=settings.identifier_suffixes,
-            strip_punctuation=settings.strip_punctuation,
-        )
+        for token in tokens
         if not grounded(
-            token,
-            texts,
-            casefold=settings.specifics_case_insensitive,
-            name_texts=[entry["text"] for entry in incident],
+            token, texts, casefold=settings.specifics_case_insensitive, name_texts=name_texts
         )
+    ]
+    seen = {token.casefold() for token in tokens}
+    unbound += [
+        name
+        for name in named(claim["claim_text"])
+        if name.casefold() not in seen
+        and not grounded(name, [], name_texts=[entry["text"] for entry in verified])
+        and evidence.has(name)
     ]
     if unbound:
         check.error(
@@ -328,14 +343,51 @@ def _check_specifics(check: _Check, claim: Claim, verified: list[VerifiedExcerpt
         )
 
 
+def _gathered(invocations: Sequence[Invocation], question: str) -> Iterator[str]:
+    """Every text the diagnosis gathered: the question; each call's refs, arguments, output."""
+    yield question
+    for row in invocations:
+        for ref in row["retrieval_details"].get("evidence_refs") or []:
+            yield ref["text"]
+        yield json.dumps(row["arguments"], ensure_ascii=False)
+        if row["output"] is not None:
+            yield json.dumps(row["output"], ensure_ascii=False)
+        if row["error"]:
+            yield row["error"]
+
+
+def _check_fabricated(
+    check: _Check, claim: Claim, verified: list[VerifiedExcerpt], evidence: Evidence
+) -> None:
+    """Apply ``evidence.fabricated``: names, codes and causes found in nothing gathered."""
+    if not check.settings.on(FABRICATED) or not claim["claim_text"]:
+        return
+    missing = fabricated(claim["claim_text"], evidence, [entry["text"] for entry in verified])
+    if missing:
+        check.error(
+            FABRICATED,
+            _Target(claim, field="claim_text"),
+            "claim names what none of the evidence gathered in this diagnosis holds: "
+            + "; ".join(missing),
+        )
+
+
 # --------------------------------------------------------------------------- entry points
 
 
 def check_answer(
-    answer: ExecutorAnswer, invocations: Sequence[Invocation], settings: Settings
+    answer: ExecutorAnswer,
+    invocations: Sequence[Invocation],
+    settings: Settings,
+    *,
+    question: str = "",
 ) -> GatekeeperResult:
-    """Check a read executor answer against the diagnosis's invocations (may raise)."""
+    """Check a read executor answer against the diagnosis's invocations (may raise).
+
+    ``question`` is the user's: what it names is no fabrication (``evidence.fabricated``).
+    """
     check = _Check(settings, invocations)
+    evidence = Evidence(_gathered(invocations, question))
     checked_bindings = 0
     verified_excerpts: dict[str, list[VerifiedExcerpt]] = {}
     for claim in answer["claims"]:
@@ -348,9 +400,10 @@ def check_answer(
             if entry is not None:
                 verified.append(entry)
         if verified:
-            _check_specifics(check, claim, verified)
+            _check_specifics(check, claim, verified, evidence)
             if claim["id_valid"]:
                 verified_excerpts[claim["claim_id"]] = verified
+        _check_fabricated(check, claim, verified, evidence)
     errors = [*answer["schema_findings"], *check.errors]
     failed = {error["rule_id"] for error in errors}
     worst = max((_SEVERITY_RANK[settings.severity[e["rule_id"]]] for e in errors), default=0)
@@ -406,11 +459,15 @@ def internal_error(exc: BaseException, catalog: Catalog | None = None) -> Gateke
 
 
 def gatekeep(
-    answer: ExecutorAnswer, invocations: Sequence[Invocation], settings: Settings
+    answer: ExecutorAnswer,
+    invocations: Sequence[Invocation],
+    settings: Settings,
+    *,
+    question: str = "",
 ) -> GatekeeperResult:
     """``check_answer`` that never raises: anything unexpected fails closed."""
     try:
-        return check_answer(answer, invocations, settings)
+        return check_answer(answer, invocations, settings, question=question)
     except Exception as exc:  # fail closed on anything unexpected
         return internal_error(exc)
 
@@ -420,6 +477,8 @@ def run_gatekeeper(
     structured_output: JSONObject | None,
     invocations: Sequence[Invocation],
     catalog: Catalog | None = None,
+    *,
+    question: str = "",
 ) -> GatekeeperResult:
     """Read the executor's parsed output and check it; never raises.
 
@@ -428,6 +487,7 @@ def run_gatekeeper(
         structured_output: The parsed object, or ``None``.
         invocations: Every invocation of the current diagnosis (all rounds).
         catalog: A rule catalog; ``None`` uses the bundled one. An invalid catalog fails closed.
+        question: The user's question (what it names is no fabrication).
 
     Returns:
         The Gatekeeper result; ``verified_excerpts`` maps a claim id to the bindings that passed
@@ -436,7 +496,10 @@ def run_gatekeeper(
     try:
         settings = settings_for(catalog)
         return check_answer(
-            read_answer(parse_status, structured_output, settings.schema), invocations, settings
+            read_answer(parse_status, structured_output, settings.schema),
+            invocations,
+            settings,
+            question=question,
         )
     except Exception as exc:  # fail closed on anything unexpected
         return internal_error(exc, catalog)

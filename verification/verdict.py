@@ -9,7 +9,8 @@ which labels stand, derives the legacy facts, computes the groundedness score an
    a ``direct_observation`` left without a citation is ``unsupported``. A claim none of whose
    bindings the Gatekeeper verified is ``unsupported`` (a stricter ``contradicted`` stands); one
    whose only verified evidence is knowledge is at most ``external_unknown``; one the Gatekeeper
-   flagged with ``evidence.unbound_specifics`` is at most ``overstated``; so is one whose text
+   flagged with ``evidence.fabricated`` is ``unsupported`` (a stricter ``contradicted`` stands);
+   one flagged with ``evidence.unbound_specifics`` is at most ``overstated``; so is one whose text
    the Verifier was shown cut (what follows the cut was never checked).
 2. **Facts and score.** direct_observation -> direct_evidence (1.0); reasonable_inference and
    overstated -> indirect_support (0.6); unsupported and external_unknown -> no_evidence (0.0);
@@ -26,9 +27,10 @@ which labels stand, derives the legacy facts, computes the groundedness score an
    low_confid -> LOW_CONFID), the fallback cap (the claim checker stood in for an unreadable
    reply -> LOW_CONFID), the coverage cap (question unanswered -> LOW_CONFID; a conclusion
    that does not follow from its claims, or a missing one, leaves it unanswered:
-   ``verification.conclusion``) and the re-check
-   cap (the claim checker re-checks a recorded diagnosis a model judged -> LOW_CONFID: it can
-   never clear a recorded verdict alone).
+   ``verification.conclusion``), the re-check cap (the claim checker re-checks a recorded
+   diagnosis a model judged -> LOW_CONFID: it can never clear a recorded verdict alone) and
+   the fabrication rule (a claim flagged with
+   ``evidence.fabricated`` -> REJECT, whatever severity the catalog gives the rule).
 
 Verdicts are ranked here only (REJECT < LOW_CONFID < PASS): ``strictest`` and ``is_looser``.
 """
@@ -57,7 +59,7 @@ from state.records import (
     VerifierMode,
     VerifierReply,
 )
-from verification.catalog import UNBOUND_SPECIFICS
+from verification.catalog import FABRICATED, UNBOUND_SPECIFICS
 from verification.conclusion import check_conclusion
 from verification.coverage import coverage_cap, failed_calls, question_coverage
 from verification.gatekeeper import only_knowledge, verified_excerpts_of
@@ -172,6 +174,7 @@ def _check(
     unbound: set[str],
     unseen: set[str],
     clipped: Mapping[str, int],
+    made_up: set[str],
     notes: list[str],
 ) -> ClaimCheck:
     """The final check of one claim (rule 1 of the module docstring)."""
@@ -207,7 +210,14 @@ def _check(
         detail = _with_reason(detail, "no valid evidence ref")
         label = "unsupported"
     verified = verified_excerpts_of(gatekeeper, claim_id)
-    if not verified and label != "contradicted":
+    if claim_id in made_up and label != "contradicted":
+        # A name, code or cause nothing gathered holds was made up: never a fact, the verdict
+        # is REJECT (``decide``).
+        if label != "unsupported":
+            notes.append(f"{claim_id}: {FABRICATED} failed, {label} -> unsupported")
+        detail = _with_reason(detail, "names what none of the evidence gathered holds")
+        label = "unsupported"
+    elif not verified and label != "contradicted":
         if label != "unsupported":
             notes.append(f"{claim_id}: no Gatekeeper-verified binding, {label} -> unsupported")
             detail = _with_reason(detail, "no Gatekeeper-verified evidence binding")
@@ -239,6 +249,15 @@ def _check(
     )
 
 
+def flagged(gatekeeper: GatekeeperResult, rule_id: str) -> set[str]:
+    """The ids of the claims the Gatekeeper flagged with ``rule_id``."""
+    return {
+        claim_id
+        for finding in gatekeeper["errors"]
+        if finding["rule_id"] == rule_id and (claim_id := finding.get("claim_id"))
+    }
+
+
 def claim_checks(
     answer: ExecutorAnswer,
     proposed: Sequence[ProposedCheck] | None,
@@ -257,11 +276,8 @@ def claim_checks(
     by_ref: dict[str, TraceItem] = {}
     for item in trace:
         by_ref.setdefault(item["trace_ref"], item)
-    unbound = {
-        claim_id
-        for finding in gatekeeper["errors"]
-        if finding["rule_id"] == UNBOUND_SPECIFICS and (claim_id := finding.get("claim_id"))
-    }
+    unbound = flagged(gatekeeper, UNBOUND_SPECIFICS)
+    made_up = flagged(gatekeeper, FABRICATED)
     by_claim = _index(proposed or [], answer["claims"], notes)
     return [
         _check(
@@ -272,6 +288,7 @@ def claim_checks(
             unbound,
             set(unseen),
             clipped or {},
+            made_up,
             notes,
         )
         for claim in answer["claims"]
@@ -401,6 +418,7 @@ def decide(
         not_run=not_run,
         failed=failed_calls(trace),
         conclusion=conclusion["status"],
+        conclusion_text=conclusion["text"],
     )
     if coverage["status"] != "answered":
         shown = ", ".join(coverage["unanswered"]) or "none"
@@ -409,6 +427,12 @@ def decide(
     if cap is not None:
         notes.append("no confirmed claim answers the question; verdict capped at LOW_CONFID")
     caps: dict[str, Verdict | None] = {"none": None, "low_confid": "LOW_CONFID", "reject": "REJECT"}
+    made_up = sorted(flagged(gatekeeper, FABRICATED))
+    if made_up:
+        notes.append(
+            f"{', '.join(made_up)}: names what none of the evidence gathered holds "
+            f"({FABRICATED}); verdict REJECT"
+        )
     # The claim checker re-checking what a model judged works without that model: capped as the
     # fallback is. A diagnosis the checker judged in the first place is re-judged by its rules.
     rechecked = mode == "offline" and recheck_of is not None and recheck_of != "offline"
@@ -420,6 +444,7 @@ def decide(
         "LOW_CONFID" if mode == "fallback" else None,
         cap,
         "LOW_CONFID" if rechecked else None,
+        "REJECT" if made_up else None,
     )
     if rechecked:
         notes.append("re-checked by the deterministic claim checker: at most LOW_CONFID")

@@ -109,6 +109,14 @@ class ClaimView(BaseModel):
     evidence: list[EvidenceHandle]
 
 
+class RootCauseView(BaseModel):
+    """The verified root cause: kept only when every claim it names was confirmed."""
+
+    service: str
+    mechanism: str
+    claim_ids: list[str] = Field(description="the confirmed claims that state it")
+
+
 class Diagnosis(BaseModel):
     """A diagnosis: verdict, score, root cause, answer, and the claims with their evidence."""
 
@@ -121,7 +129,9 @@ class Diagnosis(BaseModel):
     score: float | None = Field(description="groundedness score, 0 to 1")
     rounds: int
     offline: bool
-    root_cause: Any = Field(description="the verified root cause, when the diagnosis names one")
+    root_cause: RootCauseView | None = Field(
+        description="the verified root cause, when the diagnosis names one"
+    )
     answer: str | None
     claims: list[ClaimView]
     invocations: int = Field(description="tool calls recorded")
@@ -236,7 +246,9 @@ class Access:
             raise mcp_error(_failure(exc, "request")) from None
         if self.http:
             headers = {name.lower(): value for name, value in (ctx.headers or {}).items()}
-            client = "mcp-http"
+            request = ctx.request_context.request
+            address = getattr(request, "client", None)
+            client = str(getattr(address, "host", None) or "mcp-http")
         else:
             headers = {"authorization": f"Bearer {self.key}"} if self.key else {}
             client = "mcp-stdio"
@@ -563,6 +575,9 @@ def build_server(service: Service, access: Access) -> MCPServer:
             f"Diagnosis {view['diagnosis_id']}: verdict {view['verdict'] or '-'}, score "
             f"{view['score'] if view['score'] is not None else '-'}\n\n"
         )
+        root = view["root_cause"]
+        if root is not None:
+            head += f"Root cause: {root['service']}: {root['mechanism']}\n\n"
         return head + (view["answer"] or "(no answer recorded)") + "\n"
 
     @server.resource(

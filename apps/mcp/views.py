@@ -47,13 +47,19 @@ def _ref_text(invocation: Invocation | None, raw_path: str) -> str | None:
     return next((ref["text"] for ref in refs if ref["raw_path"] == raw_path), None)
 
 
-def root_cause_of(record: Mapping[str, Any]) -> object:
+def root_cause_of(record: Mapping[str, Any]) -> dict[str, Any] | None:
     """The diagnosis's root cause when its record holds one (``root_cause``), else None."""
     channels = record.get("self_evaluation") or {}
     found = channels.get("root_cause") if isinstance(channels, dict) else None
     if found is None:
         found = _evaluation(record).get("root_cause")
-    return found
+    if not isinstance(found, dict) or not isinstance(found.get("service"), str):
+        return None
+    return {
+        "service": found["service"],
+        "mechanism": str(found.get("mechanism") or ""),
+        "claim_ids": [str(claim) for claim in found.get("claim_ids") or []],
+    }
 
 
 def claims_of(record: Mapping[str, Any], invocations: Sequence[Invocation]) -> list[dict[str, Any]]:

@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Sequence
 from typing import Any, Final
 
-from knowledge.rank import procedure_sentence
+from knowledge.rank import procedure_sentence, title_section_rank
 from knowledge.vocabulary import concepts_in
 from models.offline.evidence import (
     LEVELS,
@@ -33,7 +34,7 @@ from models.offline.evidence import (
     names_in,
     series_for,
 )
-from models.offline.question_kinds import compose_kind
+from models.offline.question_kinds import compose_kind, question_names, timed_conclusion
 from models.offline.root_cause import root_cause_section
 from models.offline.rules import ANALYSED_KINDS, SLOW_SYMPTOMS, scopes
 from models.offline.traces import claims as trace_claims
@@ -61,6 +62,8 @@ SYMPTOM_METRICS: Final[tuple[tuple[str, str], ...]] = (
     ("memory", "memory"),
 )
 """Which metric tells most about a symptom (first match wins)."""
+OTHER_SECTION: Final = 9
+"""``knowledge.rank.title_section_rank`` of impact, meaning and the like: no action there."""
 _DEPENDENCY = re.compile(
     r"\b(?:upstream|call(?:ing|s|ed)? to|connect(?:ion|ing)? to|request(?:s)? to|dial(?:ing)?|"
     r"from)\s+(?P<name>[a-z][a-z0-9._-]*[a-z0-9])",
@@ -93,7 +96,8 @@ def compose(task: dict[str, Any], found: QuestionFacets, results: list[Result]) 
     trace_claims(writer, found, results)
     for service in unknown:
         no_data(writer, service, known)
-    actions(writer, results)
+    actions(writer, results, question_names(str(task.get("question", ""))))
+    timed_conclusion(writer, task, results)
     return writer.json()
 
 
@@ -208,9 +212,7 @@ def confirm_alert(writer: Writer, name: str, results: list[Result], services: li
 
     anywhere = exact(everywhere)
     if not services:
-        for index in anywhere[:2]:
-            state = everywhere.entries("alerts")[index].get("state")
-            writer.alert(everywhere, index, answer=t["yes"] if state == "firing" else t["no"])
+        stated_alerts(writer, everywhere, anywhere)
         if not anywhere:
             writer.no_alert(name, everywhere, None)
         return
@@ -218,9 +220,7 @@ def confirm_alert(writer: Writer, name: str, results: list[Result], services: li
         scoped = next((r for r in named if r.service == service), None)
         mine = exact(scoped) if scoped is not None else []
         if scoped is not None and mine:
-            for index in mine[:2]:
-                state = scoped.entries("alerts")[index].get("state")
-                writer.alert(scoped, index, answer=t["yes"] if state == "firing" else t["no"])
+            stated_alerts(writer, scoped, mine)
         elif anywhere or scoped is None:
             if scoped is not None:
                 text = t["no"] + t["no_alert_for"].format(service=service, name=name)
@@ -232,6 +232,22 @@ def confirm_alert(writer: Writer, name: str, results: list[Result], services: li
                 writer.claim("negative_observation", text, bindings)
         else:
             writer.no_alert(name, everywhere, scoped)
+
+
+def stated_alerts(writer: Writer, result: Result, indexes: list[int]) -> None:
+    """Yes or no per alert asked: one claim per alert name, its series together."""
+    t = writer.t
+    groups: dict[tuple[str, str], list[int]] = {}
+    for index in indexes:
+        entry = result.entries("alerts")[index]
+        key = (str(entry.get("alert_name")), str(entry.get("state")))
+        groups.setdefault(key, []).append(index)
+    for (name, state), members in list(groups.items())[:2]:
+        answer = t["yes"] if state == "firing" else t["no"]
+        if len(members) > 1 and state == "firing":
+            writer.alert_series(result, name, members, answer=answer)
+        else:
+            writer.alert(result, members[0], answer=answer)
 
 
 def why(
@@ -393,12 +409,25 @@ def overview(writer: Writer, found: QuestionFacets, results: list[Result]) -> No
             writer.log_lines(logs, index, counted=False)
 
 
-def actions(writer: Writer, results: list[Result]) -> None:
+def actions(writer: Writer, results: list[Result], prefer: Sequence[str] = ()) -> None:
     """Next steps: each runbook found, by its action sentence, with its title and source."""
     for result in results:
         if result.tool != "lookup_knowledge":
             continue
-        for entry in result.entries("documents"):
+        # A chunk of a runbook's mitigation or procedure section first; never one of its
+        # impact or meaning section.
+        # The runbook of a name the question gives (an alert) before the others.
+        named = [name.casefold() for name in prefer]
+        ranked = sorted(
+            result.entries("documents"),
+            key=lambda entry: (
+                not any(n in str(entry.get("title", "")).casefold() for n in named),
+                title_section_rank(str(entry.get("title", ""))),
+            ),
+        )
+        for entry in ranked:
+            if title_section_rank(str(entry.get("title", ""))) >= OTHER_SECTION:
+                continue
             sentence = procedure_sentence(str(entry.get("chunk", "")))
             if sentence is None or asserts_cause(sentence):
                 continue

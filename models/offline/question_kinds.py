@@ -27,13 +27,13 @@ from datetime import datetime
 from typing import Any, Final
 
 from models.offline.evidence import Result, examples, log_result, metrics_result, series_for
-from models.offline.rules import Step, analysis, plan_steps, scopes
+from models.offline.rules import Step, alert_selector, analysis, plan_steps, scopes
 from models.offline.writer import Writer, binding, quote, summary_binding, value_text
-from state.display import continued
+from state.display import continued, word_prefix
 from state.records import QuestionFacets
 from tools.backend import parse_timestamp
 from tools.render import format_value
-from verification.conclusion import SeriesReading, alert_measures, series_reading
+from verification.conclusion import SeriesReading, alert_measures, series_reading, stated_answer
 from verification.intent import CHANGE, Intent, iso, read_intent
 from verification.question import facet_label
 
@@ -41,7 +41,7 @@ KEY_CONCEPTS: Final[tuple[str, ...]] = ("cpu", "memory", "error_rate", "latency"
 """The key series a health question reads, in this order."""
 MAX_CHANGES: Final = 6
 """Change lines quoted at most (the rest are counted)."""
-CHANGE_LIMIT: Final = 200
+CHANGE_LIMIT: Final = 100
 """Log lines a change query reads."""
 _IDENTIFIER = re.compile(
     r"(?<![A-Za-z0-9_])[A-Za-z][a-z0-9]*(?:[A-Z][A-Za-z0-9]*)+(?![A-Za-z0-9_])"
@@ -82,6 +82,8 @@ TEXT: Final[dict[str, dict[str, str]]] = {
         "no_alerts_any": "{service} has no alerts in the data.",
         "time_unknown": "The current time could not be read, so the window {spec} is unresolved.",
         "sep": "; ",
+        "meaning": 'What "{title}" means: {sentence}',
+        "timed": "{window}: {text}",
     },
     "zh": {
         "healthy": "是：{service} 状态正常：{reasons}。",
@@ -116,6 +118,8 @@ TEXT: Final[dict[str, dict[str, str]]] = {
         "no_alerts_any": "{service} 在数据中没有任何告警。",
         "time_unknown": "无法读取当前时间，时间窗口 {spec} 无法确定。",
         "sep": "；",
+        "meaning": "《{title}》的含义：{sentence}",
+        "timed": "{window}：{text}",
     },
 }
 
@@ -135,9 +139,11 @@ def plan_for(facts: dict[str, Any]) -> list[Step]:
     A question naming a time asks the current time first; the queries follow with the window
     (``windowed_steps``).
     """
-    if int(facts.get("round", 1)) > 1:
-        return plan_steps(facts)
     intent = intent_of(facts)
+    if int(facts.get("round", 1)) > 1:
+        # What to do is read from the runbooks again: a retry never loses the steps.
+        again = kind_steps(facts, intent, None) if intent.kind == "action" else None
+        return again or plan_steps(facts)
     if intent.time is not None and intent.kind not in ("action", "compare"):
         return [("get_current_time", {})]
     return kind_steps(facts, intent, None) or plan_steps(facts)
@@ -164,10 +170,12 @@ def kind_steps(
     elif intent.kind == "changes":
         steps = [("query_logs", {**scoped(t), **span, "limit": CHANGE_LIMIT}) for t in targets]
     elif intent.kind == "action":
+        for name in found["alerts"]:
+            steps.append(("query_metrics", {"alert": name, "promql": alert_selector(name)}))
         for target in targets:
             if target:
                 steps.append(("query_logs", {"service": target, "level": found["error_level"]}))
-        steps.append(("lookup_knowledge", {"query": knowledge_terms(intent), "top_k": 3}))
+        steps.append(("lookup_knowledge", {"query": knowledge_terms(intent), "top_k": 8}))
     else:
         return None
     for service in found["unknown_services"]:
@@ -189,6 +197,11 @@ def windowed_steps(facts: dict[str, Any], intent: Intent, now: datetime) -> list
             args = {**args, "start": window[0], "end": window[1]}
         timed.append((tool, args))
     return timed
+
+
+def question_names(question: str) -> list[str]:
+    """Identifiers a question gives (alert names such as ``etcdHighFsyncDurations``)."""
+    return list(dict.fromkeys(_IDENTIFIER.findall(question)))
 
 
 def knowledge_terms(intent: Intent) -> str:
@@ -259,10 +272,95 @@ def compose_kind(
     elif intent.kind == "changes":
         changes(writer, results, services)
     elif intent.kind == "action":
-        return False
+        action(writer, found, results, services, intent.question)
     else:
         return False
     return True
+
+
+def action(
+    writer: Writer,
+    found: QuestionFacets,
+    results: list[Result],
+    services: list[str | None],
+    intent_question: str,
+) -> None:
+    """What to do: the alerts named, the service's errors, what an alert means.
+
+    The runbooks' mitigation steps follow (``models.offline.answers.actions``).
+    """
+    for name in found["alerts"]:
+        named = next(
+            (r for r in results if r.tool == "query_metrics" and r.args.get("alert") == name),
+            None,
+        )
+        if named is None:
+            continue
+        same = [
+            i
+            for i, e in enumerate(named.entries("alerts"))
+            if str(e.get("alert_name", "")).casefold() == name.casefold()
+        ]
+        if same:
+            writer.alert_groups(named, same, limit=1)
+        else:
+            writer.no_alert(name, named, None)
+    for service in services:
+        logs = log_result(results, service, found["error_level"]) if service else None
+        if logs is not None and logs.status == "ok":
+            writer.log_lines(logs, examples(logs, found)[0])
+        elif logs is not None and logs.status == "no_hit":
+            writer.no_logs(logs)
+    t = TEXT[writer.lang]
+    for result in results:
+        if result.tool != "lookup_knowledge":
+            continue
+        for entry in result.entries("documents"):
+            title = str(entry.get("title", ""))
+            meaning = meaning_sentence(str(entry.get("chunk", "")), title)
+            names = [*found["alerts"], *question_names(intent_question)]
+            if meaning and any(n.casefold() in title.casefold() for n in names):
+                source = str(entry.get("source") or entry.get("doc_id") or "")
+                writer.actions.append(
+                    {"text": t["meaning"].format(title=title, sentence=meaning), "source": source}
+                )
+
+
+_MEANING = re.compile(r"^#+\s*(?:meaning|含义|说明)\s*$", re.IGNORECASE | re.MULTILINE)
+
+
+def meaning_sentence(chunk: str, title: str = "") -> str | None:
+    """The first sentence under a runbook's ``Meaning`` heading (or of its Meaning chunk)."""
+    heading = _MEANING.search(chunk)
+    if heading is not None:
+        body = chunk[heading.end() :].strip()
+    elif title.rsplit(" > ", 1)[-1].strip().casefold() in ("meaning", "含义", "说明"):
+        body = chunk.strip()
+    else:
+        return None
+    body = re.split(r"\n#+\s", "\n" + body, maxsplit=2)[1 if body.startswith("#") else 0]
+    text = " ".join(body.split())
+    sentence = re.split(r"(?<=[.!?。！？])\s", text, maxsplit=1)[0]
+    return sentence[:240] or None
+
+
+def timed_conclusion(writer: Writer, task: dict[str, Any], results: list[Result]) -> None:
+    """A question naming a time, answered by the other rules: the window stated absolutely.
+
+    The conclusion is the first claim's answer (its yes or no, else the claim itself) within the
+    window the queries ran with, resting on that claim.
+    """
+    window = window_of(results)
+    if window is None or writer.conclusion is not None or not writer.claims:
+        return
+    intent = intent_of(task)
+    if intent.time is None:
+        return
+    t = TEXT[writer.lang]
+    first = str(writer.claims[0]["claim_text"])
+    said = stated_answer(first)
+    text = t["timed"].format(window=window_text(t, window), text=first)
+    writer.conclude(said or "value", text, [str(writer.claims[0]["claim_id"])])
 
 
 def _alert_texts(result: Result) -> list[str]:
@@ -529,10 +627,14 @@ def changes(writer: Writer, results: list[Result], services: list[str | None]) -
             writer.claim("observation", text, [binding(logs, f"logs[{index}]", excerpt)])
             rests.append(writer.last_id)
             at = _short_time(str(entry.get("timestamp", "")))[11:16]
-            items.append(f"{entry.get('service') or service} {at} {excerpt[:60]}")
+            items.append(f"{entry.get('service') or service} {at} {word_prefix(full, 60)}")
         if len(found) > MAX_CHANGES:
             writer.gap(t["more_changes"].format(count=len(found) - MAX_CHANGES))
         if not found and logs.status in ("ok", "no_hit"):
+            if entries:
+                # What the window did hold, quoted: the absence is read from these lines.
+                writer.log_lines(logs, 0, counted=bool(service))
+                rests.append(writer.last_id)
             scope = service or t["all_services"]
             text = t["no_change_claim"].format(count=len(entries), scope=scope)
             writer.claim("negative_observation", text, [summary_binding(logs)])

@@ -39,7 +39,7 @@ TEXT: Final[dict[str, dict[str, str]]] = {
         "value_only": "（value={value}）",
         "no_alert_named": "数据中没有名为 {name} 的告警{scope}。",
         "more_alerts": "另外正在触发的告警：{names}。",
-        "alert_series": "告警 {name} 在 {service} 的 {count} 条序列上正在触发（value={values}）。",
+        "alert_series": "告警 {name} 在 {service} 的多条序列上正在触发（value={values}）。",
         "no_alert_scope": "（{service} 也没有）",
         "no_alert_for": "{service} 没有名为 {name} 的告警。",
         "no_alerts": "{service} 在数据中没有任何告警。",
@@ -86,7 +86,7 @@ TEXT: Final[dict[str, dict[str, str]]] = {
         "value_only": " (value={value})",
         "no_alert_named": "No alert named {name} exists in the data{scope}.",
         "more_alerts": "Also firing: {names}.",
-        "alert_series": "Alert {name} is firing on {count} series of {service} (value={values}).",
+        "alert_series": "Alert {name} is firing on several series of {service} (value={values}).",
         "no_alert_scope": " (nor for {service})",
         "no_alert_for": "{service} has no alert named {name}.",
         "no_alerts": "{service} has no alerts in the data.",
@@ -357,20 +357,20 @@ class Writer:
             written.append(self.last_id)
         return written
 
-    def alert_series(self, result: Result, name: str, members: list[int]) -> None:
+    def alert_series(
+        self, result: Result, name: str, members: list[int], *, answer: str = ""
+    ) -> None:
         """One claim for an alert firing on several series: its services and values."""
         entries = [result.entries("alerts")[i] for i in members]
         services = self.join(list(dict.fromkeys(str(e.get("service", "")) for e in entries)))
         values = self.join(
             [format_value(e.get("value")) for e in entries if e.get("value") is not None]
         )
-        text = self.t["alert_series"].format(
-            name=name, count=len(members), service=services, values=values or "-"
-        )
+        text = self.t["alert_series"].format(name=name, service=services, values=values or "-")
         bindings = [
             binding(result, f"alerts[{i}]", result.refs.get(f"alerts[{i}]", "")) for i in members
         ]
-        self.claim("observation", text, bindings)
+        self.claim("observation", answer + text, bindings)
 
     def no_alert(self, name: str, everywhere: Result, scoped: Result | None) -> None:
         """A negative observation: no alert of that name exists in the data (nor for a service)."""
