@@ -350,6 +350,10 @@ def test_cli_run_interrupted_before_its_first_checkpoint_says_it_cannot_be_resum
 
     assert code == 130
     assert "it cannot be resumed: ask the question again" in err
+    assert [line for line in err.splitlines() if line.startswith("superbiz: interrupted")] == [
+        "superbiz: interrupted before the diagnosis saved its first checkpoint; it cannot be "
+        "resumed: ask the question again"
+    ]
 
 
 # --- db upgrade -------------------------------------------------------------------------------
@@ -414,3 +418,43 @@ def test_cli_sigint_leaves_a_resumable_checkpoint_and_prints_the_resume_command(
     code, out, err = run(capsys, *command.split()[1:], "--json")
     assert code == 0, err
     assert json.loads(out)["verdict"] == "PASS"
+
+
+def test_cli_sigint_before_the_first_checkpoint_fails_the_diagnosis_with_one_message(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    marker = tmp_path / "stalled"
+    db = f"sqlite:///{tmp_path / 'x.sqlite'}"
+    child = Path(__file__).with_name("sigint_child.py")
+    argv = ["diagnose", QUESTION, "--db", db, "--thread", "t-early"]
+    env = {k: v for k, v in os.environ.items() if k not in RUN_VARIABLES}
+    env.update(PYTHONPATH=str(Path(__file__).resolve().parents[1]), STALL_IN_INTAKE="1")
+    proc = subprocess.Popen(
+        [sys.executable, str(child), str(marker), *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not marker.exists():
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        _, raw_err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    err = raw_err.decode("utf-8")
+
+    assert proc.returncode == 130, err
+    assert [line for line in err.splitlines() if line.startswith("superbiz: interrupted")] == [
+        "superbiz: interrupted before the diagnosis saved its first checkpoint; it cannot be "
+        "resumed: ask the question again"
+    ], err
+    assert "resume with" not in err and "Traceback" not in err
+    code, out, _ = run(capsys, "sessions", "list", "--db", db, "--json")
+    assert code == 0
+    (record,) = [r for r in json.loads(out) if r.get("thread_id") == "t-early"]
+    assert record["status"] == "failed", record

@@ -9,6 +9,7 @@ cannot be used.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -223,3 +224,45 @@ def test_server_checkpointer_unusable_database_is_an_error(
 
     with pytest.raises(DatabaseError, match=reason):
         asyncio.run(enter())
+
+
+def test_graph_app_records_the_configured_backends_so_a_resume_accepts_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from apps.resuming import backend_for
+    from tests.prometheus_kit import free_port
+
+    prometheus = f"http://127.0.0.1:{free_port()}"  # nothing listens: the queries are gaps
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "SUPERBIZ_"))}
+    env.update(
+        XDG_DATA_HOME=str(tmp_path / "data"),
+        SUPERBIZ_DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite'}",
+        SUPERBIZ_PROMETHEUS_URL=prometheus,
+    )
+    code = (
+        "import json; from langchain_core.messages import HumanMessage; "
+        "import apps.langgraph_server.server as a; "
+        "from persistence.audit import SqlAuditStore; "
+        "r = a.graph.invoke({'messages': [HumanMessage('is order-service failing?')]}, "
+        "{'configurable': {'thread_id': 't-lg'}}); "
+        "rec = SqlAuditStore(a.database).get(r['diagnosis_id']); "
+        "print(json.dumps(rec['run_settings']['environment']))"
+    )
+
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+    assert done.returncode == 0, done.stderr[-3000:]
+    recorded = json.loads(done.stdout.strip().splitlines()[-1])
+    assert recorded == {"kind": "sample", "backends": ["prometheus"]}
+    for name in [n for n in os.environ if n.startswith("SUPERBIZ_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("SUPERBIZ_PROMETHEUS_URL", prometheus)
+    backend_for(recorded)  # the server's sweep resumes it on the same backends

@@ -44,7 +44,7 @@ import re
 import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Final
 
 from state.display import strip_invisible
@@ -93,6 +93,25 @@ _CAUSE_BEFORE = re.compile(
     r"\b(?:led to|leads to|leading to|resulted in|results in|causing|caused(?!\s+by)|causes)\b"
     r"|导致|造成|引起|引发"
 )
+_CAUSE_HINTS: Final = (
+    "cause",
+    "because",
+    "due to",
+    "owing",
+    "result",
+    "led to",
+    "leads to",
+    "leading to",
+    "原因",
+    "根因",
+    "由于",
+    "因为",
+    "导致",
+    "造成",
+    "引起",
+    "引发",
+)
+_DIGIT = re.compile(r"\d")
 _CLAUSE_END = re.compile(r"[.;!?。；！？\n]|,\s|，")
 _CLAUSE_START = re.compile(r".*(?:[.;!?。；！？\n]|,\s|，)", re.DOTALL)
 _CAUSE_WORD = re.compile(r"(?<![\w-])[a-z][a-z0-9]{2,}(?![\w-])")
@@ -127,29 +146,41 @@ def _is_entity(token: str) -> bool:
 
 def named(claim_text: str) -> list[str]:
     """The entities and error codes a claim names, distinct, in order of appearance."""
+    return list(_named(claim_text))
+
+
+@lru_cache(maxsize=8192)
+def _named(claim_text: str) -> tuple[str, ...]:
     text = _text(claim_text)
     found: list[tuple[int, str]] = []
-    for match in _JOINED.finditer(text):
-        token = match.group().strip(".-_")
-        if _is_entity(token):
-            found.append((match.start(), token))
-    found += [(m.start(), m.group()) for m in _CAMEL.finditer(text)]
-    for match in _EXCEPTION.finditer(text):
-        token = match.group().strip(".")
-        if token not in ("Exception", "Error"):
-            found.append((match.start(), token))
-    for match in _HTTP_STATUS.finditer(text):
-        code = match.group(1) or match.group(2)
-        found.append((match.start(), code))
-    found += [(m.start(), m.group()) for m in _ERRNO.finditer(text)]
-    found += [(m.start(1), m.group(1)) for m in _VENDOR_CODE.finditer(text)]
+    if "-" in text or "_" in text or "." in text:
+        for match in _JOINED.finditer(text):
+            token = match.group().strip(".-_")
+            if _is_entity(token):
+                found.append((match.start(), token))
+    has_upper = not text.islower()
+    if has_upper:
+        found += [(m.start(), m.group()) for m in _CAMEL.finditer(text)]
+    if "Exception" in text or "Error" in text:
+        for match in _EXCEPTION.finditer(text):
+            token = match.group().strip(".")
+            if token not in ("Exception", "Error"):
+                found.append((match.start(), token))
+    if _DIGIT.search(text):
+        for match in _HTTP_STATUS.finditer(text):
+            found.append((match.start(), match.group(1) or match.group(2)))
+        found += [(m.start(1), m.group(1)) for m in _VENDOR_CODE.finditer(text)]
+    if has_upper:
+        found += [(m.start(), m.group()) for m in _ERRNO.finditer(text)]
     found.sort(key=lambda item: item[0])
-    return list(dict.fromkeys(token for _, token in found))
+    return tuple(dict.fromkeys(token for _, token in found))
 
 
 def cause_clauses(claim_text: str) -> list[str]:
     """The clauses a claim gives as a cause (normalised)."""
     text = normalize(claim_text)
+    if not any(cue in text for cue in _CAUSE_HINTS):
+        return []
     clauses: list[str] = []
     for match in _CAUSE_AFTER.finditer(text):
         end = _CLAUSE_END.search(text, match.end())

@@ -49,7 +49,7 @@ from verification.catalog import (
 )
 from verification.executor_output import read_answer
 from verification.fabrication import Evidence, fabricated, named
-from verification.text import grounded, normalize, specifics
+from verification.text import contains_whole, grounded, normalize, specifics
 
 _SEVERITY_RANK = {name: rank for rank, name in enumerate(SEVERITIES)}
 
@@ -328,13 +328,15 @@ def _check_specifics(
         )
     ]
     seen = {token.casefold() for token in tokens}
-    unbound += [
-        name
-        for name in named(claim["claim_text"])
-        if name.casefold() not in seen
-        and not grounded(name, [], name_texts=[entry["text"] for entry in verified])
-        and evidence.has(name)
-    ]
+    names = [name for name in named(claim["claim_text"]) if name.casefold() not in seen]
+    if names:
+        held = [normalize(entry["text"], collapse_whitespace=False) for entry in verified]
+        unbound += [
+            name
+            for name in names
+            if not any(contains_whole(normalize(name), text) for text in held)
+            and evidence.has(name)
+        ]
     if unbound:
         check.error(
             UNBOUND_SPECIFICS,

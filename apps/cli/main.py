@@ -408,14 +408,51 @@ def _resume_command(args: argparse.Namespace, thread: str) -> str:
     return shlex.join(words)
 
 
-def _interrupted(app: Graph, thread: str, args: argparse.Namespace, err: TextIO) -> None:
-    """Say whether an interrupted run can be resumed, and how."""
+NOT_SAVED_NOTE = (
+    "failed: interrupted before the diagnosis saved its first checkpoint, so it cannot be "
+    "resumed; ask the question again"
+)
+
+
+def _interrupted(
+    app: Graph,
+    thread: str,
+    args: argparse.Namespace,
+    persistence: Persistence,
+    err: TextIO,
+    *,
+    note: bool,
+) -> None:
+    """Record how an interrupted run ended and say it in one line.
+
+    Resumable (the thread's last checkpoint holds this diagnosis with work left): the resume
+    command, the diagnosis left resumable. Otherwise the diagnosis, if it had started, is
+    ``failed`` with the reason, never left ``running``. ``note``: the run's own guard did not
+    record the interruption (the run was left behind in its thread).
+    """
+    from graph.guard import RunGuard
     from graph.runner import saved_run
 
+    diagnosis_id = persistence.locks.current(thread)
     try:
-        resumable = bool(saved_run(app, thread).next)
+        if diagnosis_id is None:  # the run's guard has let go of it: its record says
+            running = [r for r in persistence.audit.list(thread) if r["status"] == "running"]
+            diagnosis_id = str(running[-1]["id"]) if running else None
+        saved = saved_run(app, thread)
+        resumable = bool(saved.next) and saved.resumed_diagnosis_id() not in (None, "")
+        if diagnosis_id is not None:
+            resumable = resumable and saved.resumed_diagnosis_id() == diagnosis_id
     except Exception:  # the database went away with the interrupt: say it plainly
         resumable = False
+    guard = RunGuard(persistence.locks, persistence.audit)
+    try:
+        if resumable and note:
+            guard.left(thread, KeyboardInterrupt())
+        elif not resumable and diagnosis_id is not None:
+            guard.note(diagnosis_id, "failed", NOT_SAVED_NOTE)
+        persistence.locks.release(thread)
+    except Exception:  # the database went away: the sweep finds the diagnosis later
+        pass
     if resumable:
         err.write(f"superbiz: interrupted; resume with: {_resume_command(args, thread)}\n")
     else:
@@ -434,7 +471,6 @@ def diagnose(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from evidence.environment import EnvironmentFileError, load_environment
     from graph.compile import compile_graph
     from graph.failures import DiagnosisFailed
-    from graph.guard import RunGuard
     from graph.resume import ResumeRefused, plan_resume
     from graph.runner import NothingToResume, run_diagnosis, summary_of
     from persistence.database import DatabaseError
@@ -495,17 +531,16 @@ def diagnose(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             # would wait for it. Its last checkpoint is saved; note it, give back its lease
             # and leave at once. The database releases the thread's lock with the process.
             if app is not None:
-                guard = RunGuard(persistence.locks, persistence.audit)
-                guard.left(thread, KeyboardInterrupt())
-                persistence.locks.release(thread)
-                _interrupted(app, thread, args, err)
-            print("superbiz: interrupted", file=err, flush=True)
+                _interrupted(app, thread, args, persistence, err, note=True)
+            else:
+                print("superbiz: interrupted", file=err, flush=True)
             out.flush()
             os._exit(130)
         except KeyboardInterrupt:
-            if app is not None:
-                _interrupted(app, thread, args, err)
-            raise
+            if app is None:
+                raise
+            _interrupted(app, thread, args, persistence, err, note=False)
+            return 130
         except DiagnosisFailed as exc:
             _print_failed(exc, thread, args, out)
             raise CommandFailed(

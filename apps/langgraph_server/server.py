@@ -13,11 +13,16 @@ thread's writer lock and leases its diagnosis (``graph/guard.py``), in the same 
 line and the HTTP API use, so a LangGraph run and an ``/api/chat`` request on one thread never run
 at once. The guard reads a thread's last checkpoint (the diagnosis a resume continues, the state a
 failed run left) through a synchronous checkpointer on the same database, opened for each read.
+
+Each diagnosis records the evidence it ran on as the other entry points do
+(``apps.resuming.environment_ref``: the sample, and the real backends configured), so a server
+sweep resumes an orphan of this graph on the same backends instead of refusing it.
 """
 
 from __future__ import annotations
 
 from apps.langgraph_server.database import database
+from apps.resuming import environment_ref
 from graph.compile import RunStores, compile_graph
 from persistence.audit import SqlAuditStore
 from persistence.checkpointers import checkpointer
@@ -31,7 +36,7 @@ graph = compile_graph(
         ledger=SqlLedger(database),
         locks=SqlRunLocks(database, origin="langgraph"),
     ),
-    environment={"kind": "sample"},
+    environment=environment_ref(None),
     checkpoints=lambda: checkpoint_saver(database),
     name="superbiz",
 )
