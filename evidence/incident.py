@@ -20,6 +20,8 @@ The raw data, through the sources' own protocols, so every backend is served the
   returns no series, at most ``MAX_METRIC_SERVICES`` services);
 - spans from a source that can hand them over (``SpanScan``); none: the call graph comes from
   the log messages;
+- when nothing was logged in the default baseline (the hour before), the baseline reaches back
+  ``MAX_BASELINE`` (a capture of an earlier, quiet period serves), and a gap says so;
 - a source that has nothing in the baseline window says so as a gap (a log file that starts
   inside the window, a metrics source that keeps less history).
 
@@ -277,6 +279,14 @@ def _moment(value: object) -> datetime | None:
     return None
 
 
+def _any_in_baseline(logs: Sequence[LogEntry], windows: Windows) -> bool:
+    for entry in logs:
+        moment = _moment(entry.get("timestamp"))
+        if moment is not None and windows.baseline_start <= moment < windows.baseline_end:
+            return True
+    return False
+
+
 def _baseline_gaps(
     logs: Sequence[LogEntry],
     series: Sequence[SeriesEntry],
@@ -324,6 +334,15 @@ def gather(
     )
     try:
         logs = _logs(backend, windows, gaps)
+        if baseline_start is None and logs and not _any_in_baseline(logs, windows):
+            # Nothing logged in the hour before: look back further for a baseline.
+            widened = windows.baseline_end - MAX_BASELINE
+            gaps.append(
+                f"logs: no line in the {BASELINE_MINUTES} min before the incident window; the "
+                f"baseline reaches back to {iso(widened)}"
+            )
+            windows.baseline_start = widened
+            logs = _logs(backend, windows, gaps)
     except BackendError as exc:
         gaps.append(f"logs: {exc}")
         logs = []

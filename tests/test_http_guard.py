@@ -258,8 +258,9 @@ def test_guard_metrics_path_needs_the_api_key(db: str) -> None:
     assert passed.status_code == 404
 
 
+@pytest.mark.parametrize("path", ["/api/chat", "/mcp"])
 def test_guard_slow_request_body_is_408_after_the_timeout(
-    db: str, monkeypatch: pytest.MonkeyPatch
+    db: str, monkeypatch: pytest.MonkeyPatch, path: str
 ) -> None:
     monkeypatch.setenv("SUPERBIZ_API_BODY_TIMEOUT_S", "0.3")
     app = create_app(db, api_keys=KEYS)
@@ -268,8 +269,8 @@ def test_guard_slow_request_body_is_408_after_the_timeout(
     scope = {
         "type": "http",
         "method": "POST",
-        "path": "/api/chat",
-        "raw_path": b"/api/chat",
+        "path": path,
+        "raw_path": path.encode(),
         "query_string": b"",
         "root_path": "",
         "scheme": "http",
@@ -280,6 +281,7 @@ def test_guard_slow_request_body_is_408_after_the_timeout(
             (b"host", b"127.0.0.1:8000"),
             (b"authorization", b"Bearer key-alice"),
             (b"content-type", b"application/json"),
+            (b"accept", b"application/json, text/event-stream"),
             (b"content-length", str(len(body)).encode()),
         ],
     }

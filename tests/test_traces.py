@@ -17,6 +17,7 @@ import apps.cli.main as cli
 from apps.eval.evaluation import run_scenario
 from apps.eval.scenario import load_scenario
 from evidence.environment import parse_environment
+from evidence.replay import ReplayBackend
 from evidence.sample import SampleBackend
 from persistence.ledger import InMemoryLedger
 from state.records import Invocation
@@ -30,7 +31,7 @@ from tests.scenario_kit import (
     verifier_reply,
 )
 from tests.traces_kit import otlp_request, shop_request, shop_spans
-from tools.registry import spec_of, tool_specs
+from tools.registry import offered, spec_of, tool_specs
 from tools.runner import ToolRunner
 from verification.trace_summary import build_trace_summary
 
@@ -87,7 +88,10 @@ def test_query_traces_operations_edges_and_traces_of_a_service() -> None:
         "traces 10 of 10 (complete)"
     )
     slowest = refs["traces[0]"]
-    assert slowest.startswith("trace ") and " frontend GET /checkout start=2026-03-01T10:00:0"
+    assert (
+        slowest.startswith("trace ")
+        and " frontend GET /checkout start=2026-03-01T10:00:0" in slowest
+    )
     assert slowest.endswith(" duration=940ms spans=4 errors=0 example=slowest") or (
         slowest.endswith(" duration=940ms spans=4 errors=1 example=slowest")
     )
@@ -263,3 +267,25 @@ def test_query_traces_cli_diagnose_offline_answers_who_calls_from_the_traces(
     assert "checkout calls payment-service: 10 calls, 2 failed, p99 900 ms" in out
     assert "edges[0]: checkout -> payment-service calls=10 errors=2 " in out
     assert "verdict: PASS" in out
+
+
+def _offered_names(backend: object) -> list[str]:
+    tools: list[Any] = offered(backend)
+    return [str(tool["function"]["name"]) for tool in tools]
+
+
+def test_query_traces_is_offered_only_over_a_backend_with_traces() -> None:
+    recorded = _run({"service": "payment-service"})
+    call: Any = {
+        "tool": "query_traces",
+        "arguments": recorded["arguments"],
+        "status": "ok",
+        "output": recorded["output"],
+        "error": None,
+    }
+
+    assert "query_traces" not in _offered_names(SampleBackend(environment()))
+    assert "query_traces" in _offered_names(SampleBackend(_traced_environment()))
+    assert "query_traces" not in _offered_names(ReplayBackend({"services": [], "calls": []}))
+    assert "query_traces" in _offered_names(ReplayBackend({"services": [], "calls": [call]}))
+    assert "query_logs" in _offered_names(SampleBackend(environment()))

@@ -13,6 +13,7 @@ import re
 
 from state.display import one_line
 from state.records import ConfirmedItem, JSONObject, Material
+from verification.conclusion import stated_answer
 from verification.text import contains_whole, normalize, specifics
 
 SUMMARY_CHARS = 1000
@@ -120,6 +121,11 @@ def model_material(material: Material, verdict: str) -> JSONObject:
             for g in material["gaps"]
         ],
         "next_steps": [{"text": s["text"], "source": s["source"]} for s in material["next_steps"]],
+        **(
+            {"conclusion": material.get("conclusion", "")}
+            if verdict == "PASS" and material.get("conclusion")
+            else {}
+        ),
     }
 
 
@@ -190,4 +196,19 @@ def check_composer_reply(reply: JSONObject | None, material: Material, verdict: 
             problems.append(f"summary states the inference {claim_id!r} in a REJECT answer")
     if verdict == "REJECT" and reply.get("directions"):
         problems.append("a REJECT answer must not give directions or a root cause")
+    problems += _turned_conclusion(summary, material, verdict)
     return problems
+
+
+def _turned_conclusion(summary: str, material: Material, verdict: str) -> list[str]:
+    """A summary whose yes or no is not the verified conclusion's (or states one without it)."""
+    said = stated_answer(summary)
+    if said is None:
+        return []
+    conclusion = material.get("conclusion", "") if verdict == "PASS" else ""
+    expected = stated_answer(conclusion) if conclusion else None
+    if expected is None:
+        return [f"summary answers {said!r}, but no verified conclusion says so"]
+    if said != expected:
+        return [f"summary answers {said!r} where the verified conclusion answers {expected!r}"]
+    return []

@@ -223,8 +223,12 @@ class ApiGuard:
             await send({"type": "http.response.body", "body": b""})
             return
 
+        started = False
+
         async def send_with_own_cors(message: Message) -> None:
+            nonlocal started
             if message["type"] == "http.response.start":
+                started = True
                 kept = [
                     (name, value)
                     for name, value in message.get("headers", [])
@@ -235,7 +239,13 @@ class ApiGuard:
                 message = {**message, "headers": _no_store(kept)}
             await send(message)
 
-        await self.app(scope, receive, send_with_own_cors)
+        try:
+            await self.app(scope, receive, send_with_own_cors)
+        except ApiError as exc:  # the body timed out under a handler that does not answer it
+            if started or exc.status != 408:
+                raise
+            for message in _json_error(exc.status, exc.message, [(b"connection", b"close")]):
+                await send(message)
 
     async def _metrics_refusal(self, scope: Scope) -> tuple[int, str] | None:
         """401 for a ``/metrics`` request without a valid key (when keys are configured)."""

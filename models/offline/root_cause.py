@@ -47,6 +47,7 @@ _QUIET_KINDS: Final = ("change", "alert")
 TEXT: Final[dict[str, dict[str, str]]] = {
     "zh": {
         "root": "最可能的根因（推断）：{service}，机制：{mechanism}",
+        "onset": "（异常始于 {onset}）",
         "change": "{service} 在 {time} 有变更（{category}）：“{message}”",
         "signal_log": "{service} 的日志中{label}：“{message}”",
         "signal": "{service} 的指标偏离基线：{detail}",
@@ -67,6 +68,7 @@ TEXT: Final[dict[str, dict[str, str]]] = {
     },
     "en": {
         "root": "Most likely root cause (inferred): {service}, mechanism: {mechanism}",
+        "onset": " (onset {onset})",
         "change": '{service} changed at {time} ({category}): "{message}"',
         "signal_log": '{service} {label}: "{message}"',
         "signal": "{service} deviates from its baseline: {detail}",
@@ -314,6 +316,8 @@ class _Section:
         mechanism = str(suspect.get("mechanism", ""))
         bindings = [_ref_binding(self.analysis, f"suspects[{index}]")]
         text = self.t["root"].format(service=service, mechanism=_short(mechanism))
+        if suspect.get("onset"):  # the suspect's ref states it
+            text += self.t["onset"].format(onset=suspect["onset"])
         self.claim("causal", text, bindings, "indirect")
         self.change_claims(service)
         for signal in self.ranked_signals(service, root=True)[:ROOT_SIGNALS]:

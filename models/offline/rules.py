@@ -13,7 +13,8 @@ evidence backend knows (``known_services`` of the task), so the rules work on an
 - an overview queries every alert and series, ERROR and WARN logs;
 - a why question and an overview (alert investigations included) also ask for the incident
   analysis (``analyze_incident``, after the queries above, so a tight tool budget cuts it
-  first), scoped to the services named and starting at the earliest time the question names;
+  first), scoped to the services named and starting at the earliest time the question names
+  (``2026-03-01T10:00:00Z``, ``2026-03-01 10:00:00 UTC``; no zone: UTC);
   not when the question names only services the backend does not know;
 - a service the backend does not know is queried for logs and metrics once, to show there are
   none;
@@ -46,7 +47,9 @@ SLOW_SYMPTOMS = frozenset({"slow", "latency", "timeout", "lag"})
 ANALYSED_KINDS = ("why", "overview")
 """Question kinds (why, "what is wrong", alert investigations) that start with the incident
 analysis (``analyze_incident``)."""
-_ISO = re.compile(r"\b\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?")
+_ISO = re.compile(
+    r"\b(\d{4}-\d{2}-\d{2})[T ](\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?)(Z|[+-]\d{2}:?\d{2}| ?UTC)?"
+)
 HOP_NOTE = (
     "then: follow the services and dependencies the error and warning messages name "
     "(up to two hops), and look up runbooks for the symptoms seen"
@@ -159,7 +162,10 @@ def analysis_step(found: QuestionFacets, question: str) -> Step:
     args: dict[str, Any] = {}
     if found["services"]:
         args["services"] = list(found["services"])
-    times = sorted(_ISO.findall(question))
+    times = sorted(
+        f"{day}T{clock}{'Z' if not zone or zone.strip() == 'UTC' else zone}"
+        for day, clock, zone in _ISO.findall(question)
+    )
     if times:
         args["start"] = times[0]
     return ("analyze_incident", args)
