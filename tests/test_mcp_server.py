@@ -271,6 +271,14 @@ def test_mcp_http_without_a_valid_key_is_401_with_the_api_message(served: Served
         "error": "missing API key: send Authorization: Bearer <key> or X-API-Key: <key>"
     }
     assert wrong.status_code == 401 and wrong.json() == {"error": "invalid API key"}
+    huge = {**ping, "params": {"padding": "x" * 70_000}}
+    too_large = httpx.post(
+        f"{served.url}/mcp", json=huge, headers={**headers, "Authorization": "Bearer key-alice"}
+    )
+    assert too_large.status_code == 413
+    assert too_large.json() == {
+        "error": "the request body is larger than the limit of 65536 bytes"
+    }
 
 
 def test_mcp_http_identities_progress_cancel_and_resume(served: Served) -> None:

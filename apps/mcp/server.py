@@ -605,7 +605,11 @@ def _stage_text(event: Mapping[str, object]) -> str:
 
 
 class _KeyRequired:
-    """ASGI wrapper of the HTTP endpoint: a request without a valid key gets the API's 401."""
+    """ASGI wrapper of the HTTP endpoint: the API's 401 and 413 before the MCP transport.
+
+    401 without a valid key; 413 for a body over the limit its ``Content-Length`` declares (the
+    transport bounds the others).
+    """
 
     def __init__(self, app: ASGIApp, service: Service) -> None:
         self._app = app
@@ -616,7 +620,7 @@ class _KeyRequired:
         if scope["type"] == "http":
             request = Request(scope, receive)
             try:
-                keys, _, _ = await self._service.config_async()
+                keys, limits, _ = await self._service.config_async()
             except Exception as exc:
                 await _failure(exc, "request").response()(scope, receive, send)
                 return
@@ -629,6 +633,13 @@ class _KeyRequired:
                 )
                 error = ApiError(401, reason, {"WWW-Authenticate": "Bearer"})
                 await error.response()(scope, receive, send)
+                return
+            length = request.headers.get("content-length", "")
+            if length.isdigit() and int(length) > limits.max_body_bytes:
+                too_large = (
+                    f"the request body is larger than the limit of {limits.max_body_bytes} bytes"
+                )
+                await ApiError(413, too_large).response()(scope, receive, send)
                 return
         await self._app(scope, receive, send)
 
