@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import glob
 import gzip
+import itertools
 import os
+import zlib
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -192,16 +194,35 @@ def _scan_forwards(path: str, query: _Query, found: Newest, budget: _Budget) -> 
         query.offer(current, continuations, found)
 
 
-def _files(pattern: str) -> list[tuple[float, str]]:
-    """The regular files a glob matches, as ``(mtime, path)``, newest first."""
+def _glob_root(pattern: str) -> str:
+    """The folder a glob cannot leave: its path up to the first part with a wildcard."""
+    parts = Path(pattern).parts
+    fixed = [part for part in itertools.takewhile(lambda part: not glob.has_magic(part), parts)]
+    if len(fixed) == len(parts):
+        fixed = fixed[:-1]
+    return os.path.realpath(os.path.join(*fixed)) if fixed else os.path.realpath(".")
+
+
+def _files(pattern: str, outside: list[str] | None = None) -> list[tuple[float, str]]:
+    """The regular files a glob matches, as ``(mtime, path)``, newest first.
+
+    A symbolic link to a file outside the glob's folder is not followed: it is listed in
+    ``outside`` (when given) so the answer can say it was not read.
+    """
     found: list[tuple[float, str]] = []
+    root = _glob_root(pattern)
     for name in glob.glob(pattern, recursive=True):
         try:
             info = os.stat(name)
         except OSError:
             continue
-        if os.path.isfile(name):
-            found.append((info.st_mtime, name))
+        if not os.path.isfile(name):
+            continue
+        if os.path.islink(name) and os.path.commonpath([root, os.path.realpath(name)]) != root:
+            if outside is not None:
+                outside.append(f"{name} (a link to a file outside {root}: not followed)")
+            continue
+        found.append((info.st_mtime, name))
     return sorted(found, reverse=True)
 
 
@@ -262,13 +283,18 @@ class FileLogs(LogSource):
         by_service: dict[str, list[str]] = {}
         for name, pattern in self._globs(request.service):
             by_service.setdefault(name, []).append(pattern)
+        unread: list[str] = []
         for name, patterns in by_service.items():
-            files = sorted({f for pattern in patterns for f in _files(pattern)}, reverse=True)
+            files = sorted(
+                {f for pattern in patterns for f in _files(pattern, unread)}, reverse=True
+            )
             if not files:
                 raise BackendError(
                     f"no file matches {' or '.join(patterns)} (service {name}); check {SETTING}"
+                    + (f"; not read: {'; '.join(unread)}" if unread else "")
                 )
             spec = _Query(name, window, request.level, request.query, now, zone)
+            failed: list[str] = []
             for mtime, path in files:
                 if datetime.fromtimestamp(mtime, UTC) < window.start - OUT_OF_ORDER:
                     break  # written before the window: it and every older file hold nothing
@@ -277,15 +303,24 @@ class FileLogs(LogSource):
                         _scan_forwards(path, spec, found, budget)
                     else:
                         _scan_backwards(path, spec, found, budget)
-                except (OSError, EOFError) as exc:
-                    reason = getattr(exc, "strerror", None) or str(exc)
-                    raise BackendError(
-                        f"cannot read log file {path} ({reason}); check {SETTING} and the "
-                        "file's permissions"
-                    ) from None
+                except (OSError, EOFError, zlib.error) as exc:
+                    reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+                    failed.append(f"{path} ({reason})")
+                    continue
                 if budget.spent:
                     break
-        return logs_output(found.entries(), total=found.total, window=window, at_least=budget.spent)
+            if failed and len(failed) == len(files):
+                raise BackendError(
+                    f"cannot read the log files of service {name}: {'; '.join(failed)}; check "
+                    f"{SETTING} and the files' permissions"
+                )
+            unread += failed
+        output = logs_output(
+            found.entries(), total=found.total, window=window, at_least=budget.spent
+        )
+        if unread:
+            output["unread"] = unread
+        return output
 
     def check(self) -> BackendReport:
         """Whether every service's glob matches readable files, with their size and age."""

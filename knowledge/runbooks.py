@@ -87,6 +87,8 @@ class SyncReport:
     chunks: int = 0
     seconds: float = 0.0
     read: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    """Files skipped or cleaned, each with the reason (links out of the folder, NUL bytes)."""
 
     def line(self) -> str:
         """One line for the command line and the progress stream."""
@@ -105,11 +107,20 @@ def _sources(folders: Sequence[str]) -> dict[str, str]:
     }
 
 
-def _walk(folder: str) -> list[Path]:
+def _walk(folder: str, outside: list[str]) -> list[Path]:
+    """The runbook files under ``folder``; a link to a file outside it is listed in ``outside``."""
     found: list[Path] = []
+    root = os.path.realpath(folder)
     for directory, subdirs, files in os.walk(folder):
         subdirs[:] = sorted(d for d in subdirs if not d.startswith("."))
-        found += [Path(directory) / f for f in sorted(files) if f.lower().endswith(SUFFIXES)]
+        for name in sorted(files):
+            path = Path(directory) / name
+            if not name.lower().endswith(SUFFIXES):
+                continue
+            if path.is_symlink() and os.path.commonpath([root, os.path.realpath(path)]) != root:
+                outside.append(str(path))
+                continue
+            found.append(path)
     return found
 
 
@@ -274,7 +285,12 @@ class RunbookIndex:
         for folder in chosen:
             if not Path(folder).is_dir():
                 raise BackendError(f"runbook folder {folder} does not exist; check {SETTING}")
-            listed += [(folder, path) for path in _walk(folder)]
+            outside: list[str] = []
+            listed += [(folder, path) for path in _walk(folder, outside)]
+            report.notes += [
+                f"runbook {path}: a link to a file outside {folder}, not followed"
+                for path in outside
+            ]
         work = []
         for folder, path in listed:
             key = str(path)
@@ -298,6 +314,10 @@ class RunbookIndex:
                 touched.append(replace(known, **stat))
                 continue
             text = data.decode("utf-8", errors="replace")
+            if "\x00" in text:
+                # No database text column holds NUL (PostgreSQL refuses it): the rest is kept.
+                text = text.replace("\x00", "")
+                report.notes.append(f"runbook {path}: NUL bytes removed (a binary file?)")
             title, rows = chunk_rows(text, source=source, name=path.stem)
             indexed = IndexedFile(
                 path=str(path),
@@ -321,6 +341,9 @@ class RunbookIndex:
         if replaced or touched or removed:
             self.store.apply(replaced=replaced, touched=touched, removed=removed)
         report.seconds = time.perf_counter() - started
+        if self.progress is not None:
+            for note in report.notes:
+                self.progress(note)
         if (replaced or removed) and self.progress is not None:
             self.progress(report.line())
         return report
@@ -415,7 +438,7 @@ class RunbookIndex:
                 raise BackendError(f"runbook folder {missing[0]} does not exist; check {SETTING}")
             stats = self.store.stats()
             existing = self.store.files()
-            listed = {str(path) for folder in self.folders for path in _walk(folder)}
+            listed = {str(path) for folder in self.folders for path in _walk(folder, [])}
             pending = len(listed ^ set(existing))
             for path in listed & set(existing):
                 info = os.stat(path)

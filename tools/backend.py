@@ -118,6 +118,8 @@ class LogsOutput(TypedDict):
     total_at_least: NotRequired[bool]
     window_start: NotRequired[str]
     window_end: NotRequired[str]
+    unread: NotRequired[list[str]]
+    """Files a file source could not or would not read, each with its reason (an evidence gap)."""
 
 
 class MetricsOutput(TypedDict):

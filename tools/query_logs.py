@@ -40,7 +40,8 @@ class LogsResult(TypedDict, total=False):
     """What a ``query_logs`` invocation records (validated into this by the runner).
 
     ``total`` counts the matches before the limit (a lower bound when ``total_at_least``);
-    ``window_start`` / ``window_end``: the absolute window a real source searched.
+    ``window_start`` / ``window_end``: the absolute window a real source searched; ``unread``: files
+    a file source could not or would not read, each with its reason.
     """
 
     logs: list[LogEntry]
@@ -49,6 +50,7 @@ class LogsResult(TypedDict, total=False):
     truncated: bool
     window_start: str
     window_end: str
+    unread: list[str]
 
 
 def result(output: Mapping[str, object] | None) -> LogsResult:
@@ -77,6 +79,8 @@ def _parts(invocation: Invocation) -> Iterable[str]:
     logs = output.get("logs", [])
     header = f"matched {len(logs)} of {output.get('total', len(logs))}"
     yield header + (" (truncated)" if output.get("truncated") is True else "")
+    for note in output.get("unread", []):
+        yield f"not read: {note}"
     groups: dict[tuple[str | None, str | None, str | None], tuple[LogEntry, int]] = {}
     for entry in logs:
         key = (entry.get("level"), entry.get("service"), entry.get("message"))
