@@ -27,6 +27,8 @@ from tests.serving_kit import ROOT
 from tools.registry import names, spec_of, tool_specs
 from tools.runner import TRUNCATION_MARKER, ToolRunner
 
+pytestmark = pytest.mark.slow  # starts servers and programs (tests/conftest.py)
+
 EDGE = str(ROOT / "tests" / "mcp_edge_server.py")
 
 

@@ -31,6 +31,8 @@ from evidence.config import load_settings
 from tests.prometheus_kit import free_port
 from tests.serving_kit import child_env
 
+pytestmark = pytest.mark.slow  # starts servers and programs (tests/conftest.py)
+
 QUESTION = "order-service 为什么报 500 错误？"
 KEYS = {"key-alice": "alice", "key-bob": "bob"}
 TOOLS = {

@@ -39,6 +39,8 @@ from tests.serving_kit import ROOT
 from tests.test_models_http import role_of
 from tools.runner import ToolRunner
 
+pytestmark = pytest.mark.slow  # starts servers and programs (tests/conftest.py)
+
 VENV = ROOT / ".venv-mcp" / "bin"
 PROMETHEUS_MCP = VENV / "prometheus-mcp-server"
 ALERTMANAGER_MCP = VENV / "alertmanager-mcp-server"

@@ -25,6 +25,8 @@ from tests.prometheus_kit import free_port
 from tests.serving_kit import ROOT
 from tests.test_web import browser, page  # noqa: F401 (the fixtures)
 
+pytestmark = pytest.mark.slow  # starts servers and programs (tests/conftest.py)
+
 KEYS = {"key-alice": "alice"}
 EDGE = str(ROOT / "tests" / "mcp_edge_server.py")
 CITED = "HikariPool-1 active connections 50 of 50"

@@ -279,6 +279,9 @@ def test_web_ask_by_keyboard_shows_the_stages_then_the_answer(page: Any, site: S
     assert stages[-1] == "Done: PASS"
     answer = page.locator("#answer").inner_text()
     assert "OrderServiceHigh5xxRate" in answer and "Offline mode" in answer
+    # Sections and lists are rendered, not shown as raw Markdown.
+    assert page.locator("#answer h3").count() >= 2 and page.locator("#answer li").count() >= 2
+    assert not any(line.startswith(("## ", "- ")) for line in answer.splitlines())
     assert re.fullmatch(r"PASS · 0\.9\d", page.locator("#answer-section .badge").inner_text())
     root = page.locator("#root-cause").inner_text()
     assert root.startswith("Most likely root cause (inferred): inventory-service: ")
@@ -312,6 +315,19 @@ def test_web_without_a_key_asks_for_one_and_keeps_it_for_the_session(page: Any, 
 
 
 # --- diagnoses -------------------------------------------------------------------------------
+
+
+def test_web_offline_diagnosis_names_the_claim_checker_and_renders_the_answer(
+    page: Any, site: Site
+) -> None:
+    _open(page, site, f"/diagnoses/{site.ids['sample']}")
+
+    reasons = page.locator("#reasons li").all_inner_texts()
+    assert not any("Verifier model" in reason for reason in reasons)
+    assert any(r.startswith("Offline mode: the deterministic claim checker") for r in reasons)
+    assert page.locator("#answer h3").count() >= 2
+    assert "## " not in page.locator("#answer").inner_text()
+    assert page.problems == []
 
 
 def test_web_pass_diagnosis_shows_labels_and_highlighted_excerpts(page: Any, site: Site) -> None:

@@ -282,7 +282,40 @@ function showAnswer(result, data) {
       h("span", { class: "muted" }, ` · thread ${text(data.thread_id)}`)),
     data.root_cause ? h("p", { id: "root-cause" }, h("strong", {}, "Most likely root cause (inferred): "),
       text(data.root_cause.service), ": ", text(data.root_cause.mechanism)) : null,
-    h("div", { class: "answer", id: "answer" }, text(data.answer))));
+    answerView(text(data.answer))));
+}
+
+/* The composed answer, its sections and lists rendered (headings "## Title" and "【标题】",
+   items "- ..."), every piece of it as text; the conclusion ("Answer" / "回答") comes first. */
+function answerView(answer) {
+  const box = h("div", { class: "answer rendered", id: "answer" });
+  let list = null;
+  let first = true;
+  for (const raw of String(answer || "").split("\n")) {
+    const line = raw.trimEnd();
+    const heading = /^#{1,3}\s+(.+)$/.exec(line) || /^【(.+)】$/.exec(line);
+    if (heading) {
+      list = null;
+      const title = heading[1];
+      const isConclusion = first && (title === "Answer" || title === "回答");
+      box.append(h("h3", isConclusion ? { id: "conclusion-heading" } : {}, title));
+      first = false;
+      continue;
+    }
+    if (line.startsWith("- ")) {
+      if (!list) {
+        list = h("ul", {});
+        box.append(list);
+      }
+      list.append(h("li", {}, line.slice(2)));
+      continue;
+    }
+    list = null;
+    if (line.trim()) box.append(h("p", {}, line));
+  }
+  const heading = box.querySelector("#conclusion-heading");
+  if (heading && heading.nextElementSibling) heading.nextElementSibling.id = "conclusion";
+  return box;
 }
 
 /* ---------------------------------------------------------------- diagnosis */
@@ -290,8 +323,12 @@ function showAnswer(result, data) {
 function verdictReasons(ve, record) {
   const reasons = [];
   const model = ve.model_verdict;
-  reasons.push(model ? `The Verifier model said ${model}.`
-    : "The Verifier model gave no verdict (its reply could not be used).");
+  if (ve.verifier_mode === "offline") {
+    reasons.push(`Offline mode: the deterministic claim checker (no model) gave ${model || "no verdict"}.`);
+  } else {
+    reasons.push(model ? `The Verifier model said ${model}.`
+      : "The Verifier model gave no verdict (its reply could not be used).");
+  }
   if (ve.derived_verdict) {
     reasons.push(`The claim checks give ${ve.derived_verdict} (groundedness ${score(ve.groundedness_score)}, computed from the claim labels).`);
   }
@@ -310,6 +347,10 @@ function verdictReasons(ve, record) {
   const coverage = ve.question_coverage || {};
   if (coverage.status === "unanswered") {
     caps.push(["LOW_CONFID", `no confirmed claim answers the question (unanswered: ${(coverage.unanswered || []).join(", ") || "none"})`]);
+  }
+  const conclusion = ve.conclusion || {};
+  if (conclusion.status === "does_not_follow") {
+    caps.push(["LOW_CONFID", `the answer's conclusion does not follow from its claims (${text(conclusion.reason)})`]);
   }
   for (const [cap, why] of caps) reasons.push(`Capped at ${cap}: ${why}.`);
   if (!caps.length) reasons.push("No cap applied (output valid, Gatekeeper passed, question answered).");
@@ -740,7 +781,7 @@ async function renderDiagnosis(id) {
       h("span", { class: "muted" }, `status ${text(record.status)} · ${text(record.rounds)} round(s) · thread ${text(record.thread_id)} · ${text(record.created_at)}`)),
     rootCauseSection(record),
     section("Why this verdict", "why", h("ul", { id: "reasons" }, verdictReasons(ve, record).map((r) => h("li", {}, r)))),
-    section("Answer", "answer-section", h("div", { class: "answer", id: "answer" }, text(record.final_answer) || "(no answer recorded)")),
+    section("Answer", "answer-section", record.final_answer ? answerView(text(record.final_answer)) : h("div", { class: "answer", id: "answer" }, "(no answer recorded)")),
     section(`Claims (round ${rounds.length || 1})`, "claims-section", claimsTable(ve, invocations)),
     metricsSection(ve, list),
     logsSection(ve, list),
