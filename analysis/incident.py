@@ -1259,7 +1259,7 @@ def _timed_logs(
     timed = [
         (moment, log) for log in logs if (moment := parse_time(log.get("timestamp"))) is not None
     ]
-    timed.sort(key=lambda item: item[0])
+    timed.sort(key=lambda item: (item[0], item[1].get("service", ""), item[1].get("message", "")))
     if len(timed) > cap:
         gaps.append(f"logs: {len(timed)} lines given, the newest {cap} analysed")
         timed = timed[-cap:]
@@ -1272,7 +1272,7 @@ def _timed_spans(
     timed = [
         (moment, span) for span in spans if (moment := parse_time(span.get("start"))) is not None
     ]
-    timed.sort(key=lambda item: item[0])
+    timed.sort(key=lambda item: (item[0], item[1].get("span_id", "")))
     if len(timed) > cap:
         gaps.append(f"traces: {len(timed)} spans given, the newest {cap} analysed")
         timed = timed[-cap:]

@@ -326,3 +326,80 @@ def test_incident_bundled_sample_names_the_reconciliation_job_as_the_cause() -> 
     order = {s["service"]: s for s in report["suspects"]}["order-service"]
     assert order["explained_by"] == ["inventory-service"]
     assert [c["category"] for c in report["changes"]] == ["job"]
+
+
+def _call(
+    trace: str, ids: str, caller: str, callee: str, start: str, parent: str, delay: float
+) -> list[SpanEntry]:
+    """A caller's client span around the callee's server span; ``delay`` is spent between them."""
+    client = SpanEntry(
+        trace_id=trace,
+        span_id=ids + "c",
+        parent_span_id=parent,
+        service=caller,
+        operation=f"GET {callee}",
+        kind="client",
+        start=start,
+        duration_ms=12 + delay,
+        status="unset",
+    )
+    server = SpanEntry(
+        trace_id=trace,
+        span_id=ids + "s",
+        parent_span_id=ids + "c",
+        service=callee,
+        operation="serve",
+        kind="server",
+        start=start,
+        duration_ms=10,
+        status="unset",
+    )
+    return [client, server]
+
+
+def _delayed_traces(minute: float, index: int, delay: float) -> list[SpanEntry]:
+    trace = f"{index:032x}"
+    start = _at(minute)
+    root = f"{index:08x}00"
+    spans = [
+        SpanEntry(
+            trace_id=trace,
+            span_id=root,
+            service="gateway",
+            operation="GET /",
+            kind="server",
+            start=start,
+            duration_ms=60 + 2 * delay,
+            status="unset",
+        )
+    ]
+    for n, (caller, callee) in enumerate((("gateway", "orders"), ("gateway", "users"))):
+        spans += _call(trace, f"{index:08x}1{n}", caller, callee, start, root, 0.0)
+        spans += _call(
+            trace, f"{index:08x}2{n}", callee, "db-proxy", start, f"{index:08x}1{n}s", delay
+        )
+    return spans
+
+
+def test_incident_network_delay_is_given_to_the_service_the_slow_calls_share() -> None:
+    spans: list[SpanEntry] = []
+    for i in range(40):
+        spans += _delayed_traces(i * 1.5, i, 0.0)
+    for i in range(40, 60):
+        spans += _delayed_traces(60 + (i - 40) * 0.5, i, 300.0)
+    report = analyze(IncidentInputs(**_windows(), spans=spans))
+    assert report["root_cause"] is not None
+    assert report["root_cause"]["service"] == "db-proxy"
+    signal = report["root_cause"]["signals"][0]
+    assert signal["kind"] == "trace_latency"
+    assert signal["detail"].startswith("time between services on calls in and out of it")
+    assert {
+        (p.get("caller"), p.get("callee")) for p in signal["evidence"] if p["kind"] == "edge"
+    } == {
+        ("orders", "db-proxy"),
+        ("users", "db-proxy"),
+    }
+    # The callers' own time excludes the calls they make: they are not slow themselves.
+    for suspect in report["suspects"]:
+        if suspect["service"] in ("orders", "users"):
+            assert suspect["explained_by"] == ["db-proxy"]

@@ -48,8 +48,8 @@ def _probe_models() -> list[ModelProbe]:
     from models.factory import max_tokens
     from models.probe import probe_model
 
+    # The client reads the API key itself, as the models the factory builds do.
     client = openai.OpenAI(
-        api_key=configuration.value(catalog.MODEL_API_KEY),
         base_url=configuration.value(catalog.MODEL_BASE_URL),
         timeout=ctx.model_timeout_s,
         max_retries=0,
