@@ -277,8 +277,8 @@ def same_denial(scope: Scope, text: str) -> bool:
     """Whether a text denies what ``scope`` denies.
 
     The same clause, a scope of its own whose key terms include all of ``scope``'s, or one
-    denying the same first word (a claim quoting or restating a log line that holds a negation:
-    ``No contacts according to contactsId``, ``404 Not Found``).
+    denying the same first content word (a claim quoting or restating a log line that holds a
+    negation: ``No contacts according to contactsId``).
     """
     value = normalized(text)
     clause = f"{scope.cue} {scope.body.strip()}".strip()
@@ -292,12 +292,8 @@ def same_denial(scope: Scope, text: str) -> bool:
 
 
 def _head(body: str) -> str:
-    """The first word a scope denies (a form word included: ``not found`` denies ``found``)."""
-    words = [
-        token
-        for token in _TOKEN.findall(body)
-        if not _CJK.match(token) and token not in _FUNCTION_WORDS
-    ]
+    """The first content word a scope denies (``no ledger entries for x``: ``ledger``)."""
+    words = _words(body)
     return stem(words[0]) if words else ""
 
 
