@@ -25,6 +25,7 @@ only when those claims are confirmed (``verification.root_cause``).
 
 from __future__ import annotations
 
+import re
 from collections import deque
 from typing import Any, Final
 
@@ -41,6 +42,7 @@ LINK_SIGNALS: Final = 2
 """Signals quoted per service up the chain."""
 RUNNERS_UP: Final = 2
 MAX_CHANGES: Final = 2
+_DIGITS: Final = re.compile(r"\d+")
 _LOG_KINDS: Final = ("new_template", "template_jump", "error_surge")
 _QUIET_KINDS: Final = ("change", "alert")
 
@@ -104,6 +106,11 @@ def _ref_binding(result: Result, path: str) -> dict[str, Any]:
     return binding(result, path, quote(result.refs.get(path, "")))
 
 
+def _kind(item: dict[str, Any]) -> str:
+    """A log line's service and message with its numbers blanked: lines of one kind."""
+    return f"{item.get('service')}: {_DIGITS.sub('#', str(item.get('message', '')))}"
+
+
 def _short(text: str, limit: int = 160) -> str:
     """A prefix of ``text`` ending at a word (an exact excerpt), marked when cut."""
     return continued(word_prefix(text, limit), text)
@@ -126,6 +133,7 @@ class _Section:
         self.gaps = out.entries("gaps")
         self.ids: list[str] = []
         self.quoted: set[str] = set()
+        self.kinds: set[str] = set()
         self.relevant = self.relevant_suspects()
 
     def reach(self, service: str) -> set[str]:
@@ -175,14 +183,27 @@ class _Section:
         return claim_id
 
     def pointer(self, index: int) -> tuple[str, dict[str, Any]] | None:
-        """The first raw item of ``signals[index]`` not quoted yet: its path and entry."""
+        """The first raw item of ``signals[index]`` not quoted yet: its path and entry.
+
+        A log line of a kind already quoted (the same message but for its numbers) counts as
+        quoted: two signals resting on one line quote it once.
+        """
         evidence = self.signals[index].get("evidence")
         items = evidence if isinstance(evidence, list) else []
         for inner, item in enumerate(items):
             path = f"signals[{index}].evidence[{inner}]"
-            if isinstance(item, dict) and path not in self.quoted:
-                return path, item
+            if not isinstance(item, dict) or path in self.quoted:
+                continue
+            if item.get("kind") == "log" and _kind(item) in self.kinds:
+                continue
+            return path, item
         return None
+
+    def mark(self, path: str, item: dict[str, Any]) -> None:
+        """Note a raw item as quoted (and, for a log line, its kind)."""
+        self.quoted.add(path)
+        if item.get("kind") == "log":
+            self.kinds.add(_kind(item))
 
     def signal_claim(self, index: int) -> None:
         signal = self.signals[index]
@@ -190,9 +211,11 @@ class _Section:
         detail = _short(str(signal.get("detail", "")))
         found = self.pointer(index)
         kind = str(signal.get("kind", ""))
+        if kind in _LOG_KINDS and found is None:
+            return  # its lines are quoted already
         if kind in _LOG_KINDS and found is not None:
             path, item = found
-            self.quoted.add(path)
+            self.mark(path, item)
             message = str(item.get("message", ""))
             excerpt = quote(message)
             text = self.t["signal_log"].format(
@@ -280,7 +303,7 @@ class _Section:
                 message = str(item.get("message", "")) if isinstance(item, dict) else ""
                 if message and names_in(message, [other], service):
                     path = f"signals[{index}].evidence[{inner}]"
-                    self.quoted.add(path)
+                    self.mark(path, item)
                     self._link(self.analysis, path, service, other, message)
                     return True
         for result in self.results:
