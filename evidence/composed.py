@@ -25,7 +25,7 @@ import anyio
 import anyio.to_thread
 
 from evidence.alertmanager import AlertmanagerAlerts
-from evidence.config import ConfigError, Settings, load_settings
+from evidence.config import ConfigError, Settings, load_settings, variable_name
 from evidence.environment import Environment, default_environment
 from evidence.incident import analyze_backend
 from evidence.logfiles import FileLogs
@@ -118,6 +118,20 @@ class Unavailable(LogSource, MetricSource):
     def services(self) -> list[str]:
         """Knows no service."""
         return []
+
+
+def _set_sources(settings: Settings) -> list[str]:
+    """The variables of the sources that are set (any one switches the bundled sample off)."""
+    names = [variable_name(name, "url") for name in settings.backends]
+    for value, key in (
+        (settings.log_files, "log_files"),
+        (settings.runbooks, "runbooks"),
+        (settings.trace_files, "trace_files"),
+        (settings.mcp_servers, "mcp_servers"),
+    ):
+        if value:
+            names.append(variable_name(None, key))
+    return names
 
 
 _TRACES_FIX = (
@@ -303,6 +317,12 @@ def configured_backend(
             kept["series"] = environment.get("series", [])
         file_backend = SampleBackend(kept)
     fix = "set {} or pass --env FILE to serve an environment file's {}"
+    if environment is None:
+        fix += (
+            "; the bundled sample serves only while no source is set, and "
+            + ", ".join(_set_sources(settings))
+            + " switched it off: unset it to keep the sample"
+        )
     logs: _Logs = (
         _logs(settings)
         or file_backend

@@ -371,6 +371,19 @@ class RunbookIndex:
         except DatabaseError as exc:
             raise BackendError(f"runbook index: {exc}") from None
 
+    def search_indexed(self, *, query: str, top_k: int = 3) -> KnowledgeOutput:
+        """The best chunks for a query in the index as it is, without bringing it up to date.
+
+        ``superbiz kb search`` with no folder configured reads what ``kb index DIR`` left.
+
+        Raises:
+            BackendError: When the index cannot be read.
+        """
+        try:
+            return self._lookup(query, max(1, min(top_k, MAX_TOP_K)), ())
+        except DatabaseError as exc:
+            raise BackendError(f"runbook index: {exc}") from None
+
     def _lookup(self, query: str, top_k: int, runbook_urls: Sequence[str]) -> KnowledgeOutput:
         urls = [*runbook_urls, *URL.findall(query)]
         text = URL.sub(" ", query)

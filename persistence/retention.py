@@ -12,7 +12,9 @@ diagnosis as before. Each thread is pruned
 while holding its writer lock; a thread busy with a run is skipped.
 
 ``superbiz db prune --keep-days N`` runs it once; servers run it hourly when
-``SUPERBIZ_RETENTION_DAYS`` is set.
+``SUPERBIZ_RETENTION_DAYS`` is set. Deleted rows leave free pages in an SQLite file;
+``reclaim_space`` (run by ``db prune`` after pruning) gives them back to the file system with
+``VACUUM`` and truncates the write-ahead log. PostgreSQL's autovacuum reuses the space itself.
 """
 
 from __future__ import annotations
@@ -40,6 +42,37 @@ def retention_days() -> float | None:
     """
     days: float | None = setting_value(catalog.RETENTION_DAYS)
     return days
+
+
+def _sqlite_bytes(db: Database) -> int:
+    path = db.target.path
+    assert path is not None
+    return sum(
+        file.stat().st_size for file in (path, path.with_name(path.name + "-wal")) if file.exists()
+    )
+
+
+def reclaim_space(db: Database) -> tuple[int, int] | None:
+    """Give an SQLite file's free pages back (``VACUUM``); None for PostgreSQL.
+
+    Waits for other writers like any write (the busy timeout). The write-ahead log is
+    checkpointed and truncated too, so the sizes count the file and its log.
+
+    Returns:
+        The bytes of the file and its log before and after, or None for PostgreSQL.
+
+    Raises:
+        DatabaseError: when the database cannot be used.
+    """
+    if db.dialect != "sqlite":
+        return None
+    db.open()
+    before = _sqlite_bytes(db)
+    with db.transaction(single=True) as conn:
+        conn.exec_driver_sql("VACUUM")
+    with db.transaction(single=True) as conn:
+        conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+    return before, _sqlite_bytes(db)
 
 
 @dataclass

@@ -147,3 +147,27 @@ def test_readme_layering_sentence_matches_the_layering_test() -> None:
     stated = re.findall(r"`([a-z_]+)`", sentence)
     enforced = [package for layer in LAYERS for package in layer]
     assert stated[: len(enforced)] == enforced
+
+
+def test_readme_says_what_the_tests_need_and_how_long_they_take() -> None:
+    from tests.conftest import POSTGRES_ADMIN_URL
+    from tests.corpora import CORPUS_VARIABLE
+    from tests.test_web import CHROMIUM
+    from tests.test_web_firefox import FIREFOX
+
+    readme = ROOT.joinpath("README.md").read_text(encoding="utf-8")
+    section = readme.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    for needed in (
+        "PostgreSQL",
+        "SUPERBIZ_TEST_POSTGRES_URL",
+        POSTGRES_ADMIN_URL,
+        "../shared/corpora",
+        CORPUS_VARIABLE,
+        "Chromium",
+        CHROMIUM,
+        "Firefox ESR",
+        FIREFOX,
+        "SUPERBIZ_REQUIRE_COMPONENTS",
+    ):
+        assert needed in section, needed
+    assert re.search(r"full suite takes \d+ to \d+ minutes", section)

@@ -79,8 +79,45 @@ def _model_line(found: ModelProbe) -> str:
     return f"{'model':<13} {status:<4}  {detail}"
 
 
+def _database_report(value: str) -> BackendReport:
+    """Whether the database ``--db`` names answers; nothing is created or migrated.
+
+    An SQLite file that does not exist yet is fine: the first diagnosis creates it.
+    """
+    from persistence.database import Database, DatabaseError, resolve_target
+
+    try:
+        target = resolve_target(value)
+    except DatabaseError as exc:
+        return BackendReport(
+            backend="database", url=None, status="error", detail=str(exc), setting="--db"
+        )
+    if target.path is not None and not target.path.exists():
+        return BackendReport(
+            backend="database",
+            url=None,
+            status="ok",
+            detail=f"{target.display} does not exist yet; the first diagnosis creates it",
+        )
+    db = Database(value, migrate=False)
+    try:
+        db.open()
+    except DatabaseError as exc:
+        return BackendReport(
+            backend="database", url=None, status="error", detail=str(exc), setting="--db"
+        )
+    finally:
+        db.close()
+    return BackendReport(
+        backend="database", url=None, status="ok", detail=f"{target.display} answers"
+    )
+
+
 def doctor_command(as_json: bool, out: TextIO, err: TextIO, *, database: str | None = None) -> int:
-    """Check every configured backend, one line each; 0 when all answer, else 1."""
+    """Check every configured backend (and the ``--db`` database), one line each.
+
+    Returns 0 when all answer, else 1.
+    """
     try:
         settings = load_settings()
     except ConfigError as exc:
@@ -90,6 +127,8 @@ def doctor_command(as_json: bool, out: TextIO, err: TextIO, *, database: str | N
             out.write(f"config        FAIL  {exc}\n")
         return 1
     reports = check_backends(configured_backend(settings, database=database, progress=None))
+    if database is not None and not settings.runbooks:  # else the runbook index's line says it
+        reports.append(_database_report(database))
     secrets = settings.secrets()
     for report in reports:
         report["detail"] = redact(report["detail"], secrets)

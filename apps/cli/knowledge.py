@@ -10,11 +10,20 @@ from typing import TextIO
 from evidence.config import ConfigError, load_settings
 from knowledge.runbooks import RunbookIndex
 from persistence.database import DatabaseError
+from state.records import DocumentEntry
 from tools.backend import BackendError
 
 
 class KnowledgeUsageError(Exception):
     """Bad input for a ``kb`` command; the message is the one-line reason."""
+
+
+def _configured() -> tuple[str, ...]:
+    """The folders of ``SUPERBIZ_RUNBOOKS`` (none when it is not set)."""
+    try:
+        return load_settings().runbooks
+    except ConfigError as exc:
+        raise KnowledgeUsageError(str(exc)) from exc
 
 
 def _folders(given: Sequence[str]) -> tuple[str, ...]:
@@ -65,6 +74,25 @@ def kb_index_command(folders: Sequence[str], database: str | None, out: TextIO, 
     return 0
 
 
+def _search_as_indexed(
+    index: RunbookIndex, query: str, top_k: int, err: TextIO
+) -> list[DocumentEntry]:
+    """Search the index ``kb index DIR`` left when ``SUPERBIZ_RUNBOOKS`` is not set."""
+    files = index.store.stats().files
+    where = index.db.target.display
+    if not files:
+        raise KnowledgeUsageError(
+            f"no runbook folder is set and the runbook index in {where} is empty: run "
+            "superbiz kb index DIR (with the same --db) first, or set SUPERBIZ_RUNBOOKS"
+        )
+    err.write(
+        f"SUPERBIZ_RUNBOOKS is not set: searching the index as superbiz kb index left it "
+        f"({files} files in {where}); set SUPERBIZ_RUNBOOKS to those folders so diagnoses use "
+        "them too\n"
+    )
+    return index.search_indexed(query=query, top_k=top_k)["documents"]
+
+
 def kb_search_command(
     query: str, top_k: int, database: str | None, as_json: bool, out: TextIO, err: TextIO
 ) -> int:
@@ -73,7 +101,7 @@ def kb_search_command(
         raise KnowledgeUsageError('the query is empty; search e.g. superbiz kb search "TargetDown"')
     if not 1 <= top_k <= 10:
         raise KnowledgeUsageError("--top-k must be from 1 to 10")
-    chosen = _folders(())
+    chosen = _configured()
 
     def progress(line: str) -> None:
         err.write(line + "\n")
@@ -81,8 +109,11 @@ def kb_search_command(
 
     index = RunbookIndex(chosen, database=database, progress=progress)
     try:
-        documents = index.lookup_knowledge(query=query, top_k=top_k)["documents"]
-    except BackendError as exc:
+        if chosen:
+            documents = index.lookup_knowledge(query=query, top_k=top_k)["documents"]
+        else:
+            documents = _search_as_indexed(index, query, top_k, err)
+    except (BackendError, DatabaseError) as exc:
         raise KnowledgeUsageError(str(exc)) from exc
     finally:
         index.close()

@@ -170,6 +170,7 @@ def _parser() -> argparse.ArgumentParser:
         "--scenario", metavar="FILE", required=True, help="the scenario file to write"
     )
     export.add_argument("--id", metavar="ID", help="the scenario's id (default replay-<id>)")
+    export.add_argument("--force", action="store_true", help="overwrite an existing file")
     _output_options(export)
 
     recheck = commands.add_parser(
@@ -649,7 +650,13 @@ def sessions(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
         try:
             return export_command(
-                persistence, args.diagnosis_id, args.scenario, scenario_id=args.id, out=out, err=err
+                persistence,
+                args.diagnosis_id,
+                args.scenario,
+                scenario_id=args.id,
+                out=out,
+                err=err,
+                force=args.force,
             )
         except ExportError as exc:
             raise UsageError(str(exc)) from exc

@@ -17,8 +17,9 @@ def add_prune_parser(db_commands: Any, db_help: str) -> None:
         help="delete old checkpoints of finished diagnoses (the audit rows are kept)",
         description="Keep only the newest checkpoint of every thread whose diagnoses all "
         "finished more than N days ago (enough to continue its conversation or resume it); "
-        "delete the others. Audit rows and tool invocations are kept, so sessions show and "
-        "reverify still work. Servers do the same hourly when SUPERBIZ_RETENTION_DAYS is set.",
+        "delete the others, then give an SQLite file's free space back (VACUUM). Audit rows "
+        "and tool invocations are kept, so sessions show and reverify still work. "
+        "Servers do the same hourly when SUPERBIZ_RETENTION_DAYS is set.",
     )
     prune.add_argument(
         "--keep-days",
@@ -31,6 +32,10 @@ def add_prune_parser(db_commands: Any, db_help: str) -> None:
     prune.add_argument("--db", metavar="URL", help=db_help)
 
 
+def _megabytes(size: int) -> str:
+    return f"{max(size, 0) / 1_000_000:.1f} MB"
+
+
 def prune_command(args: argparse.Namespace, out: TextIO) -> int:
     """Run ``db prune`` and print what it deleted.
 
@@ -38,7 +43,7 @@ def prune_command(args: argparse.Namespace, out: TextIO) -> int:
         PruneUsageError: for a negative ``--keep-days`` or a database that cannot be used.
     """
     from persistence.database import DatabaseError
-    from persistence.retention import prune_finished
+    from persistence.retention import prune_finished, reclaim_space
     from persistence.store import open_persistence
 
     if args.keep_days < 0:
@@ -49,6 +54,7 @@ def prune_command(args: argparse.Namespace, out: TextIO) -> int:
         raise PruneUsageError(str(exc)) from exc
     try:
         report = prune_finished(persistence.db, persistence.checkpointer, keep_days=args.keep_days)
+        sizes = reclaim_space(persistence.db)
     except DatabaseError as exc:
         raise PruneUsageError(str(exc)) from exc
     finally:
@@ -57,6 +63,12 @@ def prune_command(args: argparse.Namespace, out: TextIO) -> int:
         f"{persistence.db.target.display}: pruned {report.threads} thread(s) finished more than "
         f"{args.keep_days:g} day(s) ago to their newest checkpoint; audit rows kept\n"
     )
+    if sizes is not None:
+        before, after = sizes
+        out.write(
+            f"reclaimed {_megabytes(before - after)} of free space; the file and its log now "
+            f"take {_megabytes(after)}\n"
+        )
     if report.busy:
         out.write(f"skipped {len(report.busy)} thread(s) busy with a run\n")
     return 0

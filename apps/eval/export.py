@@ -286,8 +286,11 @@ def export_command(
     scenario_id: str | None,
     out: TextIO,
     err: TextIO,
+    force: bool = False,
 ) -> int:
-    """``superbiz sessions export DIAGNOSIS_ID --scenario FILE [--id ID]``.
+    """``superbiz sessions export DIAGNOSIS_ID --scenario FILE [--id ID] [--force]``.
+
+    An existing file is overwritten only with ``force``.
 
     Prints what it wrote to stdout and each note to stderr.
 
@@ -297,6 +300,10 @@ def export_command(
     Raises:
         ExportError: No such diagnosis, it cannot be exported, or the file cannot be written.
     """
+    if not force and Path(path).expanduser().exists():
+        if records is not None:
+            records.close()
+        raise ExportError(f"{path} exists; pass --force to overwrite it")
     if records is None:
         raise ExportError(
             f"no diagnosis {diagnosis_id!r}: there is no database yet; see superbiz sessions list"
