@@ -39,7 +39,12 @@ from tests.scenario_kit import (
 )
 from tools.registry import tool_specs
 
-TOOLS = tuple(convert_to_openai_tool(spec)["function"]["name"] for spec in tool_specs())
+TOOLS = tuple(
+    name
+    for name in (convert_to_openai_tool(spec)["function"]["name"] for spec in tool_specs())
+    if name != "query_traces"
+)
+"""The tools offered over the sample backend: every one but the trace tool (no spans in it)."""
 GOOD_ANSWER = executor_answer(
     claim(
         "c1",
