@@ -37,14 +37,13 @@ from tests.scenario_kit import (
     run_diagnosis,
     verifier_reply,
 )
-from tools.registry import tool_specs
+from tools.registry import offered
 
+# The tools offered over the sample environment: every tool whose evidence it serves.
 TOOLS = tuple(
-    name
-    for name in (convert_to_openai_tool(spec)["function"]["name"] for spec in tool_specs())
-    if name != "query_traces"
+    convert_to_openai_tool(spec)["function"]["name"]
+    for spec in offered(SampleBackend(default_environment()))
 )
-"""The tools offered over the sample backend: every one but the trace tool (no spans in it)."""
 GOOD_ANSWER = executor_answer(
     claim(
         "c1",
@@ -107,7 +106,7 @@ def test_budget_signal_scripted_calls_not_run_are_typed_and_the_last_call_offers
 def test_budget_signal_a_new_round_starts_with_no_calls_not_run() -> None:
     thin = executor_answer(
         claim(
-            "c1", "order-service returned HTTP 503 errors", binding("inv-1", "logs[0]", "HTTP 500")
+            "c1", "order-service returned HTTP 500 errors", binding("inv-1", "logs[0]", "HTTP 500")
         )
     )
     run = run_diagnosis(

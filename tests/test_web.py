@@ -391,9 +391,10 @@ def test_web_reject_diagnosis_shows_the_cap_and_the_failed_binding(page: Any, si
     assert page.locator("h1 + p + p .badge").inner_text() == "REJECT · 0.00"
     reasons = page.locator("#reasons li").all_inner_texts()
     assert "The Verifier model said PASS." in reasons
+    # The quoted text is in no evidence gathered, so the claim is fabricated as well.
     assert (
-        "Capped at REJECT: the Gatekeeper failed a reject rule (evidence.excerpt_mismatch)."
-        in reasons
+        "Capped at REJECT: the Gatekeeper failed a reject rule"
+        " (evidence.excerpt_mismatch, evidence.fabricated)." in reasons
     )
     assert "The verdict is the strictest of these: REJECT." in reasons
     row = page.locator("#claims tr").nth(1)

@@ -29,7 +29,7 @@ from typing import Any, Final
 from models.offline.evidence import Result, examples, log_result, metrics_result, series_for
 from models.offline.rules import Step, alert_selector, analysis, plan_steps, scopes
 from models.offline.writer import Writer, binding, quote, summary_binding, value_text
-from state.display import continued, word_prefix
+from state.display import continued, one_line, word_prefix
 from state.records import QuestionFacets
 from tools.backend import parse_timestamp
 from tools.render import format_value
@@ -339,7 +339,7 @@ def meaning_sentence(chunk: str, title: str = "") -> str | None:
     else:
         return None
     body = re.split(r"\n#+\s", "\n" + body, maxsplit=2)[1 if body.startswith("#") else 0]
-    text = " ".join(body.split())
+    text = one_line(body)
     sentence = re.split(r"(?<=[.!?。！？])\s", text, maxsplit=1)[0]
     return sentence[:240] or None
 
