@@ -123,8 +123,11 @@ def measure(record: dict[str, Any], facts: list[str]) -> dict[str, Any]:
         cut += call.get("finish_reason") == "length"
     structured = evaluation.get("executor_structured_output") or {}
     claims = [c.get("claim_id") for c in structured.get("claims") or [] if isinstance(c, dict)]
-    verified = evaluation["gatekeeper_result"].get("verified_excerpts") or {}
-    passing = [claim for claim in claims if verified.get(claim)]
+    gatekeeper = evaluation["gatekeeper_result"]
+    verified = gatekeeper.get("verified_excerpts") or {}
+    failed = {error.get("claim_id") for error in gatekeeper.get("errors") or []}
+    # A claim passes when it has a verified excerpt and no Gatekeeper error names it.
+    passing = [claim for claim in claims if verified.get(claim) and claim not in failed]
     answer = record.get("final_answer") or ""
     return {
         "verdict": record.get("verdict"),
@@ -262,10 +265,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=len(QUESTIONS))
     parser.add_argument("--out", help="append one JSON line per diagnosis to this file")
     parser.add_argument("--table", help="print the table of an earlier --out file and stop")
+    parser.add_argument("--db", help="with --table: the database of that run, to measure again")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per diagnosis")
     args = parser.parse_args(argv)
     if args.table:
         rows = [json.loads(line) for line in Path(args.table).read_text().splitlines() if line]
+        if args.db:  # measure again from the stored records (the figures' rules may have changed)
+            cli = [str(Path(sys.executable).parent / "superbiz")]
+            for row in rows:
+                if "diagnosis" not in row:
+                    continue
+                shown = _run(
+                    [*cli, "sessions", "show", "--json", "--db", args.db, row["diagnosis"]],
+                    dict(os.environ),
+                    120,
+                )[1]
+                row.update(measure(json.loads(shown), row["facts"]))
         print(table(rows))
         return 0
     if not os.environ.get("OPENAI_API_KEY"):
@@ -283,8 +298,12 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 row = run_one(scenario_id, given, db, args.timeout)
             except subprocess.TimeoutExpired:
-                row = {"scenario": scenario_id, "language": "-", "seconds": args.timeout,
-                       "error": f"no answer within {args.timeout:.0f} s"}
+                row = {
+                    "scenario": scenario_id,
+                    "language": "-",
+                    "seconds": args.timeout,
+                    "error": f"no answer within {args.timeout:.0f} s",
+                }
             rows.append(row)
             print(json.dumps(row, ensure_ascii=False), flush=True)
             if args.out:
