@@ -62,6 +62,16 @@ class ThreadOwners:
             found = conn.execute(_OWNER_OF, {"thread_id": thread_id}).scalar()
         return found is not None and str(found) == owner
 
+    def unowned_count(self) -> int:
+        """How many threads have diagnoses but no owner (the command line's)."""
+        with self._db.transaction(single=True) as conn:
+            found = conn.execute(
+                sa.select(sa.func.count(sa.distinct(_SESSION.c.thread_id))).where(
+                    ~sa.exists().where(_OWNER.c.thread_id == _SESSION.c.thread_id)
+                )
+            ).scalar()
+        return int(found or 0)
+
     def threads_of(self, owner: str) -> list[OwnedThread]:
         """The threads an identity owns, oldest first."""
         with self._db.transaction(single=True) as conn:

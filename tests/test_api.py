@@ -576,3 +576,21 @@ def test_auth_rate_limiter_refills_with_time() -> None:
 )
 def test_auth_is_loopback(host: str, loopback: bool) -> None:
     assert is_loopback(host) is loopback
+
+
+def test_api_threads_counts_the_command_lines_threads_it_does_not_list(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import apps.cli.main as cli
+
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "SUPERBIZ_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
+    database = f"sqlite:///{tmp_path / 'shared.sqlite'}"
+    assert cli.main(["diagnose", "--offline", "--json", "--db", database, QUESTION]) == 0
+    with TestClient(create_app(database, api_keys=KEYS)) as client:
+        thread = chat(client, ALICE, thread_id=new_thread()).json()["thread_id"]
+
+        body = client.get("/api/threads", headers=ALICE).json()
+
+    assert [t["thread_id"] for t in body["threads"]] == [thread]
+    assert body["unowned"] == 1

@@ -125,6 +125,10 @@ def test_serve_health_check_reports_the_database(server: Server) -> None:
     assert "2 API key(s) configured" in server.log.read_text()
 
 
+def test_serve_prints_the_web_page_address(server: Server) -> None:
+    assert f"superbiz: the web page: {server.url}/\n" in server.log.read_text()
+
+
 def test_serve_same_thread_concurrently_one_request_wins_the_other_gets_409(
     server: Server,
 ) -> None:

@@ -603,3 +603,44 @@ def test_web_cited_trace_call_graph_and_span_tree_are_drawn(page: Any, site: Sit
     assert page.problems == []
     graph.scroll_into_view_if_needed()
     page.screenshot(path=str(site.shots / "diagnosis-traces.png"))
+
+
+# --- the command line's threads, new conversations ------------------------------------------
+
+
+def test_web_history_says_why_the_command_lines_diagnoses_are_not_listed(
+    page: Any, site: Site, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import apps.cli.main as cli
+
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "SUPERBIZ_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
+    question = "Is payment-service healthy?"
+    assert cli.main(["diagnose", "--offline", "--json", "--db", site.database, question]) == 0
+
+    _open(page, site, "/history")
+
+    note = page.locator("#history-unowned").inner_text()
+    assert re.search(r"\d+ thread\(s\) in this database were started from the command line", note)
+    assert "superbiz sessions list" in note
+    assert question not in page.locator("#history").inner_text()
+    assert page.problems == []
+
+
+def test_web_ask_says_when_it_continues_a_thread_and_starts_a_new_conversation(
+    page: Any, site: Site
+) -> None:
+    _open(page, site, "/")
+    assert page.locator("#thread-note").inner_text() == "Starts a new conversation."
+
+    page.evaluate("sessionStorage.setItem('superbiz.thread', 'thread-earlier')")
+    page.reload()
+    page.wait_for_selector("body[data-ready=true]")
+
+    note = page.locator("#thread-note").inner_text()
+    assert note.startswith("Continues thread thread-earlier:"), note
+    page.click("#new-conversation")
+    assert page.locator("#thread").input_value() == ""
+    assert page.locator("#thread-note").inner_text() == "Starts a new conversation."
+    assert page.evaluate("sessionStorage.getItem('superbiz.thread')") is None
+    assert page.problems == []

@@ -952,6 +952,7 @@ def serve_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     else:
         err.write(f"superbiz: {len(keys)} API key(s) configured\n")
     err.write(f"superbiz: serving the API on http://{args.host}:{args.port} ({target.display})\n")
+    err.write(f"superbiz: the web page: {_page_address(args.host, args.port)}\n")
     err.flush()
     import uvicorn
 
@@ -964,6 +965,14 @@ def serve_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         log_level="info",
     )
     return 0
+
+
+def _page_address(host: str, port: int) -> str:
+    """The web page's address for a browser on this machine (a wildcard bind is its loopback)."""
+    shown = {"0.0.0.0": "127.0.0.1", "::": "[::1]", "": "127.0.0.1"}.get(host, host)
+    if ":" in shown and not shown.startswith("["):
+        shown = f"[{shown}]"
+    return f"http://{shown}:{port}/"
 
 
 def mcp_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

@@ -468,9 +468,14 @@ class Service:
         return {"thread_id": thread_id, "diagnoses": persistence.audit.list(thread_id)}
 
     def threads(self, identity: str) -> dict[str, Any]:
-        """The caller's threads, oldest first (blocking)."""
+        """The caller's threads, oldest first, and how many threads no API identity owns.
+
+        ``unowned`` counts the command line's threads on the same database: the page says why
+        it does not list them (blocking).
+        """
         persistence, _ = self.open()
-        return {"threads": ThreadOwners(persistence.db).threads_of(identity)}
+        owners = ThreadOwners(persistence.db)
+        return {"threads": owners.threads_of(identity), "unowned": owners.unowned_count()}
 
 
 def _started_then(

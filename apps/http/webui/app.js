@@ -217,6 +217,14 @@ function renderAsk() {
   const thread = h("input", { id: "thread", name: "thread", size: 30,
     placeholder: "new thread", value: sessionStorage.getItem("superbiz.thread") || "" });
   const button = h("button", { type: "submit", id: "ask-button" }, "Ask");
+  const continuing = h("p", { class: "muted", id: "thread-note", "aria-live": "polite" });
+  const fresh = h("button", { type: "button", id: "new-conversation", onclick: () => {
+    sessionStorage.removeItem("superbiz.thread");
+    thread.value = "";
+    sayThread(thread, continuing);
+    question.focus();
+  } }, "New conversation");
+  thread.addEventListener("input", () => sayThread(thread, continuing));
   const stages = h("ol", { class: "stages", id: "stages", "aria-live": "polite" });
   const result = h("div", { id: "result", "aria-live": "polite" });
   const form = h("form", { class: "ask", id: "ask-form", onsubmit: (event) => {
@@ -228,9 +236,22 @@ function renderAsk() {
   h("div", { class: "row" },
     h("div", {}, h("label", { for: "language" }, "Language"), language),
     h("div", {}, h("label", { for: "thread" }, "Thread (optional: continue a conversation)"), thread),
-    h("div", {}, button)));
+    h("div", {}, button, " ", fresh)),
+  continuing);
+  sayThread(thread, continuing);
   show(form, section("Progress", "progress", stages), result);
   question.focus();
+}
+
+/* Says whether the next question continues a thread (its earlier questions and answers are
+   part of the conversation) or starts a new one. */
+function sayThread(thread, note) {
+  const id = thread.value.trim();
+  note.textContent = id
+    ? `Continues thread ${id}: the question follows its earlier questions and answers. `
+      + "New conversation starts afresh."
+    : "Starts a new conversation.";
+  note.dataset.thread = id;
 }
 
 async function ask(question, language, thread, stages, result, button) {
@@ -275,6 +296,8 @@ function showAnswer(result, data) {
   sessionStorage.setItem("superbiz.thread", text(data.thread_id));
   const thread = document.getElementById("thread");
   if (thread) thread.value = text(data.thread_id);
+  const note = document.getElementById("thread-note");
+  if (thread && note) sayThread(thread, note);
   result.replaceChildren(section("Answer", "answer-section",
     h("p", {}, badge(data.verdict, data.groundedness_score), " ",
       h("a", { href: `/diagnoses/${encodeURIComponent(text(data.diagnosis_id))}`, id: "diagnosis-link" },
@@ -890,6 +913,9 @@ async function renderHistory() {
   show(h("h1", {}, "History"),
     h("div", { class: "row" }, h("div", {}, h("label", { for: "filter-verdict" }, "Verdict"), verdict),
       h("div", {}, h("label", { for: "filter-service" }, "Service"), service)),
+    threads.unowned
+      ? h("p", { class: "muted", id: "history-unowned" }, `${threads.unowned} thread(s) in this database were started from the command line (superbiz diagnose); they belong to no identity of this page, so it does not list them: see them with superbiz sessions list.`)
+      : null,
     all.length > recent.length
       ? h("p", { class: "muted", id: "history-bound" }, `Showing the ${recent.length} most recent of ${all.length} threads; older ones are listed by GET /api/threads.`)
       : null,
