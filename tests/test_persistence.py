@@ -101,8 +101,10 @@ def test_persistence_writes_rows_and_checkpoints_per_diagnosis(store: Persistenc
         assert key in evaluation, key
     assert rule_evaluation_of(record)["formula_version"]
     rows = store.ledger.list(values["diagnosis_id"])
-    # The plan (ERROR, metrics, WARN), the hop to the service its warnings name, the runbooks.
-    assert [r["invocation_id"] for r in rows] == [f"inv-{i}" for i in range(1, 7)]
+    # The plan (ERROR, metrics, WARN, the incident analysis), the hop to the service its warnings
+    # name, the runbooks.
+    assert [r["invocation_id"] for r in rows] == [f"inv-{i}" for i in range(1, 8)]
+    assert [r["tool_name"] for r in rows].count("analyze_incident") == 1
     assert all(r["retrieval_details"]["evidence_refs"] for r in rows)
     config: RunnableConfig = {"configurable": {"thread_id": "rows"}}
     assert list(store.checkpointer.list(config))
@@ -426,7 +428,7 @@ def test_persistence_sessions_and_reverify_read_the_stored_evidence(
     report = json.loads(capsys.readouterr().out)
     assert report["after"]["verdict"] == "PASS"
     assert report["changes"] == []
-    assert report["invocations"] == 6
+    assert report["invocations"] == 7
 
     assert cli.main(["sessions", "show", "diag-missing", "--db", database_url]) == 2
     assert "no diagnosis 'diag-missing'" in capsys.readouterr().err

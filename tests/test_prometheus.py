@@ -553,7 +553,13 @@ QUESTION_KINDS = [
         ["HighErrorRate", "state=firing"],
         ["QueueBacklog", "PaymentRetries"],
     ),
-    ("Is the DiskFull alert firing for order-service?", "PASS", ["没有名为 DiskFull 的告警"], []),
+    # A no for an alert the server does not have, never a PASS (as in the offline corpus).
+    (
+        "Is the DiskFull alert firing for order-service?",
+        "LOW_CONFID",
+        ["没有名为 DiskFull 的告警"],
+        [],
+    ),
     ("What is wrong?", "PASS", ["HighErrorRate", "PaymentRetries", "QueueBacklog"], []),
     ("billing-service 有告警吗？", "LOW_CONFID", ["billing-service", "请检查服务名称"], []),
 ]
@@ -574,8 +580,8 @@ def test_offline_question_kinds_answer_from_the_real_server(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The offline rules answer what was asked from a real Prometheus: a value with its unit
-    (also of a pending alert's measure), yes for a firing alert and nothing else, a plain no for
-    an alert name the server does not have, every firing alert for "what is wrong", and no
+    (also of a pending alert's measure), yes for a firing alert and nothing else, a no (never a
+    PASS) for an alert name the server does not have, every firing alert for "what is wrong", and no
     health claim about a service the server does not know."""
     result, _ = _diagnose(question, prom_env, tmp_path, monkeypatch)
 
