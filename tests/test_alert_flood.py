@@ -28,6 +28,11 @@ def test_alert_flood_killed_server_finishes_every_accepted_investigation_once(
     assert result.at_kill["running"] + result.at_kill["queued"] > 0, (result, log)
     assert result.missing == [], (result, log)
     assert result.errors == [], (result, log)
-    assert result.rows == {"done": result.investigations}, (result, log)
-    assert result.records == {"done": result.investigations}, (result, log)
+    # A notification the server stored just before the kill but could not answer is not in
+    # ``investigations``; it must still finish ``done`` exactly once, like every accepted one.
+    unanswered = result.refused[0]
+    for finished in (result.rows, result.records):
+        assert set(finished) == {"done"}, (result, log)
+        extra = finished["done"] - result.investigations
+        assert 0 <= extra and (extra == 0 or unanswered > 0), (result, log)
     assert result.extra_records == 0, (result, log)
