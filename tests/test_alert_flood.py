@@ -35,4 +35,4 @@ def test_alert_flood_killed_server_finishes_every_accepted_investigation_once(
         assert set(finished) == {"done"}, (result, log)
         extra = finished["done"] - result.investigations
         assert 0 <= extra and (extra == 0 or unanswered > 0), (result, log)
-    assert result.extra_records == 0, (result, log)
+    assert result.extra_records == 0 or unanswered > 0, (result, log)
