@@ -58,7 +58,9 @@ CONTINUATION_SEPARATOR = " | "
 SETTING = "SUPERBIZ_LOG_FILES"
 
 
-class _Budget:
+class ScanBudget:
+    """Bytes a file source may still read in one call; ``spent`` once they ran out."""
+
     def __init__(self, limit: int) -> None:
         self.left = limit
         self.spent = False
@@ -73,7 +75,7 @@ class _Budget:
 
 
 def reverse_lines(
-    handle: BinaryIO, budget: _Budget, *, block: int = BLOCK_BYTES
+    handle: BinaryIO, budget: ScanBudget, *, block: int = BLOCK_BYTES
 ) -> Iterator[bytes]:
     """The lines of a file from its last to its first, each cut at ``MAX_LINE_BYTES``.
 
@@ -103,7 +105,7 @@ def reverse_lines(
         yield pending
 
 
-def forward_lines(handle: BinaryIO | gzip.GzipFile, budget: _Budget) -> Iterator[bytes]:
+def forward_lines(handle: BinaryIO | gzip.GzipFile, budget: ScanBudget) -> Iterator[bytes]:
     """The lines of a stream from its start, each cut at ``MAX_LINE_BYTES``."""
     while True:
         line = handle.readline(MAX_LINE_BYTES)
@@ -156,7 +158,7 @@ def _decode(raw: bytes) -> str:
     return raw.decode("utf-8", errors="replace")
 
 
-def _scan_backwards(path: str, query: _Query, found: Newest, budget: _Budget) -> None:
+def _scan_backwards(path: str, query: _Query, found: Newest, budget: ScanBudget) -> None:
     oldest = query.window.start - OUT_OF_ORDER
     tail: deque[str] = deque(maxlen=MAX_CONTINUATION_LINES)
     with open(path, "rb") as handle:
@@ -172,7 +174,7 @@ def _scan_backwards(path: str, query: _Query, found: Newest, budget: _Budget) ->
                 return
 
 
-def _scan_forwards(path: str, query: _Query, found: Newest, budget: _Budget) -> None:
+def _scan_forwards(path: str, query: _Query, found: Newest, budget: ScanBudget) -> None:
     newest = query.window.end + OUT_OF_ORDER
     current: Line | None = None
     continuations: list[str] = []
@@ -278,7 +280,7 @@ class FileLogs(LogSource):
         now = self._now()
         window = LogWindow(request.start, request.end, now)
         found = Newest(request.limit)
-        budget = _Budget(self.max_scan_bytes)
+        budget = ScanBudget(self.max_scan_bytes)
         zone = local_zone()
         by_service: dict[str, list[str]] = {}
         for name, pattern in self._globs(request.service):

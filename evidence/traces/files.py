@@ -27,6 +27,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import BinaryIO
 
+from evidence.logfiles import ScanBudget
 from evidence.logquery import iso
 from evidence.otlp import read_spans
 from evidence.traces.answer import traces_answer
@@ -44,20 +45,7 @@ OUT_OF_ORDER = timedelta(minutes=5)
 SETTING = "SUPERBIZ_TRACE_FILES"
 
 
-class _Budget:
-    def __init__(self, limit: int) -> None:
-        self.left = limit
-        self.spent = False
-
-    def take(self, size: int) -> bool:
-        if self.left <= 0:
-            self.spent = True
-            return False
-        self.left -= size
-        return True
-
-
-def _reverse_lines(handle: BinaryIO, budget: _Budget) -> Iterator[bytes | None]:
+def _reverse_lines(handle: BinaryIO, budget: ScanBudget) -> Iterator[bytes | None]:
     """The lines of a file from last to first; None for a line longer than ``MAX_LINE_BYTES``."""
     handle.seek(0, os.SEEK_END)
     position = handle.tell()
@@ -92,7 +80,7 @@ def _reverse_lines(handle: BinaryIO, budget: _Budget) -> Iterator[bytes | None]:
         yield line
 
 
-def _forward_lines(handle: gzip.GzipFile, budget: _Budget) -> Iterator[bytes | None]:
+def _forward_lines(handle: gzip.GzipFile, budget: ScanBudget) -> Iterator[bytes | None]:
     """The lines of a gzip stream from its start; None for an overlong line."""
     while True:
         line = handle.readline(MAX_LINE_BYTES + 1)
@@ -268,7 +256,7 @@ class FileTraces:
             BackendError: When no file matches or a file cannot be read.
         """
         scan = _Scan(start, end, self.max_spans)
-        budget = _Budget(self.max_scan_bytes)
+        budget = ScanBudget(self.max_scan_bytes)
         for mtime, path in self._files():
             if datetime.fromtimestamp(mtime, UTC) < start - OUT_OF_ORDER:
                 break  # written before the window: it and every older file hold nothing
