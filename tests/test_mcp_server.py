@@ -23,6 +23,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 
+from apps.auth import Limits
 from apps.cli.main import main
 from apps.http.api import create_app
 from apps.mcp import server as mcp_server
@@ -226,6 +227,10 @@ class GatedBackend:
         return self._inner.query_metrics(**query)
 
 
+SERVED_LIMITS = Limits(rate_per_minute=100_000, rate_burst=100_000)
+"""The served fixture's limits: a rate no scenario reaches, however slow the machine."""
+
+
 @dataclass
 class Served:
     url: str
@@ -237,7 +242,10 @@ class Served:
 def served(tmp_path: Path) -> Iterator[Served]:
     database = f"sqlite:///{tmp_path / 'mcp-http.sqlite'}"
     backend = GatedBackend()
-    app = create_app(database, api_keys=KEYS, backend=backend)
+    # The scenarios poll get_diagnosis every 0.1 s while a run stops; on a slow machine that
+    # outlasts the default 60 calls a minute per key. The limit itself is checked by
+    # test_mcp_http_rate_limit_applies_per_key on a server of its own.
+    app = create_app(database, api_keys=KEYS, backend=backend, limits=SERVED_LIMITS)
     port = free_port()
     server = uvicorn.Server(
         uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
@@ -361,6 +369,20 @@ def test_mcp_http_identities_progress_cancel_and_resume(served: Served) -> None:
     anyio.run(scenario)
 
 
+def test_mcp_http_served_fixture_outlasts_the_default_rate(served: Served) -> None:
+    """More calls on one key than the default rate allows at once all answer: the polling
+    scenarios above never meet a 429 however long a run takes to stop."""
+    calls = Limits().rate_burst + 10
+
+    async def scenario() -> None:
+        async with Client(_http(served.url, "key-alice")) as alice:
+            for _ in range(calls):
+                listed = await alice.call_tool("list_diagnoses", {})
+                assert listed.structured_content == {"diagnoses": [], "total": 0}
+
+    anyio.run(scenario)
+
+
 def test_mcp_http_errors_carry_the_api_messages(served: Served) -> None:
     async def scenario() -> None:
         async with Client(_http(served.url, "key-alice")) as alice:
@@ -389,8 +411,6 @@ def test_mcp_http_errors_carry_the_api_messages(served: Served) -> None:
 
 
 def test_mcp_http_rate_limit_applies_per_key(tmp_path: Path) -> None:
-    from apps.auth import Limits
-
     database = f"sqlite:///{tmp_path / 'rate.sqlite'}"
     limits = Limits(rate_per_minute=1, rate_burst=2)
     app = create_app(database, api_keys=KEYS, limits=limits)
