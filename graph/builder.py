@@ -96,7 +96,7 @@ def build_graph(
         DiagnosisState, context_schema=Context, input_schema=InputState, output_schema=OutputState
     )
     builder.add_node("intake", make_intake(get_model, audit, locks, environment))
-    builder.add_node("planner", make_planner(get_model, backend.services))
+    builder.add_node("planner", make_planner(get_model, backend.services, lambda: offered(backend)))
     builder.add_node("executor", make_executor(get_model, ledger, lambda: offered(backend)))
     builder.add_node("tools", make_tools(runner))
     builder.add_node("evidence", make_evidence(ledger, rules.schema))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 from langchain_core.messages import HumanMessage, RemoveMessage, SystemMessage
@@ -18,7 +19,8 @@ from state.context import Context
 from state.display import one_line
 from state.graph_state import DiagnosisState
 from state.json_shape import obj
-from state.records import Task
+from state.records import JSONObject, Task
+from tools.registry import tool_specs
 from verification.executor_output import parse_json
 from verification.output_schemas import MAX_PLAN_STEPS, MAX_STEP_CHARS
 from verification.text import strip_fence
@@ -36,6 +38,31 @@ def planner_task(state: DiagnosisState, services: list[str], language: str) -> T
     if task["round"] > 1 and retry_context:
         task["retry_context"] = retry_context
     return task
+
+
+TOOL_LINE_CHARS = 240
+"""Longest line of the planner's tool list (a tool's name, arguments and what it does)."""
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z\[(`])")
+
+
+def tool_lines(offered: list[JSONObject]) -> str:
+    """The planner's list of the tools offered: ``- name (arguments): first sentence``.
+
+    Built from the offered specs (``tools.registry``), so a tool registered at run time (an MCP
+    server's) is listed like a built-in one and the list never goes stale.
+    """
+    lines: list[str] = []
+    for tool in offered:
+        function = obj(tool.get("function"))
+        name = str(function.get("name", ""))
+        if not name:
+            continue
+        properties = obj(obj(function.get("parameters")).get("properties"))
+        described = one_line(str(function.get("description") or ""))
+        first = _SENTENCE_END.split(described, maxsplit=1)[0]
+        line = f"- {name} ({', '.join(properties)})" + (f": {first}" if first else "")
+        lines.append(one_line(line, TOOL_LINE_CHARS))
+    return "\n".join(lines) or "- (none)"
 
 
 def bounded_plan(text: str) -> str:
@@ -56,8 +83,16 @@ def bounded_plan(text: str) -> str:
     return "\n".join(steps)
 
 
-def make_planner(get_model: GetModel, services: Callable[[], list[str]]) -> Node:
-    """Build the planner node; ``services`` lists the services the evidence backend knows."""
+def make_planner(
+    get_model: GetModel,
+    services: Callable[[], list[str]],
+    offered: Callable[[], list[JSONObject]] = tool_specs,
+) -> Node:
+    """Build the planner node; ``services`` lists the services the evidence backend knows.
+
+    ``offered`` lists the tools the executor will be offered (default every registered tool;
+    the graph passes those the evidence backend serves); the prompt names each of them.
+    """
     prompt = load_prompt("planner")
 
     def planner(state: DiagnosisState, *, runtime: Runtime[Context]) -> dict[str, object]:
@@ -70,7 +105,10 @@ def make_planner(get_model: GetModel, services: Callable[[], list[str]]) -> Node
         if stopped is None:
             reply = spend.invoke(
                 with_schema(get_model("planner", ctx), "planner_plan"),
-                [SystemMessage(prompt.text), HumanMessage(dumps(task))],
+                [
+                    SystemMessage(prompt.text.replace("{tools}", tool_lines(offered()))),
+                    HumanMessage(dumps(task)),
+                ],
             )
             plan = bounded_plan(message_text(reply).strip())
         return {

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import subprocess
 import sys
 import time
@@ -364,3 +365,43 @@ def test_mcp_tools_are_shown_on_the_web_page_like_any_other(tmp_path: Path) -> N
             }
         ],
     }
+
+
+def test_mcp_tools_are_named_in_the_planner_prompt(tmp_path: Path) -> None:
+    from langchain_core.messages import HumanMessage
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from graph.builder import build_graph
+    from state.context import Context
+    from tests.scenario_kit import recording_models
+
+    part = offer([edge(tmp_path)])
+    assert part.servers[0].error is None
+    script: dict[str, list[Any]] = {"planner": ["query the edge server"]}
+    get_model, models = recording_models(
+        {**script, "executor": [], "verifier": [], "composer": []}  # stopped before them
+    )
+    graph = build_graph(
+        get_model=get_model, backend=configured_backend(load_settings({}), progress=None)
+    ).compile(checkpointer=InMemorySaver(), interrupt_after=["planner"])
+    config: Any = {"configurable": {"thread_id": "planner-tools"}}
+    question = HumanMessage("Is order-service degraded?")
+    graph.invoke({"messages": [question]}, config=config, context=Context(offline=False))
+
+    (call,) = models["planner"].calls
+    listed = str(call[0].content).splitlines()
+    assert (
+        "- edge_incident_lines (service): [MCP server edge] Facts about the incident, one per line."
+        in listed
+    )
+    assert "- edge_many_lines (n): [MCP server edge] A huge result: n numbered lines." in listed
+    assert not any(line.startswith("- edge_wipe_data") for line in listed)  # refused: not named
+    named = [line.split(" ", 2)[1] for line in listed if re.match(r"- \S+ \(", line)]
+    assert named[:5] == [  # the built-in tools this backend serves (it has no traces)
+        "query_logs",
+        "query_metrics",
+        "analyze_incident",
+        "lookup_knowledge",
+        "get_current_time",
+    ]
+    assert "edge_incident_lines" in named and "query_traces" not in named

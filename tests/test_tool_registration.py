@@ -42,6 +42,7 @@ from models.offline.evidence import Result
 from models.offline.rules import parse_steps
 from models.offline.writer import binding as offline_binding
 from models.scripted import ScriptExhausted, to_message
+from nodes.planner import TOOL_LINE_CHARS, tool_lines
 from persistence.audit import InMemoryAuditStore
 from persistence.ledger import InMemoryLedger
 from persistence.ownership import ThreadOwners
@@ -328,6 +329,12 @@ def test_tool_registration_a_diagnosis_cites_it_and_the_gatekeeper_verifies(
     state = state_of(graph, config)
 
     assert "query_deploys" in models["executor"].bound[0]  # the executor's tool list
+    planner_system = str(models["planner"].calls[0][0].content)  # and the planner's
+    assert (
+        "- query_deploys (service, limit): Deployments of the services, newest first, with the "
+        "changes each one shipped."
+    ) in planner_system.splitlines()
+    assert "{tools}" not in planner_system
     gate = state["gatekeeper_result"]
     assert gate["status"] == "pass", gate["errors"]
     verified = gate["verified_excerpts"]["c1"]
@@ -586,3 +593,26 @@ def test_tool_registration_refuses_a_spec_it_cannot_serve() -> None:
         )
     with pytest.raises(Exception, match="is not valid"):
         SchemaArguments({"type": "object", "properties": {"q": {"type": "no-such-type"}}})
+
+
+def test_tool_registration_planner_lists_every_offered_tool_on_one_line() -> None:
+    long = ToolSpec(
+        name="long_story",
+        description="Tells the whole story at length. " + "More detail follows here. " * 40,
+        arguments=SchemaArguments({"type": "object"}),
+        arrays=SEARCH.arrays,
+        ask=_search,
+        planned_offline=False,
+    )
+    with registered(SEARCH, long):
+        listed = tool_lines(tool_specs()).splitlines()
+        every = [str(json_object(spec["function"])["name"]) for spec in tool_specs()]
+
+    assert [line.split(" ", 2)[1] for line in listed] == every  # all of them, in order
+    assert {"query_traces", "analyze_incident", "search_tickets"} <= set(every)
+    assert (
+        "- search_tickets (query, max): Search support tickets (a remote server's tool)." in listed
+    )
+    assert "- long_story (): Tells the whole story at length." in listed  # the first sentence
+    assert all(len(line) <= TOOL_LINE_CHARS for line in listed)
+    assert tool_lines([]) == "- (none)"
