@@ -2,13 +2,21 @@
 
 The windows (the tool's arguments, else the defaults):
 
-- the incident window ends at ``end``, else at the backend's current time; it starts at
-  ``start``, else ``INCIDENT_MINUTES`` before its end or, when alerts fire, ``ALERT_LEAD``
-  before the first firing alert became active (so the data before the first symptom is in),
-  whichever is earlier; it spans at most ``MAX_INCIDENT``;
+- the incident window ends at ``end``, else at the backend's current time (but at most
+  ``MAX_INCIDENT`` after a ``start`` given: the start named is kept); it starts at ``start``,
+  else ``INCIDENT_MINUTES`` before its end or, when alerts fire, ``ALERT_LEAD`` before the
+  first firing alert became active (so the data before the first symptom is in), whichever is
+  earlier; it spans at most ``MAX_INCIDENT``;
 - the baseline ends at ``baseline_end``, else where the incident window starts, and starts at
   ``baseline_start``, else ``BASELINE_MINUTES`` before its end; it spans at most
-  ``MAX_BASELINE``.
+  ``MAX_BASELINE``;
+- with the default baseline start, a source (logs, series, spans: each on its own) whose data
+  in the baseline covers less than ``THIN_BASELINE`` of it (nothing, or only its last minutes:
+  a capture that stopped, a log file that starts late) reaches back to the latest data it has
+  before the baseline, at most ``MAX_BASELINE`` before the incident window, and adds the
+  ``BASELINE_MINUTES`` of data up to that moment (an earlier capture of a quiet period then
+  serves as the baseline); a gap says so, with the stretch taken. The other sources keep the
+  default baseline.
 
 The raw data, through the sources' own protocols, so every backend is served the same way:
 
@@ -20,10 +28,11 @@ The raw data, through the sources' own protocols, so every backend is served the
   returns no series, at most ``MAX_METRIC_SERVICES`` services);
 - spans from a source that can hand them over (``SpanScan``); none: the call graph comes from
   the log messages;
-- when nothing was logged in the default baseline (the hour before), the baseline reaches back
-  ``MAX_BASELINE`` (a capture of an earlier, quiet period serves), and a gap says so;
-- a source that has nothing in the baseline window says so as a gap (a log file that starts
-  inside the window, a metrics source that keeps less history).
+- the reach back asks each source the way it is read: a window scan over the reach, or
+  ``query_logs`` hour by hour (``BASELINE_MINUTES``), newest first, one line each, until an
+  hour has lines, then that hour is read; ``query_metrics`` once over the reach;
+- a source that has nothing in the baseline window even so says so as a gap (a log file that
+  starts inside the window, a metrics source that keeps less history).
 
 ``analysis.incident.analyze`` does the rest; its report becomes the tool's entry arrays
 (``tools.analyze_incident``), each signal with the raw items it rests on quoted verbatim.
@@ -35,6 +44,7 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Protocol, runtime_checkable
 
+from analysis import thresholds
 from analysis.incident import analyze
 from analysis.report import EvidencePointer, IncidentInputs, IncidentReport, Signal, Suspect
 from state.records import AlertEntry, LogEntry, SeriesEntry, SpanEntry
@@ -50,11 +60,15 @@ from tools.analyze_incident import (
 )
 from tools.backend import BackendError, EvidenceBackend, MetricsOutput, parse_timestamp
 
-INCIDENT_MINUTES: Final = 15
-BASELINE_MINUTES: Final = 60
+INCIDENT_MINUTES: Final = thresholds.DEFAULT_INCIDENT_MINUTES
+BASELINE_MINUTES: Final = thresholds.DEFAULT_BASELINE_MINUTES
 ALERT_LEAD: Final = timedelta(minutes=5)
 MAX_INCIDENT: Final = timedelta(hours=6)
 MAX_BASELINE: Final = timedelta(hours=24)
+"""The baseline spans at most this, and reaches back at most this far before the incident."""
+THIN_BASELINE: Final = 0.5
+"""A source's data must cover at least this share of the default baseline (from its first item
+to the baseline's end), else the baseline reaches back for that source's latest earlier data."""
 MAX_LOG_CALLS: Final = 120
 """``query_logs`` calls one analysis makes at most on a source that cannot hand over a window."""
 MAX_METRIC_SERVICES: Final = 30
@@ -128,8 +142,14 @@ class Windows:
         gaps: list[str],
     ) -> None:
         """Windows from the arguments, the current time and the firing alerts."""
-        self.end = _at(end) or now
         given = _at(start)
+        self.end = _at(end) or now
+        if end is None and given is not None and given < self.end - MAX_INCIDENT:
+            gaps.append(
+                f"the incident window was cut to its first "
+                f"{MAX_INCIDENT.total_seconds() / 3600:g} h after {iso(given)}"
+            )
+            self.end = given + MAX_INCIDENT
         if given is None:
             given = self.end - timedelta(minutes=INCIDENT_MINUTES)
             fired = _first_firing(alerts)
@@ -226,15 +246,12 @@ def _part(backend: object, method: str) -> Callable[..., Any] | None:
     return found if callable(found) else None
 
 
-def _metrics(
-    backend: EvidenceBackend, windows: Windows, first: MetricsOutput | None, gaps: list[str]
+def _series(
+    backend: EvidenceBackend, low: datetime, high: datetime, gaps: list[str]
 ) -> tuple[list[SeriesEntry], list[AlertEntry]]:
-    window = {"start": iso(windows.first), "end": iso(windows.end)}
-    try:
-        found = backend.query_metrics(**window)
-    except BackendError as exc:
-        gaps.append(f"metrics: {exc}")
-        return [], list(first.get("alerts", [])) if first else []
+    """Series and alerts of ``low``..``high`` (per service when the unscoped call has none)."""
+    window = {"start": iso(low), "end": iso(high)}
+    found = backend.query_metrics(**window)
     series = list(found.get("series", []))
     alerts = list(found.get("alerts", []))
     if not series:
@@ -250,6 +267,16 @@ def _metrics(
                 continue
             series += scoped.get("series", [])
     return series, alerts
+
+
+def _metrics(
+    backend: EvidenceBackend, windows: Windows, first: MetricsOutput | None, gaps: list[str]
+) -> tuple[list[SeriesEntry], list[AlertEntry]]:
+    try:
+        return _series(backend, windows.first, windows.end, gaps)
+    except BackendError as exc:
+        gaps.append(f"metrics: {exc}")
+        return [], list(first.get("alerts", [])) if first else []
 
 
 def _spans(backend: object, windows: Windows, gaps: list[str]) -> list[SpanEntry]:
@@ -279,12 +306,219 @@ def _moment(value: object) -> datetime | None:
     return None
 
 
-def _any_in_baseline(logs: Sequence[LogEntry], windows: Windows) -> bool:
-    for entry in logs:
-        moment = _moment(entry.get("timestamp"))
-        if moment is not None and windows.baseline_start <= moment < windows.baseline_end:
-            return True
-    return False
+# --------------------------------------------------------------------------- a thin baseline
+
+
+def _log_moment(entry: LogEntry) -> datetime | None:
+    return _moment(entry.get("timestamp"))
+
+
+def _span_moment(entry: SpanEntry) -> datetime | None:
+    return _moment(entry.get("start"))
+
+
+def _thin(moments: Iterable[datetime | None], windows: Windows) -> str | None:
+    """How much of the baseline a source's data covers, when it is below ``THIN_BASELINE``.
+
+    None when the data covers enough, or when the source has no data at all (nothing to reach
+    back for).
+    """
+    seen = [moment for moment in moments if moment is not None]
+    if not seen:
+        return None
+    inside = [m for m in seen if windows.baseline_start <= m < windows.baseline_end]
+    length = windows.baseline_end - windows.baseline_start
+    covered = windows.baseline_end - min(inside) if inside else timedelta(0)
+    if covered >= length * THIN_BASELINE:
+        return None
+    return f"{covered.total_seconds() / 60:.1f} min"
+
+
+def _stretch(moments: Sequence[datetime | None]) -> tuple[datetime, datetime] | None:
+    """The first and last moment of the ``BASELINE_MINUTES`` of data up to the latest one."""
+    seen = [moment for moment in moments if moment is not None]
+    if not seen:
+        return None
+    last = max(seen)
+    floor = last - timedelta(minutes=BASELINE_MINUTES)
+    return min(m for m in seen if m >= floor), last
+
+
+def _earlier_logs(backend: EvidenceBackend, low: datetime, high: datetime) -> list[LogEntry]:
+    """The lines before ``high`` (not before ``low``) among which the latest stretch lies."""
+    scanner = _part(backend, "scan_logs")
+    if scanner is not None:
+        scanned = scanner(low, high, MAX_LOG_LINES)
+        if scanned is not None:
+            return list(scanned)
+    step = timedelta(minutes=BASELINE_MINUTES)
+    reader = _LogReader(backend)
+    upper = high
+    while upper > low:
+        lower = max(low, upper - step)
+        probe = backend.query_logs(start=iso(lower), end=iso(upper), limit=1)
+        if probe.get("logs") or int(probe.get("total", 0) or 0) > 0:
+            return reader.read(lower, upper)
+        upper = lower
+    return []
+
+
+def _earlier_series(
+    backend: EvidenceBackend, low: datetime, high: datetime, gaps: list[str]
+) -> list[SeriesEntry]:
+    """The series of ``low``..``high``, each with only its points in that span."""
+    found, _ = _series(backend, low, high, gaps)
+    kept: list[SeriesEntry] = []
+    for entry in found:
+        points = [
+            point
+            for point in entry.get("points", [])
+            if point and (m := _moment(point[0])) is not None and low <= m < high
+        ]
+        if points:
+            kept.append(SeriesEntry(**{**entry, "points": points}))
+    return kept
+
+
+def _series_key(entry: SeriesEntry) -> tuple[str, tuple[tuple[str, str], ...]]:
+    labels = entry.get("labels") or {}
+    return str(entry.get("metric", "")), tuple(sorted((str(k), str(v)) for k, v in labels.items()))
+
+
+def _merge_series(
+    series: list[SeriesEntry], earlier: Sequence[SeriesEntry], since: datetime
+) -> list[SeriesEntry]:
+    """``series`` with the points of ``earlier`` from ``since`` on added (each point once)."""
+    merged = {_series_key(entry): entry for entry in series}
+    for entry in earlier:
+        points = [p for p in entry.get("points", []) if (m := _moment(p[0])) and m >= since]
+        key = _series_key(entry)
+        known = merged.get(key)
+        if known is None:
+            merged[key] = SeriesEntry(**{**entry, "points": points})
+            continue
+        times = {point[0] for point in known.get("points", []) if point}
+        added = [point for point in points if point[0] not in times]
+        merged[key] = SeriesEntry(
+            **{**known, "points": sorted([*added, *known.get("points", [])], key=_point_time)}
+        )
+    return [entry for entry in merged.values() if entry.get("points")]
+
+
+def _point_time(point: Sequence[object]) -> float:
+    moment = _moment(point[0]) if point else None
+    return moment.timestamp() if moment is not None else 0.0
+
+
+def _reached(
+    source: str, covered: str, windows: Windows, stretch: tuple[datetime, datetime]
+) -> str:
+    return (
+        f"{source}: the data covers only the last {covered} of the baseline window "
+        f"{iso(windows.baseline_start)}/{iso(windows.baseline_end)}; the baseline also takes "
+        f"its latest earlier data, {iso(stretch[0])} to {iso(stretch[1])} (up to "
+        f"{BASELINE_MINUTES} min of it, at most {MAX_BASELINE.total_seconds() / 3600:g} h "
+        "before the incident window)"
+    )
+
+
+class _Gathered:
+    """The raw data of both windows, per source, and where each source's baseline starts."""
+
+    def __init__(
+        self, logs: list[LogEntry], series: list[SeriesEntry], spans: list[SpanEntry]
+    ) -> None:
+        self.logs = logs
+        self.series = series
+        self.spans = spans
+        self.starts: dict[str, datetime] = {}
+        """Where a source's baseline starts, when it reached back."""
+
+    def trim(self, default: datetime) -> None:
+        """Drop each source's items from before its own baseline start.
+
+        That is the default one unless the source reached back: a source that hands over more
+        than asked (an environment file's series) is compared over its own stretch.
+        """
+
+        def kept(moment: datetime | None, source: str) -> bool:
+            return moment is None or moment >= self.starts.get(source, default)
+
+        self.logs = [e for e in self.logs if kept(_log_moment(e), "logs")]
+        self.spans = [s for s in self.spans if kept(_span_moment(s), "traces")]
+        trimmed: list[SeriesEntry] = []
+        for entry in self.series:
+            points = [p for p in entry.get("points", []) if p and kept(_moment(p[0]), "series")]
+            if points or not entry.get("points"):
+                trimmed.append(SeriesEntry(**{**entry, "points": points}))
+        self.series = trimmed
+
+    def reach_back(self, backend: EvidenceBackend, windows: Windows, gaps: list[str]) -> None:
+        """Extend the baseline of each source whose data covers too little of it."""
+        low, high = windows.baseline_end - MAX_BASELINE, windows.baseline_start
+        if high <= low:
+            return
+        covered = _thin(map(_log_moment, self.logs), windows)
+        if covered is not None:
+            try:
+                earlier = [e for e in _earlier_logs(backend, low, high) if _log_moment(e)]
+            except BackendError as exc:
+                gaps.append(f"logs: reaching back for a baseline: {exc}")
+                earlier = []
+            earlier = [e for e in earlier if (m := _log_moment(e)) is not None and m < high]
+            stretch = _stretch([_log_moment(e) for e in earlier])
+            if stretch is not None:
+                known = {_key(entry) for entry in self.logs}
+                taken = [
+                    e
+                    for e in earlier
+                    if (m := _log_moment(e)) is not None
+                    and m >= stretch[0]
+                    and _key(e) not in known
+                ]
+                self.logs = sorted(
+                    [*taken, *self.logs], key=lambda entry: str(entry.get("timestamp", ""))
+                )
+                self.starts["logs"] = stretch[0]
+                gaps.append(_reached("logs", covered, windows, stretch))
+        covered = _thin(map(_span_moment, self.spans), windows)
+        scanner = _part(backend, "scan_spans")
+        if covered is not None and scanner is not None:
+            try:
+                found = scanner(low, high, MAX_LOG_LINES) or []
+            except BackendError as exc:
+                gaps.append(f"traces: reaching back for a baseline: {exc}")
+                found = []
+            earlier_spans = [s for s in found if (m := _span_moment(s)) is not None and m < high]
+            stretch = _stretch([_span_moment(s) for s in earlier_spans])
+            if stretch is not None:
+                ids = {(s.get("trace_id"), s.get("span_id")) for s in self.spans}
+                taken_spans = [
+                    s
+                    for s in earlier_spans
+                    if (m := _span_moment(s)) is not None
+                    and m >= stretch[0]
+                    and (s.get("trace_id"), s.get("span_id")) not in ids
+                ]
+                self.spans = [*taken_spans, *self.spans]
+                self.starts["traces"] = stretch[0]
+                gaps.append(_reached("traces", covered, windows, stretch))
+        points = (
+            _moment(point[0]) for entry in self.series for point in entry.get("points", []) if point
+        )
+        covered = _thin(points, windows)
+        if covered is not None:
+            try:
+                earlier_series = _earlier_series(backend, low, high, gaps)
+            except BackendError as exc:
+                gaps.append(f"series: reaching back for a baseline: {exc}")
+                earlier_series = []
+            moments = [_moment(point[0]) for entry in earlier_series for point in entry["points"]]
+            stretch = _stretch(moments)
+            if stretch is not None:
+                self.series = _merge_series(self.series, earlier_series, stretch[0])
+                self.starts["series"] = stretch[0]
+                gaps.append(_reached("series", covered, windows, stretch))
 
 
 def _baseline_gaps(
@@ -334,20 +568,18 @@ def gather(
     )
     try:
         logs = _logs(backend, windows, gaps)
-        if baseline_start is None and logs and not _any_in_baseline(logs, windows):
-            # Nothing logged in the hour before: look back further for a baseline.
-            widened = windows.baseline_end - MAX_BASELINE
-            gaps.append(
-                f"logs: no line in the {BASELINE_MINUTES} min before the incident window; the "
-                f"baseline reaches back to {iso(widened)}"
-            )
-            windows.baseline_start = widened
-            logs = _logs(backend, windows, gaps)
     except BackendError as exc:
         gaps.append(f"logs: {exc}")
         logs = []
     series, alerts = _metrics(backend, windows, first, gaps)
     spans = _spans(backend, windows, gaps)
+    if baseline_start is None:
+        data = _Gathered(logs, series, spans)
+        data.reach_back(backend, windows, gaps)
+        if data.starts:
+            data.trim(windows.baseline_start)
+        logs, series, spans = data.logs, data.series, data.spans
+        windows.baseline_start = min([windows.baseline_start, *data.starts.values()])
     _baseline_gaps(logs, series, windows, gaps)
     return IncidentInputs(
         incident_start=iso(windows.start),

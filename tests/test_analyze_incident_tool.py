@@ -15,15 +15,23 @@ from typing import Any
 
 import pytest
 
+from analysis.incident import analyze
 from evidence.composed import ComposedBackend, Unavailable
 from evidence.environment import Environment, default_environment
 from evidence.incident import ALERT_LEAD, Windows, gather
 from evidence.logfiles import FileLogs
 from evidence.sample import SampleBackend
 from persistence.ledger import InMemoryLedger
-from state.records import AlertEntry, LogEntry
+from state.records import AlertEntry, LogEntry, SeriesEntry, SpanEntry
 from tools.analyze_incident import AnalyzeIncidentArgs, pointer_text
-from tools.backend import LogsOutput, LogsRequest, TimeOutput
+from tools.backend import (
+    LogsOutput,
+    LogsRequest,
+    MetricsOutput,
+    MetricsRequest,
+    TimeOutput,
+    parse_timestamp,
+)
 from tools.query_logs import log_text
 from tools.registry import spec_of
 from tools.runner import ToolRunner
@@ -117,9 +125,36 @@ def test_analyze_incident_windows_are_bounded() -> None:
         baseline_end=None,
         gaps=gaps,
     )
-    assert NOW - windows.start == timedelta(hours=6)
+    # The start the question named is kept: the first 6 h after it, not the last 6 h to now.
+    assert windows.start == datetime(2026, 2, 20, tzinfo=UTC)
+    assert windows.end - windows.start == timedelta(hours=6)
     assert windows.baseline_end - windows.baseline_start == timedelta(hours=24)
     assert len(gaps) == 2
+    assert gaps[0].startswith("the incident window was cut to its first 6 h")
+    both: list[str] = []
+    given = Windows(
+        now=NOW,
+        alerts=[],
+        start="2026-02-20T00:00:00Z",
+        end="2026-02-21T00:00:00Z",
+        baseline_start=None,
+        baseline_end=None,
+        gaps=both,
+    )
+    assert given.end == datetime(2026, 2, 21, tzinfo=UTC)
+    assert given.end - given.start == timedelta(hours=6)
+    assert both == ["the incident window was cut to its last 6 h"]
+    recent: list[str] = []
+    since = Windows(
+        now=NOW,
+        alerts=[],
+        start="2026-03-01T09:00:00Z",
+        end=None,
+        baseline_start=None,
+        baseline_end=None,
+        gaps=recent,
+    )
+    assert (since.start, since.end, recent) == (datetime(2026, 3, 1, 9, tzinfo=UTC), NOW, [])
 
 
 def test_analyze_incident_arguments_refuse_a_reversed_baseline() -> None:
@@ -195,3 +230,149 @@ def test_analyze_incident_does_not_change_the_environment() -> None:
     before = copy.deepcopy(env)
     _run(SampleBackend(env))
     assert env == before
+
+
+# A capture of a quiet period two hours before the incident (09:00-09:05), then nothing until
+# the incident: the question names 12:00, and only the 30 s before it are in the default
+# baseline (the hour before). "noisy" logs the same errors at the same rate in the capture and
+# in the incident (background noise); "db" starts failing at 12:00.
+INCIDENT = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+CAPTURE = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
+
+
+def _line(moment: datetime, service: str, level: str, message: str) -> LogEntry:
+    return LogEntry(timestamp=_iso(moment), service=service, level=level, message=message)
+
+
+def _thin_baseline_environment() -> Environment:
+    logs: list[LogEntry] = []
+    for second in range(0, 300, 10):
+        moment = CAPTURE + timedelta(seconds=second)
+        logs.append(_line(moment, "api", "INFO", f"request served in {20 + second % 7} ms"))
+        logs.append(_line(moment, "noisy", "ERROR", "cache refresh failed: upstream busy"))
+    for second in range(-30, 0, 10):
+        moment = INCIDENT + timedelta(seconds=second)
+        logs.append(_line(moment, "api", "INFO", f"request served in {20 + second % 7} ms"))
+    for second in range(0, 300, 10):
+        moment = INCIDENT + timedelta(seconds=second)
+        logs.append(_line(moment, "api", "INFO", f"request served in {20 + second % 7} ms"))
+        logs.append(_line(moment, "noisy", "ERROR", "cache refresh failed: upstream busy"))
+        logs.append(_line(moment, "db", "ERROR", "deadlock detected on table orders"))
+    series = [
+        SeriesEntry(
+            metric="cpu_usage_percent",
+            labels={"service": "db"},
+            points=[
+                [(moment + timedelta(minutes=minute)).timestamp(), 20.0]
+                for moment in (CAPTURE, INCIDENT - timedelta(minutes=1))
+                for minute in range(5)
+            ],
+        )
+    ]
+    spans = [
+        SpanEntry(
+            trace_id=f"{index:032x}",
+            span_id=f"{index:016x}",
+            service="api",
+            operation="GET /orders",
+            kind="server",
+            start=(moment + timedelta(seconds=index % 60)).isoformat().replace("+00:00", "Z"),
+            duration_ms=20.0,
+        )
+        for index, moment in enumerate([CAPTURE] * 30 + [INCIDENT] * 30)
+    ]
+    return Environment(
+        now=_iso(INCIDENT + timedelta(minutes=5)), logs=logs, series=series, traces=spans
+    )
+
+
+class _WindowedMetrics(SampleBackend):
+    """The thin-baseline environment with series cut to the window asked, as Prometheus does."""
+
+    def find_metrics(self, request: MetricsRequest) -> MetricsOutput:
+        found = super().find_metrics(request)
+        low = parse_timestamp(request.start) if request.start else None
+        high = parse_timestamp(request.end) if request.end else None
+        cut = []
+        for entry in found["series"]:
+            points = [
+                p
+                for p in entry.get("points", [])
+                if (low is None or p[0] >= low.timestamp())
+                and (high is None or p[0] <= high.timestamp())
+            ]
+            if points:
+                cut.append({**entry, "points": points})
+        return MetricsOutput(alerts=found["alerts"], series=cut)  # type: ignore[typeddict-item]
+
+
+@pytest.mark.parametrize("source", [SampleBackend, _SlicedOnly, _WindowedMetrics])
+def test_analyze_incident_thin_baseline_reaches_back_to_the_latest_earlier_data(
+    source: type[SampleBackend],
+) -> None:
+    env = _thin_baseline_environment()
+    inputs = gather(source(env), start=_iso(INCIDENT))
+    assert inputs["incident_start"] == "2026-03-01T12:00:00Z"
+    assert inputs["baseline_end"] == "2026-03-01T12:00:00Z"
+    assert inputs["baseline_start"] == "2026-03-01T09:00:00Z"
+    captured = [e for e in inputs["logs"] if str(e["timestamp"]) < "2026-03-01T10"]
+    assert len(captured) == 60
+    gaps = inputs["gaps"]
+    logs_gap = next(gap for gap in gaps if gap.startswith("logs: "))
+    assert "covers only the last 0.5 min of the baseline window" in logs_gap
+    assert "2026-03-01T09:00:00Z to 2026-03-01T09:04:50Z" in logs_gap
+    assert any(gap.startswith("traces: ") and "09:00:00Z to " in gap for gap in gaps), gaps
+    assert {s["span_id"] for s in inputs["spans"]} == {s["span_id"] for s in env["traces"]}
+    points = [p for s in inputs["series"] for p in s["points"]]
+    assert len(points) == 10
+    if source is _WindowedMetrics:  # its series are cut to the window: they reach back too
+        assert any(gap.startswith("series: ") for gap in gaps), gaps
+    report = analyze(inputs)
+    named = [suspect["service"] for suspect in report["suspects"]]
+    assert named[0] == "db"
+    assert "noisy" not in named  # the same errors at the same rate in the capture: noise
+
+
+def test_analyze_incident_given_baseline_never_reaches_back() -> None:
+    env = _thin_baseline_environment()
+    inputs = gather(
+        SampleBackend(env),
+        start=_iso(INCIDENT),
+        baseline_start=_iso(INCIDENT - timedelta(minutes=60)),
+    )
+    assert inputs["baseline_start"] == "2026-03-01T11:00:00Z"
+    assert not [e for e in inputs["logs"] if str(e["timestamp"]) < "2026-03-01T10"]
+    assert not any("latest earlier data" in gap for gap in inputs["gaps"])
+
+
+def test_analyze_incident_covered_baseline_keeps_the_default() -> None:
+    env = default_environment()
+    quiet = copy.deepcopy(env)
+    quiet["logs"] = [
+        _line(NOW - timedelta(minutes=minute), "order-service", "INFO", "request served")
+        for minute in range(90, 0, -1)
+    ]
+    inputs = gather(SampleBackend(quiet))
+    assert inputs["baseline_start"] == "2026-03-01T08:58:00Z"  # 60 min before 09:58
+    assert not any("latest earlier data" in gap for gap in inputs["gaps"])
+
+
+def test_analyze_incident_reaches_back_only_for_the_thin_source() -> None:
+    env = _thin_baseline_environment()
+    minutes = [CAPTURE + timedelta(minutes=m) for m in range(5)] + [
+        INCIDENT - timedelta(minutes=m) for m in range(-5, 61)
+    ]
+    env["series"] = [
+        SeriesEntry(
+            metric="cpu_usage_percent",
+            labels={"service": "db"},
+            points=[[moment.timestamp(), 20.0] for moment in sorted(minutes)],
+        )
+    ]
+    inputs = gather(SampleBackend(env), start=_iso(INCIDENT))
+    assert inputs["baseline_start"] == "2026-03-01T09:00:00Z"  # the logs' reach
+    # The series cover their default baseline: their capture points are not compared.
+    earliest = min(p[0] for s in inputs["series"] for p in s["points"])
+    assert earliest == (INCIDENT - timedelta(minutes=60)).timestamp()
+    assert not any(gap.startswith("series: ") for gap in inputs["gaps"])
+    assert any(gap.startswith("logs: ") for gap in inputs["gaps"])

@@ -4,7 +4,8 @@ A deterministic analysis (``analysis.incident``) of the raw data of the configur
 two windows: the incident window (``start`` / ``end``) and a baseline before it
 (``baseline_start`` / ``baseline_end``). With no time given the incident window is the last
 15 minutes (or, when alerts fire, from 5 minutes before the first one started to now) and the
-baseline the 60 minutes before it (``evidence.incident`` gathers the data and says so).
+baseline the 60 minutes before it; a source whose data covers less than half of that baseline
+reaches back for its latest earlier data (``evidence.incident`` gathers the data and says so).
 
 Output arrays, each entry a citable ref:
 
@@ -65,7 +66,8 @@ class AnalyzeIncidentArgs(WindowArgs):
         ),
     )
     baseline_start: str | None = optional(
-        "Start of the baseline window, ISO-8601 (default: 60 min before the incident window)."
+        "Start of the baseline window, ISO-8601 (default: 60 min before the incident window, "
+        "reaching back to a source's latest earlier data when it covers less than half of it)."
     )
     baseline_end: str | None = optional(
         "End of the baseline window, ISO-8601 (default: the start of the incident window)."
@@ -396,7 +398,10 @@ SPEC = ToolSpec(
         "(the deepest anomalous callee with the earliest onset first; background noise is "
         "ignored). Returns suspects with their mechanism, the signals with the raw log "
         "lines / points / spans they rest on, changes, call edges and gaps. Defaults: the "
-        "last 15 min (or from just before the first firing alert) against the 60 min before."
+        "last 15 min (or from just before the first firing alert; from `start` to now when "
+        "given, at most 6 h) against the 60 min before; a source with less than half of that "
+        "hour covered also takes its latest earlier data (up to 60 min of it, at most 24 h "
+        "back), said in gaps."
     ),
     arguments=ModelArguments(
         AnalyzeIncidentArgs,
