@@ -34,7 +34,7 @@ def verifier_evaluation(state: DiagnosisState, catalog: Catalog) -> VerifierEval
     result = state["verifier_result"]
     final = final_text(state.get("executor_messages", []))
     run_info = state["run_info"]
-    return {
+    evaluation: VerifierEvaluation = {
         "verdict": result["verdict"],
         "model_verdict": result["model_verdict"],
         "derived_verdict": result["derived_verdict"],
@@ -59,6 +59,9 @@ def verifier_evaluation(state: DiagnosisState, catalog: Catalog) -> VerifierEval
         "question_coverage": result["question_coverage"],
         "gatekeeper_catalog": catalog,
     }
+    if "conclusion" in result:  # absent from a decision checkpointed before it existed
+        evaluation["conclusion"] = result["conclusion"]
+    return evaluation
 
 
 def usage_record(state: DiagnosisState, ctx: Context) -> UsageRecord:

@@ -54,6 +54,7 @@ def make_composer(get_model: GetModel) -> Node:
             result["unchecked"],
             result.get("question_coverage"),
             result.get("conclusion"),
+            language=ctx.language,
         )
         offline = state["run_info"]["offline"]
         answer = render_template(

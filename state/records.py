@@ -368,6 +368,11 @@ class ConclusionCheck(TypedDict):
     rests_on: list[str]
     claim_id: str | None
     reason: str
+    """Why it does not follow, in English (empty when it follows)."""
+    reason_code: NotRequired[str]
+    """The reason's code in ``verification.conclusion.REASONS`` (absent on older records)."""
+    reason_args: NotRequired[dict[str, str]]
+    """The reason's arguments (absent on older records)."""
 
 
 class RootCause(TypedDict):
@@ -921,6 +926,8 @@ class VerifierEvaluation(Verdicts):
     models: dict[str, str]
     rounds: list[RoundSummary]
     question_coverage: NotRequired[QuestionCoverage]
+    conclusion: NotRequired[ConclusionCheck]
+    """The final round's conclusion check (absent on records made before it was kept)."""
     gatekeeper_catalog: NotRequired[Catalog]
     """The rule catalog the run's Gatekeeper used (absent from records made before it was
     kept: a re-check then uses the bundled catalog)."""

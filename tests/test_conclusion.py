@@ -12,10 +12,11 @@ from typing import Any
 
 import pytest
 
-from state.records import ClaimLabel, Decision, VerifiedExcerpt
+from state.records import ClaimLabel, ConclusionCheck, Decision, Material, VerifiedExcerpt
 from tests import records
 from tests.records import VALID
-from verification.conclusion import excerpt_signal, stated_answer
+from verification.answer import render_template, select_material
+from verification.conclusion import excerpt_signal, reason_text, stated_answer
 from verification.executor_output import read_answer
 from verification.fabrication import named
 from verification.intent import read_intent, time_spec
@@ -299,3 +300,111 @@ def test_decide_changes_question_is_answered_only_by_a_change() -> None:
 def test_a_duration_is_no_status_code(text: str, codes: list[str]) -> None:
     """A change line quoting a duration names no error code (its claim stays confirmable)."""
     assert [name for name in named(text) if name.isdigit()] == codes
+
+
+def _does_not_follow(case: str) -> Decision:
+    """A decision whose conclusion does not follow, for each kind of reason."""
+    cpu = [
+        ("c1", "ledger-api CPU 94%", "series[0]", CPU_HIGH),
+        ("c2", "notify-gateway CPU 12%", "series[1]", CPU_LOW),
+    ]
+    if case == "says_otherwise":
+        return _decide(
+            "notify-gateway 现在正常吗？", [("c1", "否：没有 ERROR 日志。", "summary", NO_ERRORS)]
+        )
+    if case == "metric_no_series":
+        return _decide(
+            "ledger-api 的 CPU 打满了吗？", [("c1", "是：有错误日志", "logs[0]", ERROR_LINE)]
+        )
+    if case == "rests_on_unconfirmed":
+        conclusion = {"text": "是", "answer": "yes", "rests_on": ["c1"]}
+        return _decide(
+            "ledger-api 的 CPU 打满了吗？", cpu[:1], conclusion=conclusion, label="unsupported"
+        )
+    if case == "alert_not_in_data":
+        summary = "query_metrics alert=LedgerDiskFull alerts 0 of 0, series 0 of 0 (complete)"
+        return _decide(
+            "LedgerDiskFull 告警在触发吗？", [("c1", "否：没有这个告警", "summary", summary)]
+        )
+    wrong = {"text": "notify-gateway 更高", "answer": "value", "rests_on": ["c1", "c2"]}
+    return _decide("ledger-api 和 notify-gateway 哪个 CPU 更高？", cpu, conclusion=wrong)
+
+
+@pytest.mark.parametrize(
+    ("case", "english", "chinese"),
+    [
+        (
+            "says_otherwise",
+            "it says no where the claims it rests on show yes",
+            "它的回答是“否”，而它依据的论断显示应为“是”",
+        ),
+        (
+            "metric_no_series",
+            "a metric question is answered from its series; the claims cite none",
+            "指标问题要用指标序列回答；这些论断没有引用任何序列",
+        ),
+        (
+            "rests_on_unconfirmed",
+            "it rests on claims that are not confirmed (c1)",
+            "它依据的论断未经确认（c1）",
+        ),
+        (
+            "alert_not_in_data",
+            "no evidence names the alert LedgerDiskFull: it is not in the data",
+            "没有任何证据提到告警 LedgerDiskFull：数据中没有这个告警",
+        ),
+        (
+            "compare_first",
+            "ledger-api has the highest value; the conclusion names notify-gateway first",
+            "ledger-api 的值最高；结论首先提到的是 notify-gateway",
+        ),
+    ],
+    ids=["says-otherwise", "metric-no-series", "unconfirmed", "no-such-alert", "compare"],
+)
+def test_conclusion_reason_is_stated_in_the_answer_language(
+    case: str, english: str, chinese: str
+) -> None:
+    checked = _does_not_follow(case)["conclusion"]
+    assert checked["status"] == "does_not_follow"
+    assert checked["reason_code"] == case
+    assert checked["reason"] == english  # the audit record and the notes keep English
+    assert reason_text(checked, "en") == english
+    assert reason_text(checked, "zh") == chinese
+
+    no_claims = read_answer(VALID, records.executor_output())
+    for language, reason in (("zh", f"（{chinese}）"), ("en", f" ({english})")):
+        material = select_material(
+            [], no_claims, records.gatekeeper_result({}), conclusion=checked, language=language
+        )
+        (gap,) = [g for g in material["gaps"] if g["kind"] == "conclusion_gap"]
+        assert gap["text"] == checked["text"] + reason
+    answer = render_template(material_zh(checked), verdict="LOW_CONFID", score=1.0, language="zh")
+    assert chinese in answer and english not in answer
+
+
+def material_zh(checked: ConclusionCheck) -> Material:
+    no_claims = read_answer(VALID, records.executor_output())
+    return select_material(
+        [], no_claims, records.gatekeeper_result({}), conclusion=checked, language="zh"
+    )
+
+
+def test_conclusion_reason_of_an_older_check_is_its_english_reason() -> None:
+    checked = _does_not_follow("says_otherwise")["conclusion"]
+    older = {k: v for k, v in checked.items() if k not in ("reason_code", "reason_args")}
+    assert reason_text(older, "zh") == checked["reason"]  # type: ignore[arg-type]
+
+
+def test_conclusion_reason_without_a_named_service() -> None:
+    cpu = [
+        ("c1", "ledger-api CPU 94%", "series[0]", CPU_HIGH),
+        ("c2", "notify-gateway CPU 12%", "series[1]", CPU_LOW),
+    ]
+    vague = {"text": "它们差不多", "answer": "value", "rests_on": ["c1", "c2"]}
+    checked = _decide("ledger-api 和 notify-gateway 哪个 CPU 更高？", cpu, conclusion=vague)[
+        "conclusion"
+    ]
+    assert checked["reason"] == (
+        "ledger-api has the highest value; the conclusion names none of them first"
+    )
+    assert reason_text(checked, "zh") == "ledger-api 的值最高；结论没有提到其中任何一个服务"

@@ -159,6 +159,37 @@ def test_offline_sample_answers_the_questions_a_new_user_asks(
         assert result["suspects"][0]["service"] == root["service"]
 
 
+def test_offline_conclusion_check_is_recorded_shown_and_worded_in_the_answer_language(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A conclusion that does not follow: its reason in the Chinese answer is Chinese, and the
+    check is kept in the audit record and shown by ``sessions show``."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    db = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    question = "order-service 的 HighErrorRate 告警在触发吗？"
+    assert cli.main(["diagnose", question, "--offline", "--json", "--db", db]) == 0
+    result = json.loads(capsys.readouterr().out)
+
+    assert result["verdict"] == "LOW_CONFID"
+    assert "没有任何证据提到告警 HighErrorRate：数据中没有这个告警" in result["answer"]
+    assert "no evidence names" not in result["answer"]
+    assert "not in the data" not in result["answer"]
+
+    shown_json = ["sessions", "show", result["diagnosis_id"], "--json", "--db", db]
+    assert cli.main(shown_json) == 0
+    record = json.loads(capsys.readouterr().out)
+    checked = record["self_evaluation"]["verifier_evaluation"]["conclusion"]
+    assert checked["status"] == "does_not_follow" and checked["kind"] == "alert_state"
+    assert checked["reason_code"] == "alert_not_in_data"
+    assert checked["reason"] == "no evidence names the alert HighErrorRate: it is not in the data"
+
+    assert cli.main(["sessions", "show", result["diagnosis_id"], "--db", db]) == 0
+    shown = capsys.readouterr().out.splitlines()
+    (line,) = [line for line in shown if line.startswith("conclusion ")]
+    assert line.startswith("conclusion does_not_follow (alert_state)  stated: no  expected: -")
+    assert "  - why: no evidence names the alert HighErrorRate: it is not in the data" in shown
+
+
 def test_offline_english_and_chinese_overviews_get_the_same_runbooks() -> None:
     def steps(question: str, language: str) -> list[str]:
         scenario: dict[str, Any] = {

@@ -97,6 +97,7 @@ def test_persistence_writes_rows_and_checkpoints_per_diagnosis(store: Persistenc
         "composer_output",
         "prompt_audit",
         "rounds",
+        "conclusion",
     ):
         assert key in evaluation, key
     assert rule_evaluation_of(record)["formula_version"]

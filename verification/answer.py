@@ -30,6 +30,7 @@ from state.records import (
     QuestionCoverage,
 )
 from tools.registry import is_guidance
+from verification.conclusion import reason_text
 from verification.gatekeeper import verified_excerpts_of
 from verification.question import facet_label
 from verification.text import asserts_cause
@@ -70,6 +71,7 @@ _TEXT: dict[str, dict[str, str]] = {
         "not_checked": "（未经校验：超出了校验器的输入范围）",
         "unanswered": "（问题问到了这一点，但没有已确认的事实回答它）",
         "conclusion_gap": "（这个结论不能由已确认的事实推出）",
+        "reason": "（{reason}）",
         "not_run": "（未执行：本轮的工具调用预算已用完）",
         "failed": "（查询失败：数据源返回了错误，本回答不含它的结果）",
         "model": "（关于模型本身，而非事故）",
@@ -108,6 +110,7 @@ _TEXT: dict[str, dict[str, str]] = {
         "not_checked": " (not checked: it did not fit the Verifier's input)",
         "unanswered": " (asked in the question; no confirmed fact answers it)",
         "conclusion_gap": " (this conclusion does not follow from the confirmed facts)",
+        "reason": " ({reason})",
         "not_run": " (not run: the tool budget of the round was spent)",
         "failed": " (failed: the source answered an error; nothing from it is in this answer)",
         "model": " (about the model, not the incident)",
@@ -158,6 +161,7 @@ def select_material(
     unchecked: Collection[str] = (),
     coverage: QuestionCoverage | None = None,
     conclusion: ConclusionCheck | None = None,
+    language: str = "zh",
 ) -> Material:
     """Select the Verifier-allowed material the answer may be built from.
 
@@ -171,7 +175,7 @@ def select_material(
     ``coverage``, each facet of the question left unanswered and each tool call the budget cut
     is a gap too (these two kinds are shown under every verdict). The ``conclusion``, when code
     found it follows from confirmed claims (``verification.conclusion``), is the answer's first
-    line; one that does not follow is a gap saying why.
+    line; one that does not follow is a gap saying why, in ``language`` (the answer's).
     """
     labels = _labels(checks)
     confirmed: list[ConfirmedItem] = []
@@ -250,7 +254,10 @@ def select_material(
         if said:
             extra["conclusion"] = said
     elif conclusion is not None and conclusion["status"] == "does_not_follow":
-        text = safe_text(f"{conclusion['text']} ({conclusion['reason']})")
+        why = _TEXT["en" if language == "en" else "zh"]["reason"].format(
+            reason=reason_text(conclusion, language)
+        )
+        text = safe_text(f"{conclusion['text']}{why}")
         if text:
             gaps.insert(
                 0, GapItem(text=text, kind="conclusion_gap", claim_id=conclusion["claim_id"])

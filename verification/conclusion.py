@@ -30,6 +30,9 @@ claims show neither, or a claim it rests on is not confirmed): the verdict canno
 ``derived`` (none is stated, and the confirmed claims support one yes or no: that is the
 conclusion, derived by code); ``missing`` (the question wants a conclusion, none is stated and
 none can be derived): no facet counts as answered; ``not_required``.
+
+Why a conclusion does not follow is kept as a reason code and its arguments (``REASONS``) beside
+the English ``reason``, so the answer states it in its own language (``reason_text``).
 """
 
 from __future__ import annotations
@@ -84,6 +87,101 @@ _LOWER = re.compile(
     r"\b(?:lower|less|smaller|fewer|faster|better)\b|更低|更少|更小|更快|更好", re.IGNORECASE
 )
 _YES_WORDS: Final = {"yes": "yes", "是": "yes", "no": "no", "否": "no", "不是": "no", "不": "no"}
+
+REASONS: Final[dict[str, dict[str, str]]] = {
+    "no_conclusion": {
+        "en": "the answer states no conclusion",
+        "zh": "回答没有给出结论",
+    },
+    "rests_on_nothing": {
+        "en": "it rests on no claim",
+        "zh": "它不以任何论断为依据",
+    },
+    "rests_on_unconfirmed": {
+        "en": "it rests on claims that are not confirmed ({claims})",
+        "zh": "它依据的论断未经确认（{claims}）",
+    },
+    "alert_not_in_data": {
+        "en": "no evidence names the alert {alerts}: it is not in the data",
+        "zh": "没有任何证据提到告警 {alerts}：数据中没有这个告警",
+    },
+    "compare_too_few": {
+        "en": "a comparison rests on the series of fewer than two services",
+        "zh": "比较所依据的指标序列来自不到两个服务",
+    },
+    "compare_first": {
+        "en": "{service} has the {extreme} value",
+        "zh": "{service} 的值{extreme}",
+    },
+    "neither": {
+        "en": "the claims it rests on show neither a problem nor a clean {kind} result",
+        "zh": "它依据的论断既没有显示问题，也没有显示正常的{kind}结果",
+    },
+    "metric_no_series": {
+        "en": "a metric question is answered from its series; the claims cite none",
+        "zh": "指标问题要用指标序列回答；这些论断没有引用任何序列",
+    },
+    "says_otherwise": {
+        "en": "it says {said} where the claims it rests on show {expected}",
+        "zh": "它的回答是“{said}”，而它依据的论断显示应为“{expected}”",
+    },
+}
+"""Why a conclusion does not follow (or, for a comparison, which service it should name first),
+per reason code and answer language; the arguments fill the braces."""
+
+_NAMED_FIRST: Final[dict[str, tuple[str, str]]] = {
+    "en": ("; the conclusion names {named} first", "; the conclusion names none of them first"),
+    "zh": ("；结论首先提到的是 {named}", "；结论没有提到其中任何一个服务"),
+}
+"""The clause a comparison's reason ends with when its conclusion names the wrong service first
+(with a name, without one)."""
+
+_WORDS: Final[dict[str, dict[str, str]]] = {
+    "zh": {
+        "yes": "是",
+        "no": "否",
+        "value": "一个数值",
+        "unknown": "未知",
+        "highest": "最高",
+        "lowest": "最低",
+        "health": "健康状况",
+        "errors": "错误",
+        "alert_state": "告警状态",
+    }
+}
+"""Words of the reason arguments ``said``, ``expected``, ``extreme`` and ``kind``, per language
+(English: as they are)."""
+_TRANSLATED_ARGS: Final = frozenset({"said", "expected", "extreme", "kind"})
+
+
+def reason_in(code: str, args: dict[str, str], language: str) -> str:
+    """The reason ``code`` with its ``args``, in ``language`` (``zh``; anything else: English).
+
+    A ``named`` argument (a comparison's wrong first service; empty: none of them) adds the
+    clause saying which service the conclusion names first.
+    """
+    lang = "zh" if language == "zh" else "en"
+    words = _WORDS.get(lang, {})
+    filled = {
+        key: words.get(value, value) if key in _TRANSLATED_ARGS else value
+        for key, value in args.items()
+    }
+    text = REASONS[code][lang].format(**filled)
+    if "named" in args:
+        named, none = _NAMED_FIRST[lang]
+        text += named.format(named=args["named"]) if args["named"] else none
+    return text
+
+
+def reason_text(check: ConclusionCheck, language: str) -> str:
+    """Why the checked conclusion does not follow, in ``language``.
+
+    A check recorded before reason codes were kept has only its English ``reason``.
+    """
+    code = check.get("reason_code")
+    if not code or code not in REASONS:
+        return check["reason"]
+    return reason_in(code, check.get("reason_args", {}), language)
 
 
 def stated_answer(text: str) -> str | None:
@@ -233,8 +331,8 @@ def expected_answer(intent: Intent, signals: Sequence[tuple[str, Signal]]) -> st
 
 def _comparison(
     intent: Intent, text: str, rested: Sequence[VerifiedExcerpt], alerts: Sequence[str]
-) -> tuple[str | None, str]:
-    """The service a comparison should name first, and why."""
+) -> tuple[str | None, tuple[str, dict[str, str]]]:
+    """The service a comparison should name first, and why (a reason code and its arguments)."""
     readings = [
         reading
         for excerpt in rested
@@ -246,10 +344,11 @@ def _comparison(
     readings = [r for r in readings if not metrics or r.concept in metrics] or readings
     services = {r.service for r in readings}
     if len(services) < 2:
-        return None, "a comparison rests on the series of fewer than two services"
+        return None, ("compare_too_few", {})
     pick = min if _LOWER.search(intent.question) else max
     best = pick(readings, key=lambda r: r.last)
-    return best.service, f"{best.service} has the {'lowest' if pick is min else 'highest'} value"
+    extreme = "lowest" if pick is min else "highest"
+    return best.service, ("compare_first", {"service": best.service, "extreme": extreme})
 
 
 def _first_named(text: str, services: set[str]) -> str | None:
@@ -294,6 +393,8 @@ def check_conclusion(
         rests_on=[],
         claim_id=None,
         reason="",
+        reason_code="",
+        reason_args={},
     )
     if not statements:
         if not intent.concluded:
@@ -301,7 +402,12 @@ def check_conclusion(
         derived = _derive(intent, answer["claims"], confirmed, excerpts, alerts)
         if derived is not None:
             return {**base, "status": "derived", "expected": derived, "rests_on": sorted(confirmed)}
-        return {**base, "status": "missing", "reason": "the answer states no conclusion"}
+        return {
+            **base,
+            "status": "missing",
+            "reason": reason_in("no_conclusion", {}, "en"),
+            "reason_code": "no_conclusion",
+        }
     if not intent.concluded and stated is None:
         return base
     first: ConclusionCheck | None = None
@@ -345,7 +451,9 @@ def _check_one(
     excerpts: dict[str, list[VerifiedExcerpt]],
     alerts: Sequence[str],
 ) -> ConclusionCheck:
-    def result(status: ConclusionStatus, expected: str | None, reason: str) -> ConclusionCheck:
+    def result(
+        status: ConclusionStatus, expected: str | None, code: str = "", /, **args: str
+    ) -> ConclusionCheck:
         return ConclusionCheck(
             status=status,
             kind=intent.kind,
@@ -354,25 +462,25 @@ def _check_one(
             expected=expected,
             rests_on=rests_on,
             claim_id=claim_id,
-            reason=reason,
+            reason=reason_in(code, args, "en") if code else "",
+            reason_code=code,
+            reason_args=args,
         )
 
     unconfirmed = [cid for cid in rests_on if cid not in confirmed]
-    if not rests_on or unconfirmed:
-        reason = (
-            "it rests on no claim"
-            if not rests_on
-            else f"it rests on claims that are not confirmed ({', '.join(unconfirmed)})"
+    if not rests_on:
+        return result("does_not_follow", None, "rests_on_nothing")
+    if unconfirmed:
+        return result(
+            "does_not_follow", None, "rests_on_unconfirmed", claims=", ".join(unconfirmed)
         )
-        return result("does_not_follow", None, reason)
     rested = [e for cid in rests_on for e in excerpts.get(cid, [])]
     seen = " ".join(
         e["text"] for cid in confirmed for e in excerpts.get(cid, []) if e["raw_path"] != "summary"
     ).casefold()
     absent = [name for name in intent.facets["alerts"] if name.casefold() not in seen]
     if intent.kind == "alert_state" and absent:
-        reason = f"no evidence names the alert {', '.join(absent)}: it is not in the data"
-        return result("does_not_follow", None, reason)
+        return result("does_not_follow", None, "alert_not_in_data", alerts=", ".join(absent))
     if intent.kind == "compare":
         winner, why = _comparison(intent, text, rested, alerts)
         services = {
@@ -385,10 +493,12 @@ def _check_one(
         return result(
             "follows" if ok else "does_not_follow",
             winner,
-            why if ok else f"{why}; the conclusion names {named or 'none of them'} first",
+            why[0],
+            **why[1],
+            **({} if ok else {"named": named or ""}),
         )
     if intent.polarity is None:
-        return result("follows", said, "")
+        return result("follows", said)
     signals = [
         signal
         for cid in rests_on
@@ -397,15 +507,11 @@ def _check_one(
     ]
     expected = expected_answer(intent, signals)
     if expected is None:
-        reason = f"the claims it rests on show neither a problem nor a clean {intent.kind} result"
         if intent.kind == "metric_check":
-            reason = "a metric question is answered from its series; the claims cite none"
-    elif said != expected:
-        reason = f"it says {said} where the claims it rests on show {expected}"
-    else:
-        reason = ""
-    return result(
-        "follows" if expected is not None and said == expected else "does_not_follow",
-        expected,
-        reason,
-    )
+            return result("does_not_follow", None, "metric_no_series")
+        return result("does_not_follow", None, "neither", kind=intent.kind)
+    if said != expected:
+        return result(
+            "does_not_follow", expected, "says_otherwise", said=str(said), expected=expected
+        )
+    return result("follows", expected)

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from graph.runner import Graph
     from persistence.database import DatabaseError
     from persistence.store import Persistence, Records
-    from state.records import DiagnosisRecord, Invocation, QuestionCoverage
+    from state.records import ConclusionCheck, DiagnosisRecord, Invocation, QuestionCoverage
 
 T = TypeVar("T")
 
@@ -797,6 +797,9 @@ def render_session(record: DiagnosisRecord, invocations: list[Invocation]) -> st
         coverage = evaluation.get("question_coverage")
         if coverage is not None:
             lines += coverage_lines(coverage)
+        conclusion = evaluation.get("conclusion")
+        if conclusion is not None and conclusion["status"] != "not_required":
+            lines += conclusion_lines(conclusion)
         if evaluation["claim_checks"]:
             lines.append("claim checks")
             lines += [
@@ -824,6 +827,22 @@ def coverage_lines(coverage: QuestionCoverage) -> list[str]:
     ]
     lines += [f"  - not run (tool budget): {call}" for call in coverage["not_run"]]
     lines += [f"  - failed: {call}" for call in coverage.get("failed", [])]
+    return lines
+
+
+def conclusion_lines(conclusion: ConclusionCheck) -> list[str]:
+    """How ``sessions show`` states the conclusion check of a diagnosis."""
+    rests_on = ", ".join(conclusion["rests_on"]) or "-"
+    line = (
+        f"conclusion {conclusion['status']} ({conclusion['kind']})"
+        f"  stated: {conclusion['stated'] or '-'}  expected: {conclusion['expected'] or '-'}"
+        f"  rests on: {rests_on}"
+    )
+    lines = [line]
+    if conclusion["text"]:
+        lines.append(f"  - says: {one_line(conclusion['text'], 200)}")
+    if conclusion["reason"]:
+        lines.append(f"  - why: {conclusion['reason']}")
     return lines
 
 
