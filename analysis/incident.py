@@ -47,6 +47,7 @@ from analysis.report import (
 )
 from analysis.spans import call_edges, is_error, percentile
 from analysis.templates import TemplateIndex
+from analysis.trace_patterns import pattern_signals
 from state.display import clip
 from state.records import AlertEntry, LogEntry, SeriesEntry, SpanEntry
 
@@ -87,6 +88,7 @@ _SIGNAL_WEIGHT: Final[dict[SignalKind, float]] = {
     "change": 0.0,
     "trace_errors": 1.0,
     "trace_latency": 0.9,
+    "call_pattern": 1.0,
     "alert": 0.5,
 }
 _REPEAT_WEIGHT: Final = 0.3
@@ -1304,6 +1306,9 @@ def analyze(inputs: IncidentInputs, settings: AnalysisSettings | None = None) ->
     traced = _traced_services(spans, window)
     signals += _series_signals(series, window, cfg, gaps, traced)
     signals += _span_signals(spans, window, cfg, gaps)
+    signals += pattern_signals(
+        spans, logs, facts.template_of, facts.templates.template, window.side
+    )
     signals += _alert_signals(alerts, window)
     signals = _discount_shared(signals)
     changes = _changes(logs, facts, window, cfg)

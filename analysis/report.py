@@ -26,6 +26,7 @@ SignalKind = Literal[
     "change",
     "trace_errors",
     "trace_latency",
+    "call_pattern",
     "alert",
 ]
 EdgeSource = Literal["traces", "logs", "config"]

@@ -31,7 +31,15 @@ a series deviation that several services share is divided by the square root of 
       strength is the lesser of the deviation's and the relative change's;
     - trace latency: a service's served spans' p90 (or its own time, children excluded) rose
       ``LATENCY_RATIO`` times and by at least ``LATENCY_MIN_MS``, over ``MIN_SPANS`` spans;
-    - trace errors: the error ratio of a service's spans rose by ``ERROR_RATIO_DELTA``.
+    - trace errors: the error ratio of a service's spans rose by ``ERROR_RATIO_DELTA``;
+    - call pattern (``analysis.trace_patterns``): per kind of service visit (service and entry
+      operation, ``MIN_SPANS`` visits in each window), an event (local operation, call out, log
+      line) that at least ``PATTERN_COMMON_SHARE`` of the baseline visits held and whose share
+      halved, or a failure event no baseline visit held in ``MIN_EVENTS`` incident visits, when
+      its surprise (incident visits times the relative entropy of the two shares, in nats: the
+      Chernoff exponent of the binomial tail) reaches ``PATTERN_SURPRISE`` (about a chance in a
+      thousand); the deepest diverging visit of each request takes the blame, the strength is
+      0.5 at ``PATTERN_SURPRISE`` and 1.0 at eight times it, over at least ``MIN_EVENTS`` requests.
 
 Propagation and ranking
     A service is anomalous when its combined strength reaches ``ANOMALY_MIN``. An anomalous
@@ -77,6 +85,8 @@ LATENCY_RATIO: Final = 2.0
 LATENCY_MIN_MS: Final = 50.0
 MIN_SPANS: Final = 5
 ERROR_RATIO_DELTA: Final = 0.1
+PATTERN_COMMON_SHARE: Final = 0.3
+PATTERN_SURPRISE: Final = 7.0
 
 ANOMALY_MIN: Final = 0.3
 ONSET_TOLERANCE_S: Final = 60.0

@@ -1,0 +1,489 @@
+"""Call patterns per request against the baseline's: where a request's path departs from the usual.
+
+A method that throws may leave no error anywhere a counter sees: its span has no status, the
+service logs nothing new, the caller's error handler answers for it. What does change is the
+*shape* of the requests: a service visit stops writing the line it always writes, stops making the
+calls it always makes after a failing one, or runs an error handler it never ran. This module
+compares, for every kind of service visit, the events the incident's visits hold with those the
+baseline's visits held (in the spirit of comparing event patterns per trace against fault-free
+traces), and points at the visit where the path departs.
+
+- **Visit**: the spans one service ran for one incoming request: an entry span (no parent in the
+  data, or a parent of another service) and its descendants of the same service. Its kind is
+  ``(service, entry operation)``.
+- **Events of a visit**: each local operation (a span of the service under the entry), each call
+  out (the callee's service and entry operation) and each log template the service wrote in the
+  visit (a log line is tied to a visit when its text names the id of one of the visit's spans, as
+  log lines correlated with traces do); an event occurring twice or three times is an event of
+  its own (a retried call is a new event).
+- **Divergence** of a kind of visit (both windows holding at least ``MIN_SPANS`` visits):
+  *missing*, an event at least ``PATTERN_COMMON_SHARE`` of the baseline visits held whose share in
+  the incident fell to half of that or less; *new*, a failure event (an operation or log template
+  naming a failure, a log line at ERROR or WARN, or a call repeated) no baseline visit held, in at
+  least ``MIN_EVENTS`` incident visits. Either is kept only when it is improbable under the
+  baseline's share: its surprise, the number of incident visits times the relative entropy
+  between the incident share and the baseline share (the exponent of the Chernoff bound on a
+  binomial tail, in nats), reaches ``PATTERN_SURPRISE``. An error event that stopped is a recovery
+  and never a divergence; a missing log line replaced, in the same visit, by a log template the
+  baseline never had is a reworded line, not a missing one.
+- **Divergence point** of a request: its deepest divergent visit (no divergent visit below it). The
+  service of that visit takes the blame when the visit lost or gained an event of its own (a log
+  line, a local operation, an error handler) or made none of the calls it missed; when it only
+  stopped calling after some calls, the request was cut short after the last call it made, and
+  that call's callee takes the blame.
+- **Signal** per blamed service (kind ``call_pattern``): the requests it is the divergence point
+  of, the strongest divergence among them, its onset (the first such request) and its evidence
+  (the diverging visits' entry spans, and a baseline log line the visits no longer write).
+
+Bounded: one pass over the spans and the log lines, the events per visit capped at
+``_MAX_EVENTS_PER_VISIT``, the kinds of visit compared at ``_MAX_KINDS``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+from analysis import thresholds
+from analysis.report import EvidencePointer, Signal
+from state.display import clip
+from state.records import LogEntry, SpanEntry
+
+_SPAN_ID_TOKEN: Final = re.compile(r"(?<![0-9a-fA-F])[0-9a-fA-F]{16}(?![0-9a-fA-F])")
+_FAILURE: Final = re.compile(
+    r"exception|error|fail|fault|fallback|timeout|timed out|refused|unavailable|reject|abort|"
+    r"panic|异常|失败|超时|拒绝|错误",
+    re.IGNORECASE,
+)
+_FAILURE_LEVELS: Final = frozenset(
+    {"ERROR", "FATAL", "CRITICAL", "PANIC", "SEVERE", "EMERG", "ALERT", "WARN", "WARNING"}
+)
+_MAX_REPEAT: Final = 3
+"""An event occurring ``k`` times in a visit is the events ``(e, 1) .. (e, k)`` up to this ``k``."""
+_MAX_EVENTS_PER_VISIT: Final = 200
+_MAX_KINDS: Final = 5_000
+
+Event = tuple[str, str, str]
+"""``("op", operation, "")``, ``("call", callee, its operation)`` or ``("log", template, "")``."""
+Side = Callable[[float], str | None]
+
+
+@dataclass
+class _Visit:
+    entry: SpanEntry
+    moment: float
+    counts: dict[Event, int] = field(default_factory=lambda: defaultdict(int))
+    calls: list[tuple[str, SpanEntry]] = field(default_factory=list)
+    """The calls out: ``(start, the callee's entry span)``."""
+
+    def events(self) -> set[tuple[Event, int]]:
+        return {
+            (event, repeat)
+            for event, count in self.counts.items()
+            for repeat in range(1, min(count, _MAX_REPEAT) + 1)
+        }
+
+
+@dataclass(frozen=True)
+class _Divergence:
+    kind: str  # "missing" or "new"
+    event: Event
+    repeat: int
+    baseline: int
+    baseline_visits: int
+    incident: int
+    incident_visits: int
+    surprise: float
+
+
+def _relative_entropy(q: float, p: float) -> float:
+    """KL(q || p) of two Bernoulli shares, in nats."""
+    p = min(max(p, 1e-9), 1.0 - 1e-9)
+    total = 0.0
+    if q > 0:
+        total += q * math.log(q / p)
+    if q < 1:
+        total += (1.0 - q) * math.log((1.0 - q) / (1.0 - p))
+    return total
+
+
+def surprise(count: int, visits: int, baseline: int, baseline_visits: int) -> float:
+    """How improbable ``count`` of ``visits`` is when the baseline had ``baseline`` of its visits.
+
+    ``visits * KL(count / visits || p)`` with ``p`` the baseline share (add-one-half smoothed):
+    a bound on minus the natural log of the binomial tail probability.
+    """
+    if visits <= 0:
+        return 0.0
+    p = (baseline + 0.5) / (baseline_visits + 1.0)
+    return visits * _relative_entropy(count / visits, p)
+
+
+@dataclass
+class _Logs:
+    """What the log lines tied to visits say about their templates."""
+
+    levels: dict[int, str] = field(default_factory=dict)
+    """Per template, ``"failure"`` when any of its lines is at ERROR or WARN, else ``""``."""
+    samples: dict[int, tuple[float, LogEntry]] = field(default_factory=dict)
+    """Per template, a line of it and its moment (one of the baseline's when there is one)."""
+
+
+def _visits(
+    spans: Sequence[tuple[float, SpanEntry]],
+    logs: Sequence[tuple[float, LogEntry]],
+    template_of: Sequence[int],
+    side: Side,
+) -> tuple[dict[str, _Visit], dict[str, str], _Logs]:
+    """Every visit by its entry span id, each span's entry span id, and the tied log lines."""
+    by_id = {span.get("span_id", ""): span for _, span in spans}
+    entry_of: dict[str, str] = {}
+
+    def entry(span: SpanEntry) -> str:
+        chain: list[str] = []
+        current = span
+        while True:
+            span_id = current.get("span_id", "")
+            if span_id in entry_of:
+                found = entry_of[span_id]
+                break
+            chain.append(span_id)
+            parent = by_id.get(current.get("parent_span_id", ""))
+            if (
+                parent is None
+                or parent.get("service") != current.get("service")
+                or len(chain) > 10_000
+            ):
+                found = span_id
+                break
+            current = parent
+        for item in chain:
+            entry_of[item] = found
+        return found
+
+    visits: dict[str, _Visit] = {}
+    for moment, span in spans:
+        span_id = span.get("span_id", "")
+        if entry(span) == span_id:
+            visits[span_id] = _Visit(span, moment)
+    # A span whose child is another service's entry is the client side of a call: the call
+    # event stands for it.
+    clients = {
+        span.get("parent_span_id", "")
+        for span in (visit.entry for visit in visits.values())
+        if span.get("parent_span_id")
+    }
+    for _, span in spans:
+        span_id = span.get("span_id", "")
+        visit = visits.get(entry_of.get(span_id, ""))
+        if visit is None:
+            continue
+        if entry_of[span_id] != span_id:
+            if span_id not in clients:
+                _count(visit, ("op", span.get("operation", ""), ""))
+            continue
+        parent = by_id.get(span.get("parent_span_id", ""))
+        caller = visits.get(entry(parent)) if parent is not None else None
+        if caller is not None:
+            _count(caller, ("call", span.get("service", ""), span.get("operation", "")))
+            caller.calls.append((span.get("start", ""), span))
+    tied = _Logs()
+    for (moment, log), template_id in zip(logs, template_of, strict=False):
+        for token in _SPAN_ID_TOKEN.findall(log.get("message", "")):
+            named = by_id.get(token.lower())
+            if named is None or named.get("service") != log.get("service"):
+                continue
+            visit = visits.get(entry(named))
+            if visit is None:
+                break
+            _count(visit, ("log", str(template_id), ""))
+            if log.get("level", "").upper() in _FAILURE_LEVELS:
+                tied.levels[template_id] = "failure"
+            known = tied.samples.get(template_id)
+            if known is None or (side(moment) == "b" and side(known[0]) != "b"):
+                tied.samples[template_id] = (moment, log)
+            break
+    return visits, entry_of, tied
+
+
+def _count(visit: _Visit, event: Event) -> None:
+    if event in visit.counts or len(visit.counts) < _MAX_EVENTS_PER_VISIT:
+        visit.counts[event] += 1
+
+
+def _is_failure(event: Event, repeat: int, text: Callable[[int], str], tied: _Logs) -> bool:
+    """Whether an event is a failure: an error line or handler, or a call made again."""
+    kind, name, _ = event
+    if kind == "log":
+        template_id = int(name)
+        return template_id in tied.levels or bool(_FAILURE.search(text(template_id)))
+    if kind == "op":
+        return bool(_FAILURE.search(name))
+    return repeat > 1
+
+
+def _diverging(
+    base: list[_Visit],
+    during: list[_Visit],
+    text: Callable[[int], str],
+    tied: _Logs,
+    common_share: float,
+    min_surprise: float,
+) -> list[_Divergence]:
+    """The events of one kind of visit whose share moved improbably far from the baseline's."""
+    count_b: dict[tuple[Event, int], int] = defaultdict(int)
+    count_i: dict[tuple[Event, int], int] = defaultdict(int)
+    for visit in base:
+        for item in visit.events():
+            count_b[item] += 1
+    for visit in during:
+        for item in visit.events():
+            count_i[item] += 1
+    found: list[_Divergence] = []
+    n_b, n_i = len(base), len(during)
+    for item in sorted(set(count_b) | set(count_i)):
+        event, repeat = item
+        c_b, c_i = count_b.get(item, 0), count_i.get(item, 0)
+        if c_b / n_b >= common_share and c_i / n_i <= c_b / n_b / 2:
+            kind = "missing"
+        elif c_b == 0 and c_i >= thresholds.MIN_EVENTS:
+            kind = "new"
+        else:
+            continue
+        failure = _is_failure(event, repeat, text, tied)
+        if (kind == "missing") == failure:
+            continue  # an error that stopped is a recovery; only a failure counts as new
+        score = surprise(c_i, n_i, c_b, n_b)
+        if score >= min_surprise:
+            found.append(_Divergence(kind, event, repeat, c_b, n_b, c_i, n_i, score))
+    return found
+
+
+def _co_events(base: list[_Visit], found: list[_Divergence]) -> dict[Event, set[Event]]:
+    """Per missing event, every event the baseline visits holding it held too."""
+    co: dict[Event, set[Event]] = {}
+    for divergence in found:
+        if divergence.kind == "missing":
+            held: set[Event] = set()
+            for visit in base:
+                if visit.counts.get(divergence.event):
+                    held.update(visit.counts)
+            co[divergence.event] = held
+    return co
+
+
+def _visit_divergences(
+    visit: _Visit,
+    found: list[_Divergence],
+    with_event: dict[Event, set[Event]],
+    text: Callable[[int], str],
+    tied: _Logs,
+) -> list[_Divergence]:
+    """The divergences one incident visit shows.
+
+    A visit that lacks a usual event but holds an event that no baseline visit holding the usual
+    one held (a failure aside) took another branch of the code: a different request, not one cut
+    short.
+    """
+    events = visit.events()
+    own: list[_Divergence] = []
+    for divergence in found:
+        present = (divergence.event, divergence.repeat) in events
+        if divergence.kind == "new" and present:
+            own.append(divergence)
+        elif divergence.kind == "missing" and not present:
+            usual = with_event.get(divergence.event, set())
+            if not any(
+                event not in usual and not _is_failure(event, 1, text, tied)
+                for event in visit.counts
+            ):
+                own.append(divergence)
+    return own
+
+
+@dataclass
+class _Blame:
+    """The requests a service is blamed for, and the strongest divergence among them."""
+
+    visits: list[_Visit] = field(default_factory=list)
+    spans: list[SpanEntry] = field(default_factory=list)
+    traces: set[str] = field(default_factory=set)
+    top: _Divergence | None = None
+    where: _Visit | None = None
+
+
+def pattern_signals(
+    spans: Sequence[tuple[float, SpanEntry]],
+    logs: Sequence[tuple[float, LogEntry]],
+    template_of: Sequence[int],
+    template_text: Callable[[int], str],
+    side: Side,
+    *,
+    min_surprise: float = thresholds.PATTERN_SURPRISE,
+    common_share: float = thresholds.PATTERN_COMMON_SHARE,
+) -> list[Signal]:
+    """``call_pattern`` signals: services where incident requests depart from the baseline's path.
+
+    Args:
+        spans: ``(unix seconds, span)`` of both windows.
+        logs: ``(unix seconds, log line)``; a line naming a span id is tied to its visit.
+        template_of: the template id of each of ``logs`` (same order).
+        template_text: a template id's text.
+        side: ``"b"`` (baseline), ``"i"`` (incident) or None, for a moment.
+        min_surprise: ``PATTERN_SURPRISE`` unless given.
+        common_share: ``PATTERN_COMMON_SHARE`` unless given.
+
+    Returns:
+        One signal per blamed service, in service order.
+    """
+    visits, entry_of, tied = _visits(spans, logs, template_of, side)
+    by_kind: dict[tuple[str, str], dict[str, list[_Visit]]] = defaultdict(
+        lambda: {"b": [], "i": []}
+    )
+    for visit in visits.values():
+        which = side(visit.moment)
+        if which is not None:
+            key = (visit.entry.get("service", ""), visit.entry.get("operation", ""))
+            by_kind[key][which].append(visit)
+    flagged: dict[str, list[_Divergence]] = {}
+    for key in sorted(by_kind)[:_MAX_KINDS]:
+        base, during = by_kind[key]["b"], by_kind[key]["i"]
+        if len(base) < thresholds.MIN_SPANS or len(during) < thresholds.MIN_SPANS:
+            continue
+        found = _diverging(base, during, template_text, tied, common_share, min_surprise)
+        if not found:
+            continue
+        with_event = _co_events(base, found)
+        for visit in during:
+            own = _visit_divergences(visit, found, with_event, template_text, tied)
+            if own:
+                flagged[visit.entry.get("span_id", "")] = own
+    blamed = _blame(visits, entry_of, flagged)
+    signals = [
+        _signal(service, blame, template_text, tied, min_surprise)
+        for service, blame in sorted(blamed.items())
+    ]
+    return [signal for signal in signals if signal is not None]
+
+
+def _blame(
+    visits: dict[str, _Visit], entry_of: dict[str, str], flagged: dict[str, list[_Divergence]]
+) -> dict[str, _Blame]:
+    """Per service, the requests whose deepest divergent visit points at it.
+
+    A visit whose divergences are only new failures raises no signal here: the error signals of
+    the logs and spans count those; it still keeps the visits above it from being the deepest.
+    """
+
+    def caller(visit: _Visit) -> str | None:
+        found = entry_of.get(visit.entry.get("parent_span_id", "") or "\0")
+        return found if found in visits else None
+
+    above_divergent: set[str] = set()
+    for entry_id in flagged:
+        current = caller(visits[entry_id])
+        while current is not None and current not in above_divergent:
+            above_divergent.add(current)
+            current = caller(visits[current])
+    blamed: dict[str, _Blame] = defaultdict(_Blame)
+    for entry_id, divergences in flagged.items():
+        missing = [item for item in divergences if item.kind == "missing"]
+        if entry_id in above_divergent or not missing:
+            continue
+        visit = visits[entry_id]
+        own = any(item.event[0] != "call" for item in divergences) or not visit.calls
+        service = visit.entry.get("service", "") if own else _last_call(visit).get("service", "")
+        blame = blamed[service]
+        blame.visits.append(visit)
+        blame.spans.append(visit.entry if own else _last_call(visit))
+        blame.traces.add(visit.entry.get("trace_id", ""))
+        top = max(missing, key=lambda item: item.surprise)
+        if blame.top is None or top.surprise > blame.top.surprise:
+            blame.top, blame.where = top, visit
+    return blamed
+
+
+def _last_call(visit: _Visit) -> SpanEntry:
+    """The callee's entry span of the last call a visit made."""
+    return max(visit.calls, key=lambda call: call[0])[1]
+
+
+def _signal(
+    service: str,
+    blame: _Blame,
+    template_text: Callable[[int], str],
+    tied: _Logs,
+    min_surprise: float,
+) -> Signal | None:
+    top, where = blame.top, blame.where
+    requests = len(blame.traces)
+    if top is None or where is None or requests < thresholds.MIN_EVENTS:
+        return None
+    least = thresholds.MIN_EVENTS
+    strength = min(1.0, 0.5 + 0.5 * math.log(top.surprise / min_surprise) / math.log(8.0))
+    strength *= min(1.0, 0.5 + 0.5 * (requests - least) / (2 * least))
+    visited = where.entry.get("service", "")
+    after = "" if visited == service else f", cut short after calling {service}"
+    detail = (
+        f"requests depart from the baseline's call pattern ({requests} requests{after}):"
+        f" {visited} {where.entry.get('operation', '')} {_describe(top, template_text)}"
+        f" in {top.incident} of {top.incident_visits} visits (baseline {top.baseline} of"
+        f" {top.baseline_visits})"
+    )
+    ordered = sorted(zip(blame.visits, blame.spans, strict=True), key=lambda pair: pair[0].moment)
+    pointers = [_span_pointer(span) for _, span in ordered[: thresholds.MAX_EVIDENCE]]
+    if top.event[0] == "log" and int(top.event[1]) in tied.samples:
+        pointers.append(_log_pointer(tied.samples[int(top.event[1])][1]))
+    return Signal(
+        kind="call_pattern",
+        service=service,
+        detail=detail,
+        baseline=round(top.baseline / top.baseline_visits, 4),
+        incident=round(top.incident / top.incident_visits, 4),
+        onset=ordered[0][1].get("start") or None,
+        strength=round(strength, 4),
+        evidence=pointers,
+    )
+
+
+def _describe(divergence: _Divergence, template_text: Callable[[int], str]) -> str:
+    """What the visits no longer do (or newly do), in a phrase."""
+    kind, name, extra = divergence.event
+    times = "" if divergence.repeat == 1 else f" ({divergence.repeat} times)"
+    if kind == "log":
+        thing = f"the log line '{clip(template_text(int(name)), 100)}'"
+        verbs = ("no longer writes", "newly writes")
+    elif kind == "op":
+        thing = f"the operation {name}"
+        verbs = ("no longer runs", "newly runs")
+    else:
+        thing = f"the call to {name} {extra}"
+        verbs = ("no longer makes", "newly makes")
+    verb = verbs[0] if divergence.kind == "missing" else verbs[1]
+    return f"{verb} {thing}{times}"
+
+
+def _span_pointer(span: SpanEntry) -> EvidencePointer:
+    return EvidencePointer(
+        kind="span",
+        trace_id=span.get("trace_id", ""),
+        span_id=span.get("span_id", ""),
+        service=span.get("service", ""),
+        operation=span.get("operation", ""),
+        duration_ms=float(span.get("duration_ms", 0.0)),
+        start=span.get("start", ""),
+    )
+
+
+def _log_pointer(log: LogEntry) -> EvidencePointer:
+    return EvidencePointer(
+        kind="log",
+        timestamp=log.get("timestamp", ""),
+        service=log.get("service", ""),
+        level=log.get("level", ""),
+        message=log.get("message", ""),
+    )

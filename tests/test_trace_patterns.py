@@ -1,0 +1,229 @@
+"""Call patterns per request against the baseline's (``analysis.trace_patterns``), on small traces.
+
+Each request: ``web`` calls ``orders`` (``POST /orders``), whose controller span writes a log
+line naming its span id, calls ``stock`` (``GET /stock``) and then ``billing``
+(``POST /charge``). Baseline requests run at minutes 0-59, incident ones at 60-74.
+"""
+
+from __future__ import annotations
+
+import itertools
+from datetime import UTC, datetime, timedelta
+
+from analysis.incident import IncidentInputs, analyze, parse_time
+from analysis.templates import TemplateIndex
+from analysis.trace_patterns import pattern_signals, surprise
+from state.records import LogEntry, SpanEntry
+
+T0 = datetime(2026, 5, 4, 9, 0, tzinfo=UTC)
+_ids = itertools.count(1)
+
+
+def _at(minute: float) -> str:
+    return (T0 + timedelta(minutes=minute)).isoformat().replace("+00:00", "Z")
+
+
+def _span(
+    trace: str, parent: str, service: str, operation: str, minute: float, ms: float
+) -> SpanEntry:
+    span = SpanEntry(
+        trace_id=trace,
+        span_id=f"{next(_ids):016x}",
+        service=service,
+        operation=operation,
+        start=_at(minute),
+        duration_ms=ms,
+    )
+    if parent:
+        span["parent_span_id"] = parent
+    return span
+
+
+def _request(
+    minute: float,
+    *,
+    log: bool = True,
+    stock: bool = True,
+    billing: bool = True,
+    other_line: str = "",
+    error_handler: bool = False,
+) -> tuple[list[SpanEntry], list[LogEntry]]:
+    """One request's spans and the log lines tied to them."""
+    trace = f"{next(_ids):032x}"
+    root = _span(trace, "", "web", "GET /checkout", minute, 80.0)
+    entry = _span(trace, root["span_id"], "orders", "POST /orders", minute + 0.001, 70.0)
+    controller = _span(
+        trace, entry["span_id"], "orders", "OrderController.create", minute + 0.002, 60.0
+    )
+    spans = [root, entry, controller]
+    logs: list[LogEntry] = []
+    tag = f"TraceID: {trace} SpanID: {controller['span_id']}"
+    if log:
+        logs.append(
+            LogEntry(
+                timestamp=_at(minute + 0.003),
+                level="INFO",
+                service="orders",
+                message=f"{tag} [create][order accepted][items: 3]",
+            )
+        )
+    if other_line:
+        logs.append(
+            LogEntry(
+                timestamp=_at(minute + 0.003),
+                level="INFO",
+                service="orders",
+                message=f"{tag} {other_line}",
+            )
+        )
+    if stock:
+        call = _span(trace, controller["span_id"], "orders", "HTTP GET", minute + 0.004, 20.0)
+        spans += [call, _span(trace, call["span_id"], "stock", "GET /stock", minute + 0.005, 15.0)]
+    if billing:
+        call = _span(trace, controller["span_id"], "orders", "HTTP POST", minute + 0.006, 20.0)
+        spans += [
+            call,
+            _span(trace, call["span_id"], "billing", "POST /charge", minute + 0.007, 15.0),
+        ]
+    if error_handler:
+        spans.append(
+            _span(trace, entry["span_id"], "orders", "ErrorController.error", minute + 0.008, 1.0)
+        )
+    return spans, logs
+
+
+def _requests(
+    minutes: range, per_minute: int = 1, **kwargs: bool | str
+) -> tuple[list[SpanEntry], list[LogEntry]]:
+    spans: list[SpanEntry] = []
+    logs: list[LogEntry] = []
+    for minute in minutes:
+        for k in range(per_minute):
+            more_spans, more_logs = _request(minute + k / (per_minute + 1), **kwargs)  # type: ignore[arg-type]
+            spans += more_spans
+            logs += more_logs
+    return spans, logs
+
+
+def _side(moment: float) -> str | None:
+    start = T0.timestamp()
+    if start <= moment < start + 3600:
+        return "b"
+    if start + 3600 <= moment <= start + 75 * 60:
+        return "i"
+    return None
+
+
+def _signals(spans: list[SpanEntry], logs: list[LogEntry]) -> list[dict[str, object]]:
+    timed_spans = sorted(((parse_time(s["start"]) or 0.0, s) for s in spans), key=lambda x: x[0])
+    timed_logs = sorted(((parse_time(g["timestamp"]) or 0.0, g) for g in logs), key=lambda x: x[0])
+    index = TemplateIndex()
+    template_of = [index.add(log.get("message", "")) for _, log in timed_logs]
+    found = pattern_signals(timed_spans, timed_logs, template_of, index.template, _side)
+    return [dict(signal) for signal in found]
+
+
+def test_trace_patterns_surprise_grows_with_the_departure() -> None:
+    assert surprise(0, 20, 45, 50) > surprise(0, 5, 45, 50) > 0
+    assert surprise(18, 20, 18, 20) < 0.1
+    assert surprise(0, 20, 45, 50) > surprise(10, 20, 45, 50)
+
+
+def test_trace_patterns_missing_log_line_points_at_the_service_that_stopped_writing_it() -> None:
+    base_spans, base_logs = _requests(range(0, 60))
+    inc_spans, inc_logs = _requests(range(60, 75), log=False)
+    found = _signals(base_spans + inc_spans, base_logs + inc_logs)
+    assert [signal["service"] for signal in found] == ["orders"]
+    signal = found[0]
+    assert signal["kind"] == "call_pattern"
+    assert "no longer writes the log line" in str(signal["detail"])
+    assert "order accepted" in str(signal["detail"])
+    assert signal["baseline"] == 1.0 and signal["incident"] == 0.0
+    assert signal["onset"] == _at(60.001)
+    evidence = signal["evidence"]
+    assert isinstance(evidence, list)
+    spans = [pointer for pointer in evidence if pointer["kind"] == "span"]
+    lines = [pointer for pointer in evidence if pointer["kind"] == "log"]
+    assert spans
+    assert all(p["service"] == "orders" and p["operation"] == "POST /orders" for p in spans)
+    assert spans[0]["start"] == _at(60.001)
+    # The line the visits no longer write, quoted from the baseline.
+    assert lines and "order accepted" in lines[0]["message"]
+    assert (parse_time(lines[0]["timestamp"]) or 0) < T0.timestamp() + 3600
+
+
+def test_trace_patterns_same_departure_in_the_baseline_is_not_a_suspect() -> None:
+    spans: list[SpanEntry] = []
+    logs: list[LogEntry] = []
+    for minute in range(0, 75):
+        more_spans, more_logs = _request(minute, log=minute % 2 == 0)
+        spans += more_spans
+        logs += more_logs
+    assert _signals(spans, logs) == []
+
+
+def test_trace_patterns_truncated_sequence_points_at_the_last_callee() -> None:
+    base_spans, base_logs = _requests(range(0, 60))
+    inc_spans, inc_logs = _requests(range(60, 75), billing=False)
+    found = _signals(base_spans + inc_spans, base_logs + inc_logs)
+    assert [signal["service"] for signal in found] == ["stock"]
+    detail = str(found[0]["detail"])
+    assert "cut short after calling stock" in detail
+    assert "no longer makes the call to billing POST /charge" in detail
+    evidence = found[0]["evidence"]
+    assert isinstance(evidence, list)
+    assert evidence[0]["service"] == "stock" and evidence[0]["operation"] == "GET /stock"
+
+
+def test_trace_patterns_visit_making_none_of_its_calls_points_at_itself() -> None:
+    base_spans, base_logs = _requests(range(0, 60))
+    inc_spans, inc_logs = _requests(range(60, 75), stock=False, billing=False)
+    found = _signals(base_spans + inc_spans, base_logs + inc_logs)
+    assert [signal["service"] for signal in found] == ["orders"]
+
+
+def test_trace_patterns_deepest_divergence_wins_over_its_callers() -> None:
+    """The caller of a visit that stopped writing its line is not blamed for it too."""
+    base_spans, base_logs = _requests(range(0, 60))
+    inc_spans, inc_logs = _requests(range(60, 75), log=False, error_handler=True)
+    found = _signals(base_spans + inc_spans, base_logs + inc_logs)
+    assert [signal["service"] for signal in found] == ["orders"]
+
+
+def test_trace_patterns_another_branch_is_not_a_departure() -> None:
+    """A visit writing a different ordinary line instead took another path, not a cut-short one."""
+    base_spans, base_logs = _requests(range(0, 60))
+    inc_spans, inc_logs = _requests(range(60, 75), log=False, other_line="[create][cart empty]")
+    assert _signals(base_spans + inc_spans, base_logs + inc_logs) == []
+
+
+def test_trace_patterns_errors_that_stopped_are_not_a_suspect() -> None:
+    base_spans, base_logs = _requests(range(0, 60), error_handler=True)
+    inc_spans, inc_logs = _requests(range(60, 75))
+    assert _signals(base_spans + inc_spans, base_logs + inc_logs) == []
+
+
+def test_trace_patterns_too_few_requests_raise_nothing() -> None:
+    base_spans, base_logs = _requests(range(0, 60))
+    inc_spans, inc_logs = _requests(range(60, 62), log=False)
+    assert _signals(base_spans + inc_spans, base_logs + inc_logs) == []
+
+
+def test_incident_call_pattern_names_the_silent_service_as_root_cause() -> None:
+    """No error anywhere: only the requests' shape changed, and the analysis says where."""
+    base_spans, base_logs = _requests(range(0, 60))
+    inc_spans, inc_logs = _requests(range(60, 75), log=False)
+    report = analyze(
+        IncidentInputs(
+            baseline_start=_at(0),
+            baseline_end=_at(60),
+            incident_start=_at(60),
+            incident_end=_at(75),
+            spans=base_spans + inc_spans,
+            logs=base_logs + inc_logs,
+        )
+    )
+    root = report["root_cause"]
+    assert root is not None and root["service"] == "orders"
+    assert root["signals"][0]["kind"] == "call_pattern"
+    assert "no longer writes the log line" in root["mechanism"]
