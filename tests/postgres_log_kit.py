@@ -2,8 +2,9 @@
 
 ``postgres_log_glob`` finds the log (Debian writes it to /var/log/postgresql/; another place
 with ``SUPERBIZ_TEST_POSTGRES_LOG``); ``provoke_postgres_fatal`` makes the server write a known
-FATAL line (a connection to a database that does not exist) and ``wait_for_line`` waits until
-the server has written it. A log that cannot be read skips the test (fails it in CI).
+FATAL line (a connection to a database that does not exist, named uniquely) and
+``wait_for_line`` waits until the server has written it, reading everything written since
+``log_sizes`` was taken. A log that cannot be read skips the test (fails it in CI).
 """
 
 from __future__ import annotations
@@ -50,14 +51,33 @@ def provoke_postgres_fatal() -> str:
     return name
 
 
-def wait_for_line(pattern: str, needle: str, timeout: float = 10.0) -> None:
-    """Wait until the server has written ``needle`` to its log (it writes asynchronously)."""
+def log_sizes(pattern: str) -> dict[str, int]:
+    """How long each log file is now: where ``wait_for_line`` starts reading."""
+    return {name: os.path.getsize(name) for name in glob.glob(pattern)}
+
+
+def wait_for_line(
+    pattern: str, needle: str, timeout: float = 30.0, since: dict[str, int] | None = None
+) -> str:
+    """Wait until the server has written ``needle`` to its log and return that line.
+
+    The server writes asynchronously while other processes may write to the same log: every
+    file is read from where it ended before (``since``, from ``log_sizes``; a file that is new or
+    shorter than it was is read from its start) to its end, however much was written meanwhile.
+    Without ``since`` the whole of each file is read.
+    """
+    wanted = needle.encode()
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    while True:
         for name in glob.glob(pattern):
+            start = (since or {}).get(name, 0)
             with open(name, "rb") as handle:
-                handle.seek(max(0, os.path.getsize(name) - 256 * 1024))
-                if needle.encode() in handle.read():
-                    return
+                if os.fstat(handle.fileno()).st_size < start:
+                    start = 0  # rotated or truncated since
+                handle.seek(start)
+                for line in handle:
+                    if wanted in line and line.endswith(b"\n"):  # written in full
+                        return line.decode(errors="replace").rstrip("\n")
+        if time.monotonic() >= deadline:
+            pytest.fail(f"PostgreSQL did not log {needle!r} to {pattern} within {timeout:g} s")
         time.sleep(0.1)
-    pytest.fail(f"PostgreSQL did not log {needle!r} to {pattern} within {timeout:g} s")

@@ -24,7 +24,12 @@ from evidence.logformats import local_zone, parse_line
 from evidence.logquery import iso
 from persistence.ledger import InMemoryLedger
 from tests.backend_kit import call_tool, evidence_refs, run_doctor
-from tests.postgres_log_kit import postgres_log_glob, provoke_postgres_fatal, wait_for_line
+from tests.postgres_log_kit import (
+    log_sizes,
+    postgres_log_glob,
+    provoke_postgres_fatal,
+    wait_for_line,
+)
 from tools.backend import BackendError
 from tools.runner import ToolRunner
 
@@ -397,8 +402,9 @@ def test_doctor_reports_the_log_files(log_dir: Path, monkeypatch: pytest.MonkeyP
 @pytest.mark.postgres
 def test_logfiles_find_the_fatal_line_postgres_just_wrote(tmp_path: Path) -> None:
     pattern = postgres_log_glob()
+    before = log_sizes(pattern)
     name = provoke_postgres_fatal()
-    wait_for_line(pattern, name)
+    wait_for_line(pattern, name, since=before)
     settings = load_settings({"SUPERBIZ_LOG_FILES": f"postgres={pattern}"}, cwd=tmp_path)
     runner = ToolRunner(configured_backend(settings), InMemoryLedger())
     args = {"service": "postgres", "level": "FATAL", "query": name}
