@@ -103,6 +103,7 @@ class _Config:
     """The thresholds of one analysis (defaults from ``analysis.thresholds``)."""
 
     surge_ratio: float = thresholds.SURGE_RATIO
+    request_surge_ratio: float = thresholds.REQUEST_SURGE_RATIO
     min_events: int = thresholds.MIN_EVENTS
     min_new_events: int = thresholds.MIN_NEW_EVENTS
     series_z: float = thresholds.SERIES_Z
@@ -321,8 +322,75 @@ def _coverage_minutes(moments: list[float]) -> float:
     return max(covered, 1.0) / 60.0
 
 
+@dataclass(frozen=True)
+class _Traffic:
+    """Requests a service served in each window (its entry spans), when traces give them."""
+
+    baseline: int
+    incident: int
+
+
+def _traffic(spans: Sequence[tuple[float, SpanEntry]], window: _Span) -> dict[str, _Traffic]:
+    """Per service with at least ``MIN_SPANS`` served requests in each window, the counts.
+
+    A served request is a span whose parent is absent or belongs to another service.
+    """
+    services = {span.get("span_id", ""): span.get("service", "") for _, span in spans}
+    counts: dict[tuple[str, str], int] = defaultdict(int)
+    for moment, span in spans:
+        side = window.side(moment)
+        service = span.get("service", "")
+        if side is None or services.get(span.get("parent_span_id", "")) == service:
+            continue
+        counts[(service, side)] += 1
+    found: dict[str, _Traffic] = {}
+    for (service, side), count in counts.items():
+        before = counts.get((service, "b"), 0)
+        if side == "i" and count >= thresholds.MIN_SPANS and before >= thresholds.MIN_SPANS:
+            found[service] = _Traffic(baseline=before, incident=count)
+    return found
+
+
+@dataclass(frozen=True)
+class _Rise:
+    """A count in the incident window against the baseline: per covered minute, or per request."""
+
+    rate_b: float
+    rate_i: float
+    ratio: float
+    unit: str
+    scope: str
+
+    def threshold(self, cfg: _Config) -> float:
+        """The ratio that makes a surge: lower per request (the load no longer moves it)."""
+        return cfg.request_surge_ratio if self.unit == " per request" else cfg.surge_ratio
+
+
+def _rise(before: int, during: int, cov_b: float, cov_i: float, traffic: _Traffic | None) -> _Rise:
+    """How much a count rose over its baseline.
+
+    With the service's served requests known in both windows the count is taken per request:
+    lines that track the traffic (the same share of requests in both windows) did not rise,
+    however the load moved. Otherwise per covered minute. Either way one event in the baseline
+    is the floor, so a count absent from a short baseline does not rise without bound.
+    """
+    if traffic is not None:
+        rate_b = before / traffic.baseline
+        rate_i = during / traffic.incident
+        ratio = rate_i / max(rate_b, 1.0 / traffic.baseline)
+        scope = f", {traffic.baseline} -> {traffic.incident} requests served"
+        return _Rise(rate_b, rate_i, ratio, " per request", scope)
+    rate_b = before / cov_b
+    rate_i = during / cov_i
+    return _Rise(rate_b, rate_i, rate_i / max(rate_b, 1.0 / cov_b), "/min", "")
+
+
 def _log_signals(
-    logs: Sequence[tuple[float, LogEntry]], window: _Span, cfg: _Config, gaps: list[str]
+    logs: Sequence[tuple[float, LogEntry]],
+    window: _Span,
+    cfg: _Config,
+    gaps: list[str],
+    traffic: dict[str, _Traffic],
 ) -> _LogFacts:
     index = TemplateIndex()
     template_of: list[int] = []
@@ -373,13 +441,12 @@ def _log_signals(
             before, during = levels[service][level]
             if during < cfg.min_events:
                 continue
-            rate_i = during / cov_i
             if has_baseline:
-                rate_b = before / cov_b
-                ratio = rate_i / max(rate_b, 1.0 / cov_b)
-                strength = _ratio_strength(ratio, cfg.surge_ratio)
+                rise = _rise(before, during, cov_b, cov_i, traffic.get(service))
+                strength = _ratio_strength(rise.ratio, rise.threshold(cfg))
             else:
-                rate_b, strength = 0.0, 0.25
+                rise = _Rise(0.0, during / cov_i, 0.0, "/min", "")
+                strength = 0.25
             strength *= _count_factor(during, cfg.min_events) * (1.0 if level == "error" else 0.6)
             if strength <= 0:
                 continue
@@ -388,17 +455,17 @@ def _log_signals(
                 Signal(
                     kind="error_surge",
                     service=service,
-                    detail=f"{word} rate {_fmt(rate_b)}/min -> {_fmt(rate_i)}/min"
-                    f" ({before} -> {during} lines)",
-                    baseline=round(rate_b, 4) if has_baseline else None,
-                    incident=round(rate_i, 4),
+                    detail=f"{word} rate {_fmt(rise.rate_b)}{rise.unit} -> {_fmt(rise.rate_i)}"
+                    f"{rise.unit} ({before} -> {during} lines{rise.scope})",
+                    baseline=round(rise.rate_b, 4) if has_baseline else None,
+                    incident=round(rise.rate_i, 4),
                     onset=_iso_or_none(level_onset.get((service, level))),
                     strength=round(strength, 4),
                     evidence=[_log_pointer(log) for log in level_samples[(service, level)]],
                 )
             )
     if has_baseline:
-        signals.extend(_template_signals(stats, index, cov_b, cov_i, cfg))
+        signals.extend(_template_signals(stats, index, cov_b, cov_i, cfg, traffic))
     return _LogFacts(signals, index, template_of, stats, cov_b, cov_i)
 
 
@@ -408,6 +475,7 @@ def _template_signals(
     cov_b: float,
     cov_i: float,
     cfg: _Config,
+    traffic: dict[str, _Traffic],
 ) -> list[Signal]:
     per_service: dict[str, list[Signal]] = defaultdict(list)
     for (service, template_id), entry in stats.items():
@@ -416,28 +484,25 @@ def _template_signals(
         text = index.template(template_id)
         failure = entry.level != "info" or bool(_FAILURE_WORDS.search(text))
         level_weight = {"error": 1.0, "warn": 0.7}.get(entry.level, 0.5 if failure else 0.15)
-        rate_i = entry.incident / cov_i
+        rise = _rise(entry.baseline, entry.incident, cov_b, cov_i, traffic.get(service))
         if entry.baseline == 0:
             if entry.incident < cfg.min_new_events:
                 continue
             strength = level_weight * _count_factor(entry.incident, cfg.min_new_events)
             kind: SignalKind = "new_template"
             detail = f"new {entry.level.upper()} template ({entry.incident} lines): {_clip(text)}"
-            rate_b = 0.0
         else:
-            rate_b = entry.baseline / cov_b
-            ratio = rate_i / max(rate_b, 1.0 / cov_b)
             if entry.incident < cfg.min_events:
                 continue
             strength = (
                 level_weight
-                * _ratio_strength(ratio, cfg.surge_ratio)
+                * _ratio_strength(rise.ratio, rise.threshold(cfg))
                 * _count_factor(entry.incident, cfg.min_events)
             )
             kind = "template_jump"
             detail = (
-                f"template rate {_fmt(rate_b)}/min -> {_fmt(rate_i)}/min"
-                f" ({entry.level.upper()}): {_clip(text)}"
+                f"template rate {_fmt(rise.rate_b)}{rise.unit} -> {_fmt(rise.rate_i)}{rise.unit}"
+                f" ({entry.level.upper()}{rise.scope}): {_clip(text)}"
             )
         if strength <= 0:
             continue
@@ -446,8 +511,8 @@ def _template_signals(
                 kind=kind,
                 service=service,
                 detail=detail,
-                baseline=round(rate_b, 4),
-                incident=round(rate_i, 4),
+                baseline=round(rise.rate_b, 4),
+                incident=round(rise.rate_i, 4),
                 onset=_iso_or_none(entry.first_incident),
                 strength=round(strength, 4),
                 evidence=[_log_pointer(log) for log in entry.samples],
@@ -1301,7 +1366,7 @@ def analyze(inputs: IncidentInputs, settings: AnalysisSettings | None = None) ->
     if len(series) > thresholds.MAX_SERIES:
         gaps.append(f"series: {len(series)} given, the first {thresholds.MAX_SERIES} analysed")
     alerts = list(inputs.get("alerts", []))
-    facts = _log_signals(logs, window, cfg, gaps)
+    facts = _log_signals(logs, window, cfg, gaps, _traffic(spans, window))
     signals = list(facts.signals)
     traced = _traced_services(spans, window)
     signals += _series_signals(series, window, cfg, gaps, traced)

@@ -17,11 +17,16 @@ Signals (each one has a strength in 0..1; a service's evidence is the sum of its
 a series deviation that several services share is divided by the square root of their number)
     - error surge: the error (or warning) rate rose at least ``SURGE_RATIO`` times over the
       baseline (one extra event per baseline window added as a floor), with at least
-      ``MIN_EVENTS`` events in the incident window;
+      ``MIN_EVENTS`` events in the incident window. When traces give the requests the service
+      served in both windows (at least ``MIN_SPANS`` each), the rate is per request instead of
+      per minute and ``REQUEST_SURGE_RATIO`` makes the surge: lines that track the traffic (a
+      warning logged for every request of some kind) keep their share of requests however the
+      load moves, and without the swing of the load a smaller rise already stands out;
     - new template: a message template never seen in the baseline, at least ``MIN_NEW_EVENTS``
       times (error and warning templates weigh most; other levels only when the text names a
       failure);
-    - template jump: a known template whose rate rose ``SURGE_RATIO`` times;
+    - template jump: a known template whose rate rose ``SURGE_RATIO`` times (per request:
+      ``REQUEST_SURGE_RATIO``, as for error surges);
     - series: an incident point at least ``SERIES_Z`` robust deviations (median absolute
       deviation, floored at ``SERIES_REL_FLOOR`` of the median) from the baseline median, in the
       bad direction of the metric, and a relative change of at least ``SERIES_MIN_CHANGE``; the
@@ -73,6 +78,7 @@ DEFAULT_BASELINE_MINUTES: Final = 60
 MIN_EVENTS: Final = 3
 MIN_NEW_EVENTS: Final = 2
 SURGE_RATIO: Final = 3.0
+REQUEST_SURGE_RATIO: Final = 1.5
 
 SERIES_Z: Final = 4.0
 SERIES_REL_FLOOR: Final = 0.1

@@ -75,6 +75,56 @@ def test_incident_background_noise_is_not_a_suspect() -> None:
     assert services[0] == "search"
 
 
+def _served(service: str, minutes: list[float], tag: str) -> list[SpanEntry]:
+    """One request ``service`` served at each minute given (a root span)."""
+    return [
+        SpanEntry(
+            trace_id=f"{tag}{i:030x}",
+            span_id=f"{tag}{i:014x}",
+            service=service,
+            operation="GET /seats",
+            kind="server",
+            start=_at(minute),
+            duration_ms=20.0,
+            status="unset",
+        )
+        for i, minute in enumerate(minutes)
+    ]
+
+
+def _load_tracking_warnings() -> tuple[list[LogEntry], list[SpanEntry]]:
+    """``seats`` warns on one request in two, and serves five times the requests in the
+    incident; ``billing`` serves the same load and logs twice its share of errors."""
+    base = [m * 2.0 for m in range(30)]
+    busy = [60 + m * 0.2 for m in range(75)]
+    logs = _traffic("seats") + _traffic("billing")
+    logs += [
+        _log(minute + 0.01, "seats", "[Seat][No content] no seat left on this train", "WARN")
+        for minute in base[::2] + busy[::2]
+    ]
+    steady = [m * 1.0 for m in range(75)]
+    logs += [
+        _log(minute + 0.02, "billing", "Invoice rounding mismatch, order rejected", "ERROR")
+        for minute in steady[:60:6] + steady[60::3]
+    ]
+    spans = _served("seats", base + busy, "a") + _served("billing", steady, "b")
+    return logs, spans
+
+
+def test_incident_lines_that_track_the_traffic_are_not_a_surge() -> None:
+    logs, spans = _load_tracking_warnings()
+    report = analyze(IncidentInputs(**_windows(), logs=logs, spans=spans))
+    assert "seats" not in [s["service"] for s in report["suspects"]]
+    assert report["root_cause"] is not None
+    assert report["root_cause"]["service"] == "billing"
+    surge = [s for s in report["root_cause"]["signals"] if s["kind"] == "error_surge"][0]
+    assert "per request" in surge["detail"] and "60 -> 15 requests served" in surge["detail"]
+    assert surge["baseline"] == round(10 / 60, 4) and surge["incident"] == round(5 / 15, 4)
+    # The same lines without the requests served: per minute the warnings rose fivefold.
+    report = analyze(IncidentInputs(**_windows(), logs=logs))
+    assert "seats" in [s["service"] for s in report["suspects"]]
+
+
 def test_incident_new_template_is_a_signal_with_its_template() -> None:
     logs = _traffic("ledger")
     logs += [
