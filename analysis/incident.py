@@ -235,7 +235,7 @@ def _ratio_strength(ratio: float, threshold: float) -> float:
     return min(1.0, 0.5 + 0.5 * math.log(ratio / threshold) / math.log(8.0))
 
 
-def _count_factor(count: int, minimum: int) -> float:
+def _count_factor(count: float, minimum: int) -> float:
     """0.5 at the minimum count, 1.0 at three times it."""
     if count < minimum:
         return 0.0
@@ -360,6 +360,8 @@ class _Rise:
     ratio: float
     unit: str
     scope: str
+    excess: float
+    """Events beyond what the baseline's rate predicts for the incident window."""
 
     def threshold(self, cfg: _Config) -> float:
         """The ratio that makes a surge: lower per request (the load no longer moves it)."""
@@ -379,10 +381,12 @@ def _rise(before: int, during: int, cov_b: float, cov_i: float, traffic: _Traffi
         rate_i = during / traffic.incident
         ratio = rate_i / max(rate_b, 1.0 / traffic.baseline)
         scope = f", {traffic.baseline} -> {traffic.incident} requests served"
-        return _Rise(rate_b, rate_i, ratio, " per request", scope)
+        excess = during - max(before, 1) * traffic.incident / traffic.baseline
+        return _Rise(rate_b, rate_i, ratio, " per request", scope, excess)
     rate_b = before / cov_b
     rate_i = during / cov_i
-    return _Rise(rate_b, rate_i, rate_i / max(rate_b, 1.0 / cov_b), "/min", "")
+    excess = during - max(before, 1) * cov_i / cov_b
+    return _Rise(rate_b, rate_i, rate_i / max(rate_b, 1.0 / cov_b), "/min", "", excess)
 
 
 def _log_signals(
@@ -445,9 +449,11 @@ def _log_signals(
                 rise = _rise(before, during, cov_b, cov_i, traffic.get(service))
                 strength = _ratio_strength(rise.ratio, rise.threshold(cfg))
             else:
-                rise = _Rise(0.0, during / cov_i, 0.0, "/min", "")
+                rise = _Rise(0.0, during / cov_i, 0.0, "/min", "", float(during))
                 strength = 0.25
-            strength *= _count_factor(during, cfg.min_events) * (1.0 if level == "error" else 0.6)
+            strength *= _count_factor(rise.excess, cfg.min_events) * (
+                1.0 if level == "error" else 0.6
+            )
             if strength <= 0:
                 continue
             word = "error" if level == "error" else "warning"
@@ -497,7 +503,7 @@ def _template_signals(
             strength = (
                 level_weight
                 * _ratio_strength(rise.ratio, rise.threshold(cfg))
-                * _count_factor(entry.incident, cfg.min_events)
+                * _count_factor(rise.excess, cfg.min_events)
             )
             kind = "template_jump"
             detail = (
@@ -863,6 +869,26 @@ def _traced_services(spans: Sequence[tuple[float, SpanEntry]], window: _Span) ->
     }
 
 
+def _attribution(
+    service: str,
+    edges: list[tuple[str, str, float, float, SpanEntry, SpanEntry]],
+    touching: dict[str, int],
+    measured: dict[str, int],
+) -> float:
+    """How surely slow calls belong to ``service`` rather than to the other end of them.
+
+    Several slow edges that share it: surely (1.0). A single slow edge: 0.6 when the other end
+    has no other edge that is fast (either end may be slow), rising to 1.0 as the other end's
+    other edges are all fast (its calls elsewhere are fine, so the slowness is this service's).
+    """
+    if len(edges) > 1:
+        return 1.0
+    caller, callee = edges[0][0], edges[0][1]
+    other = callee if caller == service else caller
+    share = touching[other] / max(1, measured[other])
+    return 0.6 + 0.4 * (1.0 - share)
+
+
 def _call_gap_signals(
     spans: Sequence[tuple[float, SpanEntry]],
     by_id: dict[str, SpanEntry],
@@ -875,7 +901,8 @@ def _call_gap_signals(
     (the network, queues, the caller's own client) is the caller's duration minus the callee's.
     An edge whose median of that time rose ``LATENCY_RATIO`` times and by ``LATENCY_MIN_MS`` is
     slow. A slow network or a starved process at one service slows every call into and out of
-    it, so each service gets the share of its edges that are slow (halved when only one is).
+    it, so each service gets the share of its edges that are slow; a single slow edge counts
+    less when its other end has no fast edge to tell the two apart (``_attribution``).
     """
     children: dict[str, int] = defaultdict(int)
     for _, span in spans:
@@ -896,6 +923,7 @@ def _call_gap_signals(
         key = (parent.get("service", ""), span.get("service", ""), side)
         gaps_by_edge[key].append((max(0.0, gap), parent, span))
     measured: dict[str, int] = defaultdict(int)
+    first_slow: dict[tuple[str, str], float] = {}
     slow_edges: list[tuple[str, str, float, float, SpanEntry, SpanEntry]] = []
     for (caller, callee, side), rows in sorted(gaps_by_edge.items()):
         if side != "i" or len(rows) < thresholds.MIN_SPANS:
@@ -910,6 +938,13 @@ def _call_gap_signals(
         if p_i - p_b < cfg.latency_min_ms or p_i / max(p_b, 1.0) < cfg.latency_ratio:
             continue
         sample = max(rows, key=lambda row: row[0])
+        late = [
+            slow_at
+            for row in rows
+            if row[0] > p_b + cfg.latency_min_ms
+            and (slow_at := parse_time(row[2].get("start"))) is not None
+        ]
+        first_slow[(caller, callee)] = min(late, default=window.i0)
         slow_edges.append((caller, callee, p_b, p_i, sample[1], sample[2]))
     touching: dict[str, int] = defaultdict(int)
     for caller, callee, *_ in slow_edges:
@@ -927,13 +962,13 @@ def _call_gap_signals(
     for service in sorted(slow):
         edges = slow[service]
         worst = max(edges, key=lambda edge: edge[3] / max(edge[2], 1.0))
-        strength = (1.0 if len(edges) > 1 else 0.6) * _ratio_strength(
+        strength = _attribution(service, edges, touching, measured) * _ratio_strength(
             worst[3] / max(worst[2], 1.0), cfg.latency_ratio
         )
         if strength <= 0:
             continue
         names = ", ".join(f"{caller} -> {callee}" for caller, callee, *_ in edges[:4])
-        onsets = [parse_time(edge[5].get("start")) for edge in edges]
+        onset = min(first_slow[(edge[0], edge[1])] for edge in edges)
         signals.append(
             Signal(
                 kind="trace_latency",
@@ -945,7 +980,7 @@ def _call_gap_signals(
                 ),
                 baseline=round(worst[2], 3),
                 incident=round(worst[3], 3),
-                onset=_iso_or_none(min((m for m in onsets if m is not None), default=None)),
+                onset=_iso(onset),
                 strength=round(strength, 4),
                 evidence=[
                     EvidencePointer(kind="edge", caller=edge[0], callee=edge[1])
@@ -1254,7 +1289,7 @@ def _rank(
     for service, causes in explained_by.items():
         for cause in causes:
             explains[cause].add(service)
-    suspects: list[Suspect] = []
+    weight: dict[str, float] = {}
     for service in anomalous:
         score = evidence[service]
         if explained_by[service]:
@@ -1262,17 +1297,22 @@ def _rank(
         score += cfg.explain_bonus * sum(
             evidence[symptom] / len(explained_by[symptom]) for symptom in explains[service]
         )
+        if service in prior_change:
+            score += cfg.change_bonus
+        weight[service] = score
+    weight = _below_causes(weight, explained_by, cfg.symptom_factor)
+    suspects: list[Suspect] = []
+    for service in anomalous:
         service_signals = sorted(by_service[service], key=lambda s: (-s["strength"], s["kind"]))
         start = onset.get(service)
         change = prior_change.get(service)
         if change is not None:
-            score += cfg.change_bonus
             service_signals.insert(0, _change_signal(service, change))
         top = service_signals[0]
         suspects.append(
             Suspect(
                 service=service,
-                score=round(_score(score), 4),
+                score=round(_score(weight[service]), 4),
                 mechanism=_mechanism(top),
                 onset=_iso_or_none(start),
                 signals=service_signals[: thresholds.MAX_SIGNALS],
@@ -1297,6 +1337,33 @@ def _rank(
                     f" (score {suspect['score']:.2f} against {leader['score']:.2f})"
                 )
     return suspects
+
+
+def _below_causes(
+    weight: dict[str, float], explained_by: dict[str, set[str]], factor: float
+) -> dict[str, float]:
+    """Each symptom's weight held to at most ``factor`` of its strongest cause's.
+
+    A service whose anomaly a service it calls explains is not the root cause, however loud its
+    own signals (a caller often logs more than the callee that fails it). Causes are settled
+    first; a symptom whose causes explain one another in a loop keeps its own weight.
+    """
+    settled = {service: value for service, value in weight.items() if not explained_by[service]}
+    pending = [service for service in sorted(weight) if service not in settled]
+    while pending:
+        progressed = False
+        for service in list(pending):
+            causes = explained_by[service]
+            if not causes <= settled.keys():
+                continue
+            ceiling = max(settled[cause] for cause in causes) * factor
+            settled[service] = min(weight[service], ceiling)
+            pending.remove(service)
+            progressed = True
+        if not progressed:
+            settled.update({service: weight[service] for service in pending})
+            break
+    return settled
 
 
 def _evidence_of(score: float) -> float:

@@ -21,7 +21,9 @@ a series deviation that several services share is divided by the square root of 
       served in both windows (at least ``MIN_SPANS`` each), the rate is per request instead of
       per minute and ``REQUEST_SURGE_RATIO`` makes the surge: lines that track the traffic (a
       warning logged for every request of some kind) keep their share of requests however the
-      load moves, and without the swing of the load a smaller rise already stands out;
+      load moves, and without the swing of the load a smaller rise already stands out. The
+      count that matters is the excess: the lines beyond what the baseline's rate predicts
+      for the incident window must reach ``MIN_EVENTS`` (a line or two more is chance);
     - new template: a message template never seen in the baseline, at least ``MIN_NEW_EVENTS``
       times (error and warning templates weigh most; other levels only when the text names a
       failure);
@@ -36,6 +38,9 @@ a series deviation that several services share is divided by the square root of 
       strength is the lesser of the deviation's and the relative change's;
     - trace latency: a service's served spans' p90 (or its own time, children excluded) rose
       ``LATENCY_RATIO`` times and by at least ``LATENCY_MIN_MS``, over ``MIN_SPANS`` spans;
+      and the time between two services on a call (the caller's span minus the callee's) whose
+      median rose as much, given to the service the slow calls share, its onset the first call
+      slower than the baseline's median by ``LATENCY_MIN_MS``;
     - trace errors: the error ratio of a service's spans rose by ``ERROR_RATIO_DELTA``;
     - call pattern (``analysis.trace_patterns``): per kind of service visit (service and entry
       operation, ``MIN_SPANS`` visits in each window), an event (local operation, call out, log
@@ -52,14 +57,14 @@ Propagation and ranking
     is no later than its own plus ``ONSET_TOLERANCE_S`` (``ONSET_TOLERANCE_PRECISE_S`` when both
     onsets come from log lines or spans, not from series points a minute apart), and whose
     evidence is at least ``EXPLAIN_MIN_SHARE`` of its own or whose slow calls from this very
-    caller are among its signals, is explained by it (a symptom): its score
-    evidence is multiplied by ``SYMPTOM_FACTOR``. A suspect's evidence gains ``EXPLAIN_BONUS``
-    times the evidence of each service it explains (shared among that service's causes), and
-    ``CHANGE_BONUS`` for a change event on it within
-    ``CHANGE_LEAD_S`` before (or during) its onset. The top suspect is the root cause when its score
-    is at least ``ROOT_MIN_SCORE`` and the next one's evidence is below ``1 - ROOT_MARGIN`` of its
-    own; otherwise the report says
-    the evidence does not single one out.
+    caller are among its signals, is explained by it (a symptom): its score evidence is
+    multiplied by ``SYMPTOM_FACTOR`` and held to at most ``SYMPTOM_FACTOR`` of its strongest
+    cause's (a caller that logs loudly about the callee failing it stays below that callee). A
+    suspect's evidence gains ``EXPLAIN_BONUS`` times the evidence of each service it explains
+    (shared among that service's causes), and ``CHANGE_BONUS`` for a change event on it within
+    ``CHANGE_LEAD_S`` before (or during) its onset. The top suspect is the root cause when its
+    score is at least ``ROOT_MIN_SCORE`` and the next one's evidence is below ``1 - ROOT_MARGIN``
+    of its own; otherwise the report says the evidence does not single one out.
 
 Caps (an analysis is bounded in time and memory whatever it is given)
     at most ``MAX_LOGS`` log lines, ``MAX_SPANS`` spans, ``MAX_SERIES`` series with ``MAX_POINTS``
