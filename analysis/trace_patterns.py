@@ -429,10 +429,10 @@ def _signal(
     visited = where.entry.get("service", "")
     after = "" if visited == service else f", cut short after calling {service}"
     detail = (
-        f"requests depart from the baseline's call pattern ({requests} requests{after}):"
-        f" {visited} {where.entry.get('operation', '')} {_describe(top, template_text)}"
-        f" in {top.incident} of {top.incident_visits} visits (baseline {top.baseline} of"
-        f" {top.baseline_visits})"
+        f"{visited} {where.entry.get('operation', '')} {_describe(top, template_text)}"
+        f" in {top.incident} of {top.incident_visits} visits against {top.baseline} of"
+        f" {top.baseline_visits} in the baseline ({requests} requests depart from the"
+        f" baseline's call pattern{after})"
     )
     ordered = sorted(zip(blame.visits, blame.spans, strict=True), key=lambda pair: pair[0].moment)
     pointers = [_span_pointer(span) for _, span in ordered[: thresholds.MAX_EVIDENCE]]
@@ -451,20 +451,14 @@ def _signal(
 
 
 def _describe(divergence: _Divergence, template_text: Callable[[int], str]) -> str:
-    """What the visits no longer do (or newly do), in a phrase."""
+    """What the visits do (the counts that follow say how often), in a phrase."""
     kind, name, extra = divergence.event
-    times = "" if divergence.repeat == 1 else f" ({divergence.repeat} times)"
+    times = "" if divergence.repeat == 1 else f" {divergence.repeat} times"
     if kind == "log":
-        thing = f"the log line '{clip(template_text(int(name)), 100)}'"
-        verbs = ("no longer writes", "newly writes")
-    elif kind == "op":
-        thing = f"the operation {name}"
-        verbs = ("no longer runs", "newly runs")
-    else:
-        thing = f"the call to {name} {extra}"
-        verbs = ("no longer makes", "newly makes")
-    verb = verbs[0] if divergence.kind == "missing" else verbs[1]
-    return f"{verb} {thing}{times}"
+        return f"writes the log line '{clip(template_text(int(name)), 100)}'{times}"
+    if kind == "op":
+        return f"runs the operation {name}{times}"
+    return f"makes the call to {name} {extra}{times}"
 
 
 def _span_pointer(span: SpanEntry) -> EvidencePointer:

@@ -47,6 +47,7 @@ def _request(
     billing: bool = True,
     other_line: str = "",
     error_handler: bool = False,
+    web_line: bool = True,
 ) -> tuple[list[SpanEntry], list[LogEntry]]:
     """One request's spans and the log lines tied to them."""
     trace = f"{next(_ids):032x}"
@@ -57,6 +58,15 @@ def _request(
     )
     spans = [root, entry, controller]
     logs: list[LogEntry] = []
+    if web_line:
+        logs.append(
+            LogEntry(
+                timestamp=_at(minute + 0.009),
+                level="INFO",
+                service="web",
+                message=f"span={root['span_id']} checkout page rendered",
+            )
+        )
     tag = f"TraceID: {trace} SpanID: {controller['span_id']}"
     if log:
         logs.append(
@@ -136,8 +146,10 @@ def test_trace_patterns_missing_log_line_points_at_the_service_that_stopped_writ
     assert [signal["service"] for signal in found] == ["orders"]
     signal = found[0]
     assert signal["kind"] == "call_pattern"
-    assert "no longer writes the log line" in str(signal["detail"])
-    assert "order accepted" in str(signal["detail"])
+    assert str(signal["detail"]).startswith("orders POST /orders writes the log line 'TraceID:")
+    assert "[create][order accepted]" in str(signal["detail"])
+    assert "in 0 of 15 visits against 60 of 60 in the baseline" in str(signal["detail"])
+    assert "(15 requests depart from the baseline's call pattern)" in str(signal["detail"])
     assert signal["baseline"] == 1.0 and signal["incident"] == 0.0
     assert signal["onset"] == _at(60.001)
     evidence = signal["evidence"]
@@ -169,7 +181,7 @@ def test_trace_patterns_truncated_sequence_points_at_the_last_callee() -> None:
     assert [signal["service"] for signal in found] == ["stock"]
     detail = str(found[0]["detail"])
     assert "cut short after calling stock" in detail
-    assert "no longer makes the call to billing POST /charge" in detail
+    assert "makes the call to billing POST /charge in 0 of 15 visits" in detail
     evidence = found[0]["evidence"]
     assert isinstance(evidence, list)
     assert evidence[0]["service"] == "stock" and evidence[0]["operation"] == "GET /stock"
@@ -183,9 +195,12 @@ def test_trace_patterns_visit_making_none_of_its_calls_points_at_itself() -> Non
 
 
 def test_trace_patterns_deepest_divergence_wins_over_its_callers() -> None:
-    """The caller of a visit that stopped writing its line is not blamed for it too."""
+    """The caller of a visit that stopped writing its line departs too, and is not blamed."""
     base_spans, base_logs = _requests(range(0, 60))
-    inc_spans, inc_logs = _requests(range(60, 75), log=False, error_handler=True)
+    inc_spans, inc_logs = _requests(range(60, 75), log=False, web_line=False)
+    alone_spans, alone_logs = _requests(range(60, 75), web_line=False)
+    web_alone = _signals(base_spans + alone_spans, base_logs + alone_logs)
+    assert [signal["service"] for signal in web_alone] == ["web"]
     found = _signals(base_spans + inc_spans, base_logs + inc_logs)
     assert [signal["service"] for signal in found] == ["orders"]
 
@@ -226,4 +241,5 @@ def test_incident_call_pattern_names_the_silent_service_as_root_cause() -> None:
     root = report["root_cause"]
     assert root is not None and root["service"] == "orders"
     assert root["signals"][0]["kind"] == "call_pattern"
-    assert "no longer writes the log line" in root["mechanism"]
+    assert "writes the log line" in root["mechanism"]
+    assert "in 0 of 15 visits against 60 of 60 in the baseline" in root["mechanism"]
