@@ -21,11 +21,15 @@ from verification.output_schemas import SCHEMAS
 RESPONSE_FORMAT = "response_format"
 
 
-def response_format(name: str) -> JSONObject:
-    """The ``response_format`` request field for the schema ``name``."""
+def response_format(name: str, schema: JSONObject | None = None) -> JSONObject:
+    """The ``response_format`` request field for the schema ``name`` (or ``schema``, sent as it)."""
     return {
         "type": "json_schema",
-        "json_schema": {"name": name, "schema": SCHEMAS[name], "strict": False},
+        "json_schema": {
+            "name": name,
+            "schema": SCHEMAS[name] if schema is None else schema,
+            "strict": False,
+        },
     }
 
 
@@ -41,8 +45,14 @@ def accepts_schema(model: BaseChatModel) -> bool:
     )
 
 
-def with_schema(model: BaseChatModel, name: str) -> Runnable[Any, Any]:
-    """``model`` asked for a reply shaped by the schema ``name``, where it can send one."""
+def with_schema(
+    model: BaseChatModel, name: str, schema: JSONObject | None = None
+) -> Runnable[Any, Any]:
+    """``model`` asked for a reply shaped by the schema ``name``, where it can send one.
+
+    ``schema`` replaces the static schema of that name for this request (the executor's
+    final answer bound to the diagnosis's recorded refs: ``executor_schema_for``).
+    """
     if not accepts_schema(model):
         return model
-    return model.bind(response_format=response_format(name))
+    return model.bind(response_format=response_format(name, schema))

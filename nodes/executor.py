@@ -23,11 +23,13 @@ from nodes.common import Node, context_of, emit
 from nodes.executor_context import bounded_history, expand_tool_messages
 from nodes.prompts import load_prompt
 from persistence.ledger import InvocationLedger
+from state.catalog import local_profile
 from state.context import Context
 from state.graph_state import DiagnosisState
 from state.records import CallNotRun, JSONObject
 from tools.registry import tool_specs
 from verification.executor_output import parse_executor_output
+from verification.output_schemas import citable_refs, executor_schema_for
 
 
 def readable_tool_calls(reply: AIMessage) -> AIMessage:
@@ -62,6 +64,8 @@ def make_executor(
     budget_spent = load_prompt("executor_budget")
     no_call_prompt = load_prompt("executor_no_call")
     final_repair = load_prompt("executor_final_repair")
+    next_call_prompt = load_prompt("executor_next_call")
+    answer_prompt = load_prompt("executor_answer")
 
     def executor(state: DiagnosisState, *, runtime: Runtime[Context]) -> DiagnosisState:
         ctx = context_of(runtime)
@@ -87,26 +91,34 @@ def make_executor(
         def read2(reply: AIMessage) -> AIMessage:
             return read_text_calls(reply, prefix + "b")
 
+        endpoint = from_endpoint(model)
+        has_results = any(isinstance(m, ToolMessage) for m in messages)
+        # Under the local profile a small model is guided: it answers only once the plan's
+        # steps had their calls, and its answer can cite only what the ledger recorded.
+        guided = endpoint and local_profile()
+        steps = plan_steps(state.get("plan", ""))
+        wanted = min(len(steps), ctx.max_tool_calls_per_round)
         spent = used >= ctx.max_tool_calls_per_round
-        nudge = HumanMessage(budget_spent.text)
-        if any(isinstance(m, ToolMessage) for m in messages):
-            rows = ledger.list(state["diagnosis_id"])
+        answer_now = spent or (guided and has_results and used >= wanted)
+        nudge = HumanMessage(budget_spent.text if spent else answer_prompt.text)
+        rows = ledger.list(state["diagnosis_id"]) if has_results else []
+        if has_results:
             if getattr(model, "offline", False):
                 messages = expand_tool_messages(messages, rows)
             else:
-                fixed = content_chars([SystemMessage(prompt.text), *([nudge] if spent else [])])
+                fixed = content_chars(
+                    [SystemMessage(prompt.text), *([nudge] if answer_now else [])]
+                )
                 messages = bounded_history(
                     messages, rows, limit_chars=ctx.executor_context_chars, fixed_chars=fixed
                 )
+        # The final answer's schema lists the refs really recorded for this diagnosis.
+        final = with_schema(model, "executor_evidence_v2", executor_schema_for(citable_refs(rows)))
         history = [SystemMessage(prompt.text), *messages]
-        if spent:
+        if answer_now:
             # No tools offered: the model must answer. The budget is a hard bound: calls asked
             # for all the same are dropped, not run, and listed so the answer can say so.
-            reply = readable_tool_calls(
-                spend.invoke(
-                    with_schema(model, "executor_evidence_v2"), [*history, nudge], read=read
-                )
-            )
+            reply = readable_tool_calls(spend.invoke(final, [*history, nudge], read=read))
             dropped = [
                 CallNotRun(
                     tool_name=call["name"],
@@ -115,11 +127,11 @@ def make_executor(
                 )
                 for call in reply.tool_calls
             ]
-            if dropped:
+            if dropped and spent:
                 reply = AIMessage(content=reply.content, id=reply.id)
             return {
                 "executor_messages": [nudge, reply],
-                **({"calls_not_run": dropped} if dropped else {}),
+                **({"calls_not_run": dropped} if dropped and spent else {}),
                 "usage": spend.added,
                 "model_calls": spend.calls,
                 "route": ["executor"],
@@ -130,8 +142,7 @@ def make_executor(
         added: list[AnyMessage] = [reply]
         # Only a model behind an endpoint is asked again: scripted replies are replayed as they
         # were recorded, and the offline rules always call tools.
-        endpoint = from_endpoint(model)
-        called = reply.tool_calls or any(isinstance(m, ToolMessage) for m in messages)
+        called = reply.tool_calls or has_results
         if endpoint and not called and spend.stop() is None:
             # An answer before any tool result cites nothing: the model is asked once to call a
             # tool (a model that only writes calls as text is told how).
@@ -142,16 +153,39 @@ def make_executor(
             )
             added += [no_call, retried]
             reply = retried
+        elif guided and has_results and not reply.tool_calls and spend.stop() is None:
+            # A guided model answered before its plan's steps had their calls: it is asked for
+            # the next step's call once; if it answers again, that answer is asked for under the
+            # diagnosis's schema (without its unconstrained answers in the request).
+            ask = HumanMessage(
+                next_call_prompt.text.replace("{steps}", str(len(steps)))
+                .replace("{done}", str(used))
+                .replace("{next_step}", steps[used] if used < len(steps) else "")
+            )
+            spend.supersede_last()
+            retried = readable_tool_calls(
+                spend.invoke(with_tools, [*history, reply, ask], read=read2)
+            )
+            added += [ask, retried]
+            reply = retried
+            if not reply.tool_calls and spend.stop() is None:
+                answer = HumanMessage(answer_prompt.text)
+                spend.supersede_last()
+                again = spend.invoke(final, [*history, answer])
+                added += [answer, AIMessage(content=again.content, id=again.id)]
+                return {
+                    "executor_messages": added,
+                    "usage": spend.added,
+                    "model_calls": spend.calls,
+                    "route": ["executor"],
+                }
         if endpoint and not reply.tool_calls and spend.stop() is None:
             status, _ = parse_executor_output(message_text(reply))
             if status["status"] == "malformed" and accepts_schema(model):
                 # An unreadable final answer is asked for once more, shaped by its schema.
                 repair = HumanMessage(final_repair.text.replace("{error}", str(status["error"])))
                 spend.supersede_last()
-                again = spend.invoke(
-                    with_schema(model, "executor_evidence_v2"),
-                    [*history, *added, repair],
-                )
+                again = spend.invoke(final, [*history, *added, repair])
                 added += [repair, AIMessage(content=again.content, id=again.id)]
         return {
             "executor_messages": added,
@@ -161,3 +195,8 @@ def make_executor(
         }
 
     return executor
+
+
+def plan_steps(plan: str) -> list[str]:
+    """The plan's steps, one per non-empty line (as ``nodes.planner.bounded_plan`` writes it)."""
+    return [line.strip() for line in plan.splitlines() if line.strip()]

@@ -47,7 +47,9 @@ MODEL_PROFILE = Setting(
     "SUPERBIZ_MODEL_PROFILE",
     RunCheck("choice", choices=("hosted", "local")),
     "hosted, or local for a model on your own CPU or small GPU: longer request and diagnosis "
-    "timeouts (SUPERBIZ_MODEL_TIMEOUT_S, SUPERBIZ_DIAGNOSIS_DEADLINE_S)",
+    "timeouts (SUPERBIZ_MODEL_TIMEOUT_S, SUPERBIZ_DIAGNOSIS_DEADLINE_S), and the executor "
+    "guided: it answers once the plan's steps had their tool calls, its answer's citations "
+    "limited to the refs recorded for the diagnosis",
     default="hosted",
 )
 

@@ -12,11 +12,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 from langchain_core.messages import AIMessage
 
 from models.text_tool_calls import read_text_calls, text_tool_calls, tool_call_source
 from nodes.planner import bounded_plan
+from state.records import Invocation
 from tests.test_models_http import (  # noqa: F401 (fixtures)
     FakeOpenAI,
     Fault,
@@ -25,7 +27,15 @@ from tests.test_models_http import (  # noqa: F401 (fixtures)
     model_env,
     user_texts,
 )
-from verification.output_schemas import MAX_PLAN_STEPS
+from verification.output_schemas import (
+    MAX_CITABLE_REFS,
+    MAX_EXCERPT_CHARS,
+    MAX_PLAN_STEPS,
+    MAX_REFS_PER_INVOCATION,
+    SCHEMAS,
+    citable_refs,
+    executor_schema_for,
+)
 
 RECORDED: dict[str, Any] = json.loads(
     (Path(__file__).parent / "recorded" / "qwen2.5-coder-1.5b.json").read_text(encoding="utf-8")
@@ -259,12 +269,242 @@ def test_local_model_reply_cut_at_its_limit_names_the_setting_to_raise(
     model_env: FakeOpenAI,  # noqa: F811 (the imported fixture)
 ) -> None:
     cut = '{"answer_version": "executor_evidence_v2", "claims": [{"claim_id": "c1", "cl'
-    model_env.fail(
-        "executor", Fault("sleep"), *[Fault("content", text=cut, finish="length")] * 2
-    )
+    model_env.fail("executor", Fault("sleep"), *[Fault("content", text=cut, finish="length")] * 2)
 
     values, _ = _diagnose(language="en")
 
     cut_calls = [c for c in values["model_calls"] if c.get("finish_reason") == "length"]
     assert cut_calls and all(c["max_tokens"] == 2000 for c in cut_calls)
     assert "(raise SUPERBIZ_EXECUTOR_MAX_TOKENS)" in values["answer"]
+
+
+# --------------------------------------------------------------------------- the diagnosis's schema
+
+
+def _invocation(invocation_id: str, tool: str, refs: list[tuple[str, str, str]]) -> Invocation:
+    return Invocation(
+        invocation_id=invocation_id,
+        diagnosis_id="d1",
+        thread_id="t1",
+        round=1,
+        tool_name=tool,
+        arguments={},
+        status="ok" if refs else "error",
+        output={} if refs else None,
+        retrieval_details={
+            "evidence_refs": [
+                {"raw_path": path, "text": text, "source_type": kind} for path, text, kind in refs
+            ]
+        },
+        idempotency_key=invocation_id,
+        started_at="2026-03-01T10:00:00Z",
+        duration_ms=1.0,
+        error=None if refs else "backend down",
+    )
+
+
+LOG_LINE = "2026-03-01T10:14:02Z ERROR order-service: POST /orders status=500 upstream timeout"
+LEDGER = [
+    _invocation(
+        "inv-1",
+        "query_logs",
+        [("logs[0]", LOG_LINE, "log"), ("summary", "1 ERROR log of order-service", "summary")],
+    ),
+    _invocation(
+        "inv-2", "query_metrics", [("series[0]", "cpu inventory-service last 69.3%", "metric")]
+    ),
+    _invocation("inv-3", "query_traces", []),
+]
+
+
+def _answer(*bindings: dict[str, str], text: str = "order-service answered status=500") -> Any:
+    return {
+        "answer_version": "executor_evidence_v2",
+        "claims": [
+            {
+                "claim_id": "c1",
+                "claim_type": "observation",
+                "evidence_bindings": list(bindings),
+                "claim_text": text,
+                "support_level": "direct",
+            }
+        ],
+        "hypotheses": [],
+        "recommended_actions": [],
+        "missing_info": [],
+    }
+
+
+def _binding(invocation_id: str, raw_path: str, excerpt: str, tool: str, kind: str) -> Any:
+    return {
+        "source_invocation_id": invocation_id,
+        "raw_path": raw_path,
+        "evidence_excerpt": excerpt,
+        "tool_name": tool,
+        "source_type": kind,
+    }
+
+
+def test_citable_refs_lists_the_recorded_refs_with_excerpts_contained_in_them() -> None:
+    refs = citable_refs(LEDGER)
+
+    assert [(r["invocation_id"], r["raw_path"]) for r in refs] == [
+        ("inv-1", "logs[0]"),
+        ("inv-1", "summary"),
+        ("inv-2", "series[0]"),
+    ]
+    texts = {
+        (row["invocation_id"], ref["raw_path"]): ref["text"]
+        for row in LEDGER
+        for ref in row["retrieval_details"]["evidence_refs"]
+    }
+    assert all(r["excerpt"] in texts[(r["invocation_id"], r["raw_path"])] for r in refs)
+
+
+def test_citable_refs_is_bounded_per_invocation_and_in_all_and_keeps_each_summary() -> None:
+    long_line = "x" * (MAX_EXCERPT_CHARS + 50)
+    many = [
+        _invocation(
+            f"inv-{n}",
+            "query_logs",
+            [(f"logs[{i}]", f"{long_line} {n}/{i}", "log") for i in range(30)]
+            + [("summary", f"30 logs {n}", "summary")],
+        )
+        for n in range(1, 6)
+    ]
+
+    refs = citable_refs(many)
+
+    assert len(refs) == MAX_CITABLE_REFS
+    first = [r for r in refs if r["invocation_id"] == "inv-1"]
+    assert len(first) == MAX_REFS_PER_INVOCATION + 1 and first[-1]["raw_path"] == "summary"
+    assert all(len(r["excerpt"]) <= MAX_EXCERPT_CHARS for r in refs)
+
+
+def test_executor_schema_for_allows_only_the_recorded_citations() -> None:
+    schema = executor_schema_for(citable_refs(LEDGER))
+    real = _binding("inv-1", "logs[0]", LOG_LINE, "query_logs", "log")
+
+    jsonschema.validate(_answer(real), schema)
+    jsonschema.validate(
+        _answer(
+            real,
+            _binding("inv-1", "summary", "1 ERROR log of order-service", "query_logs", "summary"),
+        ),
+        schema,
+    )
+
+
+@pytest.mark.parametrize(
+    "binding",
+    [
+        pytest.param(
+            _binding("inv-4", "logs[0]", LOG_LINE, "query_logs", "log"), id="invocation-never-made"
+        ),
+        pytest.param(
+            _binding("inv-3", "logs[0]", LOG_LINE, "query_traces", "log"),
+            id="invocation-without-refs",
+        ),
+        pytest.param(
+            _binding("inv-1", "logs[0]", "POST /orders status=500 p99 123 ms", "query_logs", "log"),
+            id="invented-excerpt",
+        ),
+        pytest.param(
+            _binding("inv-2", "logs[0]", LOG_LINE, "query_logs", "log"),
+            id="ref-of-another-invocation",
+        ),
+        pytest.param(
+            _binding("inv-1", "logs[1]", LOG_LINE, "query_logs", "log"), id="raw-path-not-recorded"
+        ),
+    ],
+)
+def test_executor_schema_for_refuses_a_citation_the_ledger_does_not_hold(
+    binding: dict[str, str],
+) -> None:
+    schema = executor_schema_for(citable_refs(LEDGER))
+
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(_answer(binding), schema)
+
+
+def test_executor_schema_for_refuses_a_claim_without_bindings_and_is_plain_without_refs() -> None:
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(_answer(), executor_schema_for(citable_refs(LEDGER)))
+
+    assert executor_schema_for(citable_refs([LEDGER[2]])) == SCHEMAS["executor_evidence_v2"]
+    jsonschema.validate(_answer(), SCHEMAS["executor_evidence_v2"])
+
+
+# --------------------------------------------------------------------------- the local profile
+
+TWO_STEP_PLAN = json.dumps(
+    {"steps": ["query_logs(inventory-service, ERROR)", "query_logs(order-service, ERROR)"]}
+)
+
+
+def _bindings_of(body: dict[str, Any]) -> list[tuple[str, str]]:
+    """The (invocation id, raw path) pairs a request's final-answer schema allows."""
+    schema = body["response_format"]["json_schema"]["schema"]
+    claim = schema["properties"]["claims"]["items"]
+    choices = claim["properties"]["evidence_bindings"]["items"]["anyOf"]
+    return [
+        (c["properties"]["source_invocation_id"]["enum"][0], c["properties"]["raw_path"]["enum"][0])
+        for c in choices
+    ]
+
+
+def test_local_profile_asks_for_the_next_steps_call_and_answers_under_the_ledger_schema(
+    model_env: FakeOpenAI,  # noqa: F811 (the imported fixture)
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SUPERBIZ_MODEL_PROFILE", "local")
+    model_env.fail("planner", Fault("content", text=TWO_STEP_PLAN))
+    model_env.fail(
+        "executor",
+        Fault("content", text=_recorded("fenced_tool_call")),
+        # After one result the recorded model answers at once, citing what it never called.
+        Fault("content", text=_recorded("answer_without_tool_call")),
+    )
+
+    values, _ = _diagnose(language="en")
+
+    executor = model_env.by_role("executor")
+    asks = [t for body in executor for t in user_texts(body) if "too early" in t]
+    assert asks and "2. query_logs(order-service, ERROR)" in asks[0]
+    final = executor[-1]
+    assert "tools" not in final and final["max_tokens"] > 0
+    allowed = _bindings_of(final)
+    ledger_ids = {
+        json.loads(m["content"])["invocation_id"] for m in final["messages"] if m["role"] == "tool"
+    }
+    assert {invocation for invocation, _ in allowed} <= ledger_ids
+    assert {invocation for invocation, _ in allowed} == {"inv-1", "inv-2"}
+    # The superseded unconstrained answer is not what the diagnosis ends with.
+    cited = {
+        b["source_invocation_id"]
+        for c in values["structured_output"]["claims"]
+        for b in c["evidence_bindings"]
+    }
+    assert cited <= ledger_ids
+    assert values["verdict"] == "PASS"
+
+
+def test_hosted_profile_takes_the_early_answer_as_it_is(
+    model_env: FakeOpenAI,  # noqa: F811 (the imported fixture)
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("SUPERBIZ_MODEL_PROFILE", raising=False)
+    model_env.fail("planner", Fault("content", text=TWO_STEP_PLAN))
+    model_env.fail(
+        "executor",
+        Fault("content", text=_recorded("fenced_tool_call")),
+        Fault("content", text=_recorded("answer_without_tool_call")),
+    )
+    model_env.fail("verifier", *[Fault("content", text=_recorded("verifier_fenced"))] * 2)
+
+    values, _ = _diagnose(language="en")
+
+    executor = model_env.by_role("executor")
+    assert len(executor) == 2
+    assert not any("too early" in t for body in executor for t in user_texts(body))
+    assert values["verdict"] != "PASS"

@@ -9,7 +9,17 @@ for meaning, and an endpoint that refuses it gets the same prompt without it.
 
 from __future__ import annotations
 
-from state.records import CLAIM_LABELS, CLAIM_TYPES, COVERAGE_STATUSES, VERDICTS, JSONObject
+from collections.abc import Sequence
+from typing import TypedDict
+
+from state.records import (
+    CLAIM_LABELS,
+    CLAIM_TYPES,
+    COVERAGE_STATUSES,
+    VERDICTS,
+    Invocation,
+    JSONObject,
+)
 
 MAX_PLAN_STEPS = 6
 """Most steps a plan keeps (the planner's schema and its text fallback both bound it)."""
@@ -54,31 +64,33 @@ _BINDING: JSONObject = _object(
     }
 )
 
-EXECUTOR: JSONObject = _object(
-    {
-        "answer_version": {"type": "string", "enum": ["executor_evidence_v2"]},
-        "claims": _items(
-            _object(
-                {
-                    "claim_id": _TEXT,
-                    "claim_type": {"type": "string", "enum": list(CLAIM_TYPES)},
-                    "claim_text": _TEXT,
-                    "support_level": {"type": "string", "enum": ["direct", "indirect"]},
-                    "evidence_bindings": _items(_BINDING),
-                }
-            )
-        ),
-        "hypotheses": _items(_object({"text": _TEXT, "basis": _TEXT})),
-        "recommended_actions": _items(_object({"text": _TEXT, "source": _TEXT})),
-        "missing_info": _items(_object({"text": _TEXT}, required=["text"])),
-        "conclusion": _object(
+_EXECUTOR_PROPERTIES: JSONObject = {
+    "answer_version": {"type": "string", "enum": ["executor_evidence_v2"]},
+    "claims": _items(
+        _object(
             {
-                "text": _TEXT,
-                "answer": {"type": "string", "enum": ["yes", "no", "value", "unknown"]},
-                "rests_on": _TEXTS,
+                "claim_id": _TEXT,
+                "claim_type": {"type": "string", "enum": list(CLAIM_TYPES)},
+                "claim_text": _TEXT,
+                "support_level": {"type": "string", "enum": ["direct", "indirect"]},
+                "evidence_bindings": _items(_BINDING),
             }
-        ),
-    },
+        )
+    ),
+    "hypotheses": _items(_object({"text": _TEXT, "basis": _TEXT})),
+    "recommended_actions": _items(_object({"text": _TEXT, "source": _TEXT})),
+    "missing_info": _items(_object({"text": _TEXT}, required=["text"])),
+    "conclusion": _object(
+        {
+            "text": _TEXT,
+            "answer": {"type": "string", "enum": ["yes", "no", "value", "unknown"]},
+            "rests_on": _TEXTS,
+        }
+    ),
+}
+
+EXECUTOR: JSONObject = _object(
+    _EXECUTOR_PROPERTIES,
     required=["answer_version", "claims", "hypotheses", "recommended_actions", "missing_info"],
 )
 
@@ -126,6 +138,119 @@ COMPOSER: JSONObject = _object(
         "next_steps": _items(_object({"text": _TEXT})),
     }
 )
+
+MAX_CITABLE_REFS = 48
+"""Most evidence refs a diagnosis's executor schema lists as citable choices."""
+MAX_REFS_PER_INVOCATION = 12
+"""Most refs of one invocation listed (its first ones, in order, and always its ``summary``)."""
+MAX_EXCERPT_CHARS = 240
+"""Longest excerpt offered for one ref: the start of its text (so still a substring of it)."""
+MAX_BINDINGS = 3
+"""Most bindings one claim may carry under the diagnosis's schema."""
+MAX_CLAIMS = 4
+"""Most claims under the diagnosis's schema (a small model's answer stays short)."""
+MAX_ANSWER_TEXT_CHARS = 240
+"""Longest claim text, hypothesis or action under the diagnosis's schema: one sentence."""
+MAX_SIDE_ITEMS = 2
+"""Most hypotheses, recommended actions and missing-info items under the diagnosis's schema."""
+
+
+class CitableRef(TypedDict):
+    """One evidence ref of a recorded invocation, as the executor may cite it."""
+
+    invocation_id: str
+    tool_name: str
+    source_type: str
+    raw_path: str
+    excerpt: str
+
+
+def citable_refs(invocations: Sequence[Invocation]) -> list[CitableRef]:
+    """The refs the diagnosis's invocations recorded, bounded: what a binding may point at.
+
+    Per invocation its first ``MAX_REFS_PER_INVOCATION`` refs and its ``summary`` ref, in
+    ledger order, at most ``MAX_CITABLE_REFS`` in all; each excerpt is the start of the ref's
+    text (at most ``MAX_EXCERPT_CHARS``), so it is contained in the text the Gatekeeper reads.
+    """
+    found: list[CitableRef] = []
+    for invocation in invocations:
+        refs = invocation["retrieval_details"].get("evidence_refs") or []
+        chosen = [ref for ref in refs if ref["raw_path"] != "summary"][:MAX_REFS_PER_INVOCATION]
+        chosen += [ref for ref in refs if ref["raw_path"] == "summary"][:1]
+        for ref in chosen:
+            excerpt = ref["text"][:MAX_EXCERPT_CHARS].strip()
+            if not excerpt:
+                continue
+            found.append(
+                CitableRef(
+                    invocation_id=invocation["invocation_id"],
+                    tool_name=invocation["tool_name"],
+                    source_type=ref["source_type"],
+                    raw_path=ref["raw_path"],
+                    excerpt=excerpt,
+                )
+            )
+    return found[:MAX_CITABLE_REFS]
+
+
+def _fixed(value: str) -> JSONObject:
+    return {"type": "string", "enum": [value]}
+
+
+def executor_schema_for(refs: Sequence[CitableRef]) -> JSONObject:
+    """The executor's final-answer schema whose bindings can only name ``refs``.
+
+    Each binding is one of the refs as a whole (its invocation id, tool, raw path and excerpt
+    fixed together), so a constrained reply cites only what the ledger recorded for this
+    diagnosis, and every claim cites at least one. The answer is kept short (at most
+    ``MAX_CLAIMS`` claims of one sentence each, a few hypotheses and actions). In a claim the bindings come before the
+    claim text, so the text is written after its evidence was chosen. Whether the text says
+    what its evidence says is still for the Gatekeeper's rules and the Verifier. Without refs
+    (nothing citable was recorded) it is the plain schema.
+    """
+    if not refs:
+        return EXECUTOR
+    choices = [
+        _object(
+            {
+                "source_invocation_id": _fixed(ref["invocation_id"]),
+                "raw_path": _fixed(ref["raw_path"]),
+                "evidence_excerpt": _fixed(ref["excerpt"]),
+                "tool_name": _fixed(ref["tool_name"]),
+                "source_type": _fixed(ref["source_type"]),
+            }
+        )
+        for ref in refs
+    ]
+    bindings: JSONObject = {
+        "type": "array",
+        "items": {"anyOf": [*choices]},
+        "minItems": 1,
+        "maxItems": MAX_BINDINGS,
+    }
+    sentence: JSONObject = {"type": "string", "maxLength": MAX_ANSWER_TEXT_CHARS}
+    claim = _object(
+        {
+            "claim_id": _TEXT,
+            "claim_type": {"type": "string", "enum": list(CLAIM_TYPES)},
+            "evidence_bindings": bindings,
+            "claim_text": sentence,
+            "support_level": {"type": "string", "enum": ["direct", "indirect"]},
+        }
+    )
+
+    def few(item: JSONObject) -> JSONObject:
+        return {"type": "array", "items": item, "maxItems": MAX_SIDE_ITEMS}
+
+    properties: JSONObject = {
+        **_EXECUTOR_PROPERTIES,
+        "claims": {"type": "array", "items": claim, "minItems": 1, "maxItems": MAX_CLAIMS},
+        "hypotheses": few(_object({"text": sentence, "basis": sentence})),
+        "recommended_actions": few(_object({"text": sentence, "source": _TEXT})),
+        "missing_info": few(_object({"text": sentence}, required=["text"])),
+    }
+    return {**EXECUTOR, "properties": properties}
+
 
 SCHEMAS: dict[str, JSONObject] = {
     "planner_plan": PLANNER,
