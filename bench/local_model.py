@@ -16,7 +16,8 @@ sample and of the scenario environments, both languages), then reads each diagno
 
 Targets: tool calls on >= 80 % of diagnoses, >= half ending with claims that pass the
 Gatekeeper, >= 3 PASS with the expected facts, 0 leaks. Each diagnosis takes minutes on a CPU:
-``--limit N`` runs the first N questions, ``--out FILE`` appends one JSON line per diagnosis as it
+``--limit N`` runs the first N questions (``--only ID...`` those named), ``--db FILE`` keeps
+the records, ``--out FILE`` appends one JSON line per diagnosis as it
 finishes (``--table FILE`` prints the table of such a file again). Not a test: it always exits 0.
 """
 
@@ -265,7 +266,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=len(QUESTIONS))
     parser.add_argument("--out", help="append one JSON line per diagnosis to this file")
     parser.add_argument("--table", help="print the table of an earlier --out file and stop")
-    parser.add_argument("--db", help="with --table: the database of that run, to measure again")
+    parser.add_argument(
+        "--db",
+        help="with --table: the database of that run, to measure again; otherwise the database "
+        "the run keeps its records in (default: a temporary one, removed at the end)",
+    )
+    parser.add_argument("--only", nargs="*", help="run only these scenario ids")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per diagnosis")
     args = parser.parse_args(argv)
     if args.table:
@@ -292,9 +298,10 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
     rows: list[dict[str, Any]] = []
+    chosen = [q for q in QUESTIONS if not args.only or q[0] in args.only][: args.limit]
     with tempfile.TemporaryDirectory() as folder:
-        db = str(Path(folder) / "bench.sqlite")
-        for scenario_id, given in QUESTIONS[: args.limit]:
+        db = args.db or str(Path(folder) / "bench.sqlite")
+        for scenario_id, given in chosen:
             try:
                 row = run_one(scenario_id, given, db, args.timeout)
             except subprocess.TimeoutExpired:

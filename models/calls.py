@@ -223,7 +223,7 @@ class ResilientChatOpenAI(CallableChatModel, ChatOpenAI):
             ModelCallFailed: when the endpoint's answer is never retried, or the retries or the
                 diagnosis deadline are spent.
         """
-        with_schema = "response_format" in call.kwargs
+        with_schema = _sends_schema(call)
         if with_schema and self._schema_refused:
             call = _without_schema(call)
             with_schema = False
@@ -277,6 +277,21 @@ TIMEOUT_SETTING = "SUPERBIZ_MODEL_TIMEOUT_S (or set SUPERBIZ_MODEL_PROFILE=local
 """What a timed-out request names to raise."""
 
 
+def _sends_schema(call: GenerateCall) -> bool:
+    """Whether the call sends a ``response_format`` (as an option, or in the request body)."""
+    extra = call.kwargs.get("extra_body")
+    return "response_format" in call.kwargs or (
+        isinstance(extra, dict) and "response_format" in extra
+    )
+
+
 def _without_schema(call: GenerateCall) -> GenerateCall:
     kwargs = {key: value for key, value in call.kwargs.items() if key != "response_format"}
+    extra = kwargs.get("extra_body")
+    if isinstance(extra, dict) and "response_format" in extra:
+        rest = {key: value for key, value in extra.items() if key != "response_format"}
+        if rest:
+            kwargs["extra_body"] = rest
+        else:
+            del kwargs["extra_body"]
     return GenerateCall(call.messages, call.stop, call.run_manager, kwargs)

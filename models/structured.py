@@ -10,6 +10,7 @@ models are returned as they are. Either way the reply is parsed and checked as b
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
@@ -46,13 +47,26 @@ def accepts_schema(model: BaseChatModel) -> bool:
 
 
 def with_schema(
-    model: BaseChatModel, name: str, schema: JSONObject | None = None
+    model: BaseChatModel,
+    name: str,
+    schema: JSONObject | None = None,
+    *,
+    tools: Sequence[JSONObject] | None = None,
 ) -> Runnable[Any, Any]:
     """``model`` asked for a reply shaped by the schema ``name``, where it can send one.
 
     ``schema`` replaces the static schema of that name for this request (the executor's
-    final answer bound to the diagnosis's recorded refs: ``executor_schema_for``).
+    final answer bound to the diagnosis's recorded refs: ``executor_schema_for``). ``tools``
+    are offered with it: a server that turns the schema into a grammar (llama.cpp) then still
+    answers by the schema, and the request keeps the tool definitions of the turns before it,
+    so the server can reuse their evaluated prompt instead of reading it all again.
     """
     if not accepts_schema(model):
-        return model
-    return model.bind(response_format=response_format(name, schema))
+        return model if tools is None else model.bind_tools(list(tools))
+    if tools is None:
+        return model.bind(response_format=response_format(name, schema))
+    # With tools, the OpenAI client would parse the reply itself and insist on strict tools:
+    # the field goes in the request body as it is, and the reply is read as text, as always.
+    return model.bind_tools(list(tools)).bind(
+        extra_body={RESPONSE_FORMAT: response_format(name, schema)}
+    )

@@ -112,12 +112,20 @@ def make_executor(
                 messages = bounded_history(
                     messages, rows, limit_chars=ctx.executor_context_chars, fixed_chars=fixed
                 )
-        # The final answer's schema lists the refs really recorded for this diagnosis.
-        final = with_schema(model, "executor_evidence_v2", executor_schema_for(citable_refs(rows)))
+        # The final answer's schema lists the refs really recorded for this diagnosis. A guided
+        # model is offered the tools with it (the schema still decides what it writes).
+        tools = offered()
+        final = with_schema(
+            model,
+            "executor_evidence_v2",
+            executor_schema_for(citable_refs(rows), guided=guided),
+            tools=tools if guided else None,
+        )
         history = [SystemMessage(prompt.text), *messages]
         if answer_now:
-            # No tools offered: the model must answer. The budget is a hard bound: calls asked
-            # for all the same are dropped, not run, and listed so the answer can say so.
+            # The model must answer (a guided one is offered the tools, but its schema leaves no
+            # room for a call). The budget is a hard bound: calls asked for all the same are
+            # dropped, not run, and listed so the answer can say so.
             reply = readable_tool_calls(spend.invoke(final, [*history, nudge], read=read))
             dropped = [
                 CallNotRun(
@@ -137,7 +145,7 @@ def make_executor(
                 "route": ["executor"],
             }
         # The registered tools, read per turn: a tool registered at run time is offered too.
-        with_tools = model.bind_tools(offered())
+        with_tools = model.bind_tools(tools)
         reply = readable_tool_calls(spend.invoke(with_tools, history, read=read))
         added: list[AnyMessage] = [reply]
         # Only a model behind an endpoint is asked again: scripted replies are replayed as they

@@ -472,7 +472,12 @@ def test_local_profile_asks_for_the_next_steps_call_and_answers_under_the_ledger
     asks = [t for body in executor for t in user_texts(body) if "too early" in t]
     assert asks and "2. query_logs(order-service, ERROR)" in asks[0]
     final = executor[-1]
-    assert "tools" not in final and final["max_tokens"] > 0
+    # Offered the same tools as before (the server reuses the evaluated prompt), answering by
+    # the schema, under its token limit.
+    assert [t["function"]["name"] for t in final["tools"]] == [
+        t["function"]["name"] for t in executor[0]["tools"]
+    ]
+    assert final["max_tokens"] > 0
     allowed = _bindings_of(final)
     ledger_ids = {
         json.loads(m["content"])["invocation_id"] for m in final["messages"] if m["role"] == "tool"
@@ -508,3 +513,39 @@ def test_hosted_profile_takes_the_early_answer_as_it_is(
     assert len(executor) == 2
     assert not any("too early" in t for body in executor for t in user_texts(body))
     assert values["verdict"] != "PASS"
+
+
+def test_executor_schema_for_guided_keeps_claims_to_short_observations() -> None:
+    schema = executor_schema_for(citable_refs(LEDGER), guided=True)
+    real = _binding("inv-1", "logs[0]", LOG_LINE, "query_logs", "log")
+    jsonschema.validate(_answer(real), schema)
+
+    causal = _answer(real)
+    causal["claims"][0]["claim_type"] = "causal"
+    rambling = _answer(real, text="order-service answered status=500 because " + "x" * 200)
+    concluded = {**_answer(real), "conclusion": {"text": "yes", "answer": "yes", "rests_on": []}}
+    for answer in (causal, rambling, concluded):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(answer, schema)
+    # Unguided, the same answers are shaped right (only the citations are bound).
+    for answer in (causal, rambling, concluded):
+        jsonschema.validate(answer, executor_schema_for(citable_refs(LEDGER)))
+
+
+def test_local_profile_answer_is_asked_again_without_the_schema_an_endpoint_refuses(
+    model_env: FakeOpenAI,  # noqa: F811 (the imported fixture)
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SUPERBIZ_MODEL_PROFILE", "local")
+    refused = "Unrecognized request argument supplied: response_format"
+    model_env.fail("planner", Fault("status", status=400, message=refused))
+    # The first turn calls a tool as scripted; the answer's request carries the schema.
+    model_env.fail("executor", Fault("sleep"), Fault("status", status=400, message=refused))
+
+    values, _ = _diagnose(language="en")
+
+    executor = model_env.by_role("executor")
+    assert "response_format" in executor[1] and "tools" in executor[1]
+    assert "response_format" not in executor[2] and "tools" in executor[2]
+    assert executor[2]["messages"] == executor[1]["messages"]
+    assert values["verdict"] == "PASS"

@@ -148,11 +148,15 @@ MAX_EXCERPT_CHARS = 240
 MAX_BINDINGS = 3
 """Most bindings one claim may carry under the diagnosis's schema."""
 MAX_CLAIMS = 4
-"""Most claims under the diagnosis's schema (a small model's answer stays short)."""
+"""Most claims of a guided answer (a small model's answer stays short)."""
+MAX_OBSERVATION_CHARS = 160
+"""Longest claim text of a guided answer: one sentence restating its evidence."""
 MAX_ANSWER_TEXT_CHARS = 240
-"""Longest claim text, hypothesis or action under the diagnosis's schema: one sentence."""
+"""Longest hypothesis or action of a guided answer."""
 MAX_SIDE_ITEMS = 2
-"""Most hypotheses, recommended actions and missing-info items under the diagnosis's schema."""
+"""Most hypotheses, recommended actions and missing-info items of a guided answer."""
+GUIDED_CLAIM_TYPES = ("observation", "negative_observation", "state")
+"""The claim types of a guided answer: what evidence shows directly (causes are hypotheses)."""
 
 
 class CitableRef(TypedDict):
@@ -197,16 +201,21 @@ def _fixed(value: str) -> JSONObject:
     return {"type": "string", "enum": [value]}
 
 
-def executor_schema_for(refs: Sequence[CitableRef]) -> JSONObject:
+def executor_schema_for(refs: Sequence[CitableRef], *, guided: bool = False) -> JSONObject:
     """The executor's final-answer schema whose bindings can only name ``refs``.
 
     Each binding is one of the refs as a whole (its invocation id, tool, raw path and excerpt
     fixed together), so a constrained reply cites only what the ledger recorded for this
-    diagnosis, and every claim cites at least one. The answer is kept short (at most
-    ``MAX_CLAIMS`` claims of one sentence each, a few hypotheses and actions). In a claim the bindings come before the
+    diagnosis, and every claim cites at least one. In a claim the bindings come before the
     claim text, so the text is written after its evidence was chosen. Whether the text says
     what its evidence says is still for the Gatekeeper's rules and the Verifier. Without refs
     (nothing citable was recorded) it is the plain schema.
+
+    ``guided`` (a small local model, ``SUPERBIZ_MODEL_PROFILE=local``) also keeps the answer
+    short and its claims to what evidence shows directly: at most ``MAX_CLAIMS`` claims of type
+    observation, negative_observation or state, each one sentence of at most
+    ``MAX_OBSERVATION_CHARS``, a few hypotheses and actions (where causes go), and no
+    ``conclusion`` object (code derives the conclusion from the confirmed claims).
     """
     if not refs:
         return EXECUTOR
@@ -228,28 +237,37 @@ def executor_schema_for(refs: Sequence[CitableRef]) -> JSONObject:
         "minItems": 1,
         "maxItems": MAX_BINDINGS,
     }
-    sentence: JSONObject = {"type": "string", "maxLength": MAX_ANSWER_TEXT_CHARS}
+    claim_types = GUIDED_CLAIM_TYPES if guided else CLAIM_TYPES
     claim = _object(
         {
             "claim_id": _TEXT,
-            "claim_type": {"type": "string", "enum": list(CLAIM_TYPES)},
+            "claim_type": {"type": "string", "enum": list(claim_types)},
             "evidence_bindings": bindings,
-            "claim_text": sentence,
-            "support_level": {"type": "string", "enum": ["direct", "indirect"]},
+            "claim_text": {"type": "string", "maxLength": MAX_OBSERVATION_CHARS}
+            if guided
+            else _TEXT,
+            "support_level": {
+                "type": "string",
+                "enum": ["direct"] if guided else ["direct", "indirect"],
+            },
         }
     )
+    if not guided:
+        properties: JSONObject = {**_EXECUTOR_PROPERTIES, "claims": _items(claim)}
+        return {**EXECUTOR, "properties": properties}
+    sentence: JSONObject = {"type": "string", "maxLength": MAX_ANSWER_TEXT_CHARS}
 
     def few(item: JSONObject) -> JSONObject:
         return {"type": "array", "items": item, "maxItems": MAX_SIDE_ITEMS}
 
-    properties: JSONObject = {
-        **_EXECUTOR_PROPERTIES,
+    guided_properties: JSONObject = {
+        "answer_version": _EXECUTOR_PROPERTIES["answer_version"],
         "claims": {"type": "array", "items": claim, "minItems": 1, "maxItems": MAX_CLAIMS},
         "hypotheses": few(_object({"text": sentence, "basis": sentence})),
         "recommended_actions": few(_object({"text": sentence, "source": _TEXT})),
         "missing_info": few(_object({"text": sentence}, required=["text"])),
     }
-    return {**EXECUTOR, "properties": properties}
+    return {**EXECUTOR, "properties": guided_properties}
 
 
 SCHEMAS: dict[str, JSONObject] = {
