@@ -8,7 +8,9 @@ Modes:
                   top-1 is ``root_cause.service``, top-3 the first three suspects.
     default       the product offline (``superbiz diagnose --offline --json``, one process per
                   question, a throw-away SQLite database), once per question language
-                  (``--lang zh,en``), scoring the answer's ``root_cause`` and ``suspects``.
+                  (``--lang zh,en``), scoring the answer's ``root_cause`` and ``suspects``;
+                  each answer is also compared with ``--direct`` on the same case (the root
+                  cause and the first three suspects), and every difference is printed.
     ``--model``   the same with the configured models.
 
 It also measures the analysis on a day-sized input (``--day-scale N`` copies of one fault's data
@@ -33,7 +35,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -57,6 +59,7 @@ class Outcome:
     seconds: float
     verdict: str = ""
     notes: list[str] = field(default_factory=list)
+    same_as_direct: bool | None = None
 
     @property
     def top1(self) -> bool:
@@ -127,9 +130,18 @@ def run_product(
     ``root_cause`` and ``suspects``."""
     question = case["questions"][language]
     argv = [
-        sys.executable, "-m", "apps.cli.main", "diagnose", question,
-        "--env", str(folder / case["environment"]), "--json", "--lang", language,
-        "--db", str(database),
+        sys.executable,
+        "-m",
+        "apps.cli.main",
+        "diagnose",
+        question,
+        "--env",
+        str(folder / case["environment"]),
+        "--json",
+        "--lang",
+        language,
+        "--db",
+        str(database),
     ]
     if offline:
         argv.append("--offline")
@@ -139,8 +151,15 @@ def run_product(
     try:
         summary = json.loads(done.stdout)
     except json.JSONDecodeError:
-        return Outcome(case["name"], case["expected_service"], [], None, seconds, "error",
-                       [f"exit {done.returncode}: {done.stderr.strip()[-200:]}"])
+        return Outcome(
+            case["name"],
+            case["expected_service"],
+            [],
+            None,
+            seconds,
+            "error",
+            [f"exit {done.returncode}: {done.stderr.strip()[-200:]}"],
+        )
     root = summary.get("root_cause") or {}
     suspects = [s.get("service", "") for s in summary.get("suspects") or []]
     return Outcome(
@@ -151,6 +170,18 @@ def run_product(
         seconds=seconds,
         verdict=str(summary.get("verdict")),
     )
+
+
+def _compared(product: Outcome, direct: Outcome) -> Outcome:
+    """``product`` with whether it names what ``--direct`` names (root cause, top three)."""
+    same = product.root == direct.root and product.named[:3] == direct.named[:3]
+    product.same_as_direct = same
+    if not same:
+        product.notes.append(
+            f"differs from --direct: root {direct.root or '-'} top-3 {direct.named[:3]}, "
+            f"product root {product.root or '-'} top-3 {product.named[:3]}"
+        )
+    return product
 
 
 def day_scale(folder: Path, case: dict[str, Any], copies: int) -> tuple[float, float, int]:
@@ -169,22 +200,36 @@ def day_scale(folder: Path, case: dict[str, Any], copies: int) -> tuple[float, f
         for span in base_spans:
             moment = parse_time(span["start"])
             if moment is not None:
-                spans.append({**span, "start": _iso(moment + shift),
-                              "trace_id": f"{copy:04x}{span['trace_id'][4:]}",
-                              "span_id": f"{copy:04x}{span['span_id'][4:]}",
-                              "parent_span_id": (f"{copy:04x}{span['parent_span_id'][4:]}"
-                                                 if span.get("parent_span_id") else "")})
-    big = IncidentInputs(**{**inputs, "logs": logs, "spans": spans,  # type: ignore[typeddict-item]
-                            "baseline_start": _iso((parse_time(inputs["baseline_end"]) or 0)
-                                                   - 86_400)})
+                spans.append(
+                    {
+                        **span,
+                        "start": _iso(moment + shift),
+                        "trace_id": f"{copy:04x}{span['trace_id'][4:]}",
+                        "span_id": f"{copy:04x}{span['span_id'][4:]}",
+                        "parent_span_id": (
+                            f"{copy:04x}{span['parent_span_id'][4:]}"
+                            if span.get("parent_span_id")
+                            else ""
+                        ),
+                    }
+                )
+    fields: dict[str, Any] = {
+        **inputs,
+        "logs": logs,
+        "spans": spans,
+        "baseline_start": _iso((parse_time(inputs["baseline_end"]) or 0) - 86_400),
+    }
+    big = cast(IncidentInputs, fields)
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     started, cpu = time.perf_counter(), time.process_time()
     report = analyze(big)
     seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
     rss_after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print(f"  analysed {report['counts']}; gaps: {report['gaps'][-2:]}")
-    print(f"  CPU {cpu:.1f} s (wall {seconds:.1f} s); peak RSS {rss_after / 1024:.0f} MiB"
-          f" ({rss_before / 1024:.0f} MiB with the inputs built, before the analysis)")
+    print(
+        f"  CPU {cpu:.1f} s (wall {seconds:.1f} s); peak RSS {rss_after / 1024:.0f} MiB"
+        f" ({rss_before / 1024:.0f} MiB with the inputs built, before the analysis)"
+    )
     peak = float(rss_after) * 1024
     seconds = cpu
     return seconds, peak / 2**20, len(logs) + len(spans)
@@ -215,8 +260,19 @@ def _report(label: str, outcomes: list[Outcome]) -> None:
     top3 = sum(o.top3 for o in outcomes) / total
     anywhere = sum(o.anywhere for o in outcomes) / total
     seconds = sum(o.seconds for o in outcomes)
-    print(f"total {total} faults: top-1 {top1:.1%}, top-3 {top3:.1%}, named {anywhere:.1%},"
-          f" {seconds:.1f} s ({seconds / total:.2f} s a fault)")
+    print(
+        f"total {total} faults: top-1 {top1:.1%}, top-3 {top3:.1%}, named {anywhere:.1%},"
+        f" {seconds:.1f} s ({seconds / total:.2f} s a fault)"
+    )
+    compared = [o.same_as_direct for o in outcomes if o.same_as_direct is not None]
+    if compared:
+        print(f"  same root cause and top-3 as --direct: {sum(compared)} of {len(compared)}")
+    verdicts: dict[str, int] = {}
+    for o in outcomes:
+        if o.verdict:
+            verdicts[o.verdict] = verdicts.get(o.verdict, 0) + 1
+    if verdicts:
+        print("  verdicts: " + ", ".join(f"{k} {v}" for k, v in sorted(verdicts.items())))
     for name, value, target in (("top-1", top1, TOP1_TARGET), ("top-3", top3, TOP3_TARGET)):
         met = "TARGET MET" if value >= target else f"TARGET MISSED by {target - value:.1%}"
         print(f"  {name}: {value:.1%} (target >= {target:.0%}) {met}")
@@ -232,16 +288,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--direct", action="store_true", help="score analysis.incident only")
     parser.add_argument("--model", action="store_true", help="model mode instead of offline")
     parser.add_argument("--lang", default="zh,en", help="question languages (product modes)")
-    parser.add_argument("--only", help="only cases whose name contains this")
+    parser.add_argument(
+        "--only", help="only cases whose name contains one of these (comma-separated)"
+    )
     parser.add_argument("--verbose", action="store_true", help="print the top suspects")
-    parser.add_argument("--day-scale", type=int, default=0,
-                        help="also time the analysis on N shifted copies of the first fault")
+    parser.add_argument(
+        "--day-scale",
+        type=int,
+        default=0,
+        help="also time the analysis on N shifted copies of the first fault",
+    )
     parser.add_argument("--runs", type=int, default=1, help="(accepted for uniformity)")
     parser.add_argument("--quick", action="store_true", help="the first 5 faults only")
     args = parser.parse_args(argv)
     cases = [json.loads(path.read_text()) for path in sorted(args.folder.glob("*.case.json"))]
     if args.only:
-        cases = [case for case in cases if args.only in case["name"]]
+        wanted = [part for part in args.only.split(",") if part]
+        cases = [case for case in cases if any(part in case["name"] for part in wanted)]
     if args.quick:
         cases = cases[:5]
     if not cases:
@@ -256,17 +319,25 @@ def main(argv: list[str] | None = None) -> int:
         _report("analysis.incident.analyze (--direct)", outcomes)
     else:
         database = Path(tempfile.mkdtemp(prefix="rca_nezha_")) / "bench.db"
+        direct = {case["name"]: run_direct(args.folder, case, False) for case in cases}
         for language in args.lang.split(","):
             outcomes = [
-                run_product(args.folder, case, language, not args.model, database)
+                _compared(
+                    run_product(args.folder, case, language, not args.model, database),
+                    direct[case["name"]],
+                )
                 for case in cases
             ]
-            _report(f"superbiz diagnose {'' if args.model else '--offline '}--json ({language})",
-                    outcomes)
+            _report(
+                f"superbiz diagnose {'' if args.model else '--offline '}--json ({language})",
+                outcomes,
+            )
     if args.day_scale:
         seconds, peak, items = day_scale(args.folder, cases[0], args.day_scale)
-        print(f"\nday-sized input: {items} log lines and spans ({args.day_scale} copies):"
-              f" {seconds:.1f} CPU seconds, peak RSS {peak:.0f} MiB")
+        print(
+            f"\nday-sized input: {items} log lines and spans ({args.day_scale} copies):"
+            f" {seconds:.1f} CPU seconds, peak RSS {peak:.0f} MiB"
+        )
     return 0
 
 
