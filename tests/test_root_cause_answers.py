@@ -45,6 +45,35 @@ def _confirmed_texts(state: dict[str, Any]) -> list[str]:
     ]
 
 
+CHAIN = [
+    "Started stock reconciliation job run=rec-20260301-0958",  # the job (09:58)
+    "Slow query: UPDATE stock",  # slow queries on table stock
+    "Lock wait on table stock",  # lock waits
+    "Inventory reservation call to inventory-service",  # holding HikariPool-1 connections
+    "HikariPool-1 - Connection is not available",  # the pool exhausted
+    "status=500",  # the 500s
+    "502 Bad Gateway",  # api-gateway's 502s
+]
+RUNNER_UP = {
+    "zh": ("次要嫌疑 order-service", "排名较低"),
+    "en": ("Runner-up suspect order-service", "ranks lower"),
+}
+CONFIRM = {"zh": "确认方法：核对 inventory-service", "en": "To confirm: check inventory-service"}
+
+
+def _assert_chain(state: dict[str, Any], language: str) -> None:
+    """The chain in order, each link a confirmed claim; the runner-up and how to confirm."""
+    texts = _confirmed_texts(state)
+    where = [next(i for i, text in enumerate(texts) if link in text) for link in CHAIN]
+    assert where == sorted(where), texts
+    assert "09:58:12Z" in texts[where[0]]  # the job's start
+    runner = next(text for text in texts if text.startswith(RUNNER_UP[language][0]))
+    assert RUNNER_UP[language][1] in runner and "a symptom" in runner
+    assert where[-1] < texts.index(runner)
+    actions = state["executor_answer"]["recommended_actions"]
+    assert actions[0]["text"].startswith(CONFIRM[language]), actions
+
+
 def test_sample_why_500_states_the_reconciliation_job_as_root_cause_and_the_chain() -> None:
     state, _ = _ask(QUESTION)
 
@@ -54,17 +83,7 @@ def test_sample_why_500_states_the_reconciliation_job_as_root_cause_and_the_chai
     assert "stock reconciliation job" in root["mechanism"]
     texts = _confirmed_texts(state)
     assert texts[0].startswith("最可能的根因（推断）：inventory-service")
-    chain = [
-        "Started stock reconciliation job run=rec-20260301-0958",  # the job (09:58)
-        "Slow query: UPDATE stock",  # slow queries on table stock
-        "Lock wait on table stock",  # lock waits
-        "Inventory reservation call to inventory-service",  # holding HikariPool-1 connections
-        "HikariPool-1 - Connection is not available",  # the pool exhausted
-        "status=500",  # the 500s
-        "502 Bad Gateway",  # api-gateway's 502s
-    ]
-    where = [next(i for i, text in enumerate(texts) if link in text) for link in chain]
-    assert where == sorted(where), texts
+    _assert_chain(state, "zh")
     causal = state["executor_answer"]["claims"][0]
     assert causal["claim_type"] == "causal" and causal["support_level"] == "indirect"
     labels = {c["claim_id"]: c["verification"] for c in state["verifier_result"]["claim_checks"]}
@@ -87,6 +106,7 @@ def test_sample_why_500_in_english_states_the_same_root_cause() -> None:
     assert state["verdict"] == "PASS"
     assert state["root_cause"]["service"] == "inventory-service"
     assert _confirmed_texts(state)[0].startswith("Most likely root cause (inferred): inventory-")
+    _assert_chain(state, "en")
     record = audit.get(state["diagnosis_id"])
     assert record is not None and record["self_evaluation"] is not None
     assert record["self_evaluation"]["root_cause"] == state["root_cause"]
