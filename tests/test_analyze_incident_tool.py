@@ -376,3 +376,15 @@ def test_analyze_incident_reaches_back_only_for_the_thin_source() -> None:
     assert earliest == (INCIDENT - timedelta(minutes=60)).timestamp()
     assert not any(gap.startswith("series: ") for gap in inputs["gaps"])
     assert any(gap.startswith("logs: ") for gap in inputs["gaps"])
+
+
+def test_analyze_incident_records_its_root_cause_and_baseline() -> None:
+    invocation = _run(SampleBackend(default_environment()), {"services": ["api-gateway"]})
+    output = invocation["output"]
+    assert output["root_cause"]["service"] == "inventory-service"
+    assert output["root_cause"]["service"] == output["suspects"][0]["service"]
+    assert output["ambiguity"] is None
+    assert (output["baseline_start"], output["baseline_end"]) == (
+        "2026-03-01T08:58:00Z",
+        "2026-03-01T09:58:00Z",
+    )

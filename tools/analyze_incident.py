@@ -451,7 +451,7 @@ SPEC = ToolSpec(
         ),
     ),
     output=AnalysisResult,
-    bounds=Bounds(entries=40),
+    bounds=Bounds(entries=40, fields=("root_cause", "ambiguity", "baseline_start", "baseline_end")),
     counts=Counts(per_array=True, window=True),
     trace=Trace(parts=_parts, floor=_floor),
 )

@@ -333,6 +333,11 @@ class ToolRunner:
             )
         elif cut_any or output.get("truncated") is True:
             bounded["truncated"] = True
+        for key in spec.bounds.fields:
+            if key in output:
+                bounded[key], capped_any = _cap_strings(output[key], cap)
+                if capped_any:
+                    bounded["truncated"] = True
         if counts.window:
             for key in ("window_start", "window_end"):
                 value = output.get(key)

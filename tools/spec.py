@@ -239,11 +239,15 @@ class Bounds:
         argument: The argument that caps every array's entries (``limit``, ``top_k``).
         entries: At most this many entries per array (and per inner array).
         field_chars: Strings longer than this are cut; None: the runner's field cap.
+        fields: Output keys besides the arrays and counts that the runner keeps (their strings
+            cut like the entries'): a result's own conclusion, such as the incident analysis's
+            ``root_cause``.
     """
 
     argument: str | None = None
     entries: int = MAX_ENTRIES
     field_chars: int | None = None
+    fields: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)

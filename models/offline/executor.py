@@ -1,10 +1,11 @@
 """Offline executor: runs the plan, follows the evidence, then answers what was asked.
 
 Turns: first the plan's tool calls (of the tools offered: those the backend serves); then, for a
-why question, the callee the traces' call graph points at (``models.offline.traces``); then,
-when the incident analysis did not single out a root cause, the services the ERROR and WARN
-messages name (``upstream X``, ``call to Y``, ``connection to Z``) are queried next, up to two
-hops; then runbooks are looked up for the symptoms of the question and of the messages seen;
+why question, the callee the traces' call graph points at (``models.offline.traces``); then
+the services the ERROR and WARN messages name (``upstream X``, ``call to Y``, ``connection to
+Z``) are queried next, up to two hops, but never the root cause the incident analysis singled
+out (its evidence is in the analysis: the hops only bring the lines that link the services in
+between); then runbooks are looked up for the symptoms of the question and of the messages seen;
 then the answer. The tool budget bounds all of it: a call that offers no tools means the budget
 is spent (``models.offline.base``); it answers then, and asks once more for what it still wanted,
 which the executor node records as not run (the answer lists those calls as a gap).
@@ -46,7 +47,34 @@ KNOWLEDGE_TERMS: Final = 8
 """At most this many concepts in a runbook query."""
 _QUIET_CONCEPTS: Final = frozenset({"alert"})
 """Concepts too general to choose a runbook by."""
+ROOT_LINES: Final = 2
+"""Log lines of the analysis's root cause whose concepts join a runbook query."""
 # --------------------------------------------------------------------------- the executor
+
+
+def root_cause_terms(result: Result) -> list[str]:
+    """Concepts of the log lines the analysis's root cause rests on (its strongest first).
+
+    The root cause is not followed with queries of its own (the analysis quoted it), so its
+    lines stand in for them when runbooks are chosen.
+    """
+    signals = result.entries("signals")
+    for suspect in result.entries("suspects"):
+        if suspect.get("root_cause") is not True:
+            continue
+        terms: list[str] = []
+        lines = 0
+        indexes = suspect.get("signals")
+        for index in indexes if isinstance(indexes, list) else []:
+            if not isinstance(index, int) or not 0 <= index < len(signals):
+                continue
+            evidence = signals[index].get("evidence")
+            for item in evidence if isinstance(evidence, list) else []:
+                if isinstance(item, dict) and item.get("kind") == "log" and lines < ROOT_LINES:
+                    terms += concepts_in(str(item.get("message", "")))
+                    lines += 1
+        return terms
+    return []
 
 
 def was_run(results: list[Result], step: Step) -> bool:
@@ -133,12 +161,17 @@ class OfflineExecutor(OfflineModel):
         ]
         if steps and not everything:
             return steps
-        analysed = any(
-            r.tool == "analyze_incident" and r.status == "ok" and r.output.get("root_cause")
+        roots = [
+            root.get("service")
             for r in results
-        )
-        if found["kind"] == "why" and found["services"] and turns <= MAX_HOPS and not analysed:
+            if r.tool == "analyze_incident"
+            and r.status == "ok"
+            and isinstance(root := r.output.get("root_cause"), dict)
+        ]
+        if found["kind"] == "why" and found["services"] and turns <= MAX_HOPS:
             for service in self.hops(found, results, known):
+                if service in roots:
+                    continue
                 steps.append(("query_logs", {"service": service, "level": found["error_level"]}))
                 steps.append(("query_logs", {"service": service, "level": "WARN"}))
             if steps and not everything:
@@ -172,5 +205,7 @@ class OfflineExecutor(OfflineModel):
                     for entry in result.entries("alerts"):
                         if entry.get("state") == "firing":
                             terms += concepts_in(str(entry.get("alert_name", "")))
+                elif result.tool == "analyze_incident" and result.status == "ok":
+                    terms += root_cause_terms(result)
         unique = [t for t in dict.fromkeys(terms) if t not in _QUIET_CONCEPTS]
         return " ".join(unique[:KNOWLEDGE_TERMS])
