@@ -102,9 +102,10 @@ def test_persistence_writes_rows_and_checkpoints_per_diagnosis(store: Persistenc
         assert key in evaluation, key
     assert rule_evaluation_of(record)["formula_version"]
     rows = store.ledger.list(values["diagnosis_id"])
-    # The plan (ERROR, metrics, WARN, the incident analysis), the hop to the service its warnings
-    # name, the runbooks.
-    assert [r["invocation_id"] for r in rows] == [f"inv-{i}" for i in range(1, 8)]
+    # The plan (ERROR, metrics, WARN, the incident analysis), the runbooks: the service its
+    # warnings name is the root cause the analysis singled out and quoted, so no hop queries it.
+    assert [r["invocation_id"] for r in rows] == [f"inv-{i}" for i in range(1, 6)]
+    assert [r["tool_name"] for r in rows][3:] == ["analyze_incident", "lookup_knowledge"]
     assert [r["tool_name"] for r in rows].count("analyze_incident") == 1
     assert all(r["retrieval_details"]["evidence_refs"] for r in rows)
     config: RunnableConfig = {"configurable": {"thread_id": "rows"}}
@@ -429,7 +430,7 @@ def test_persistence_sessions_and_reverify_read_the_stored_evidence(
     report = json.loads(capsys.readouterr().out)
     assert report["after"]["verdict"] == "PASS"
     assert report["changes"] == []
-    assert report["invocations"] == 7
+    assert report["invocations"] == 5  # the plan (4 calls with the analysis), the runbooks
 
     assert cli.main(["sessions", "show", "diag-missing", "--db", database_url]) == 2
     assert "no diagnosis 'diag-missing'" in capsys.readouterr().err
