@@ -120,6 +120,8 @@ class _Config:
     root_margin: float = thresholds.ROOT_MARGIN
     max_logs: int = thresholds.MAX_LOGS
     max_spans: int = thresholds.MAX_SPANS
+    pattern_surprise: float = thresholds.PATTERN_SURPRISE
+    pattern_common_share: float = thresholds.PATTERN_COMMON_SHARE
 
     @classmethod
     def of(cls, settings: AnalysisSettings | None) -> _Config:
@@ -1439,7 +1441,13 @@ def analyze(inputs: IncidentInputs, settings: AnalysisSettings | None = None) ->
     signals += _series_signals(series, window, cfg, gaps, traced)
     signals += _span_signals(spans, window, cfg, gaps)
     signals += pattern_signals(
-        spans, logs, facts.template_of, facts.templates.template, window.side
+        spans,
+        logs,
+        facts.template_of,
+        facts.templates.template,
+        window.side,
+        min_surprise=cfg.pattern_surprise,
+        common_share=cfg.pattern_common_share,
     )
     signals += _alert_signals(alerts, window)
     signals = _discount_shared(signals)

@@ -175,3 +175,5 @@ class AnalysisSettings(TypedDict, total=False):
     root_margin: float
     max_logs: int
     max_spans: int
+    pattern_surprise: float
+    pattern_common_share: float

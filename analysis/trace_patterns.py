@@ -429,10 +429,10 @@ def _signal(
     visited = where.entry.get("service", "")
     after = "" if visited == service else f", cut short after calling {service}"
     detail = (
-        f"{visited} {where.entry.get('operation', '')} {_describe(top, template_text)}"
-        f" in {top.incident} of {top.incident_visits} visits against {top.baseline} of"
-        f" {top.baseline_visits} in the baseline ({requests} requests depart from the"
-        f" baseline's call pattern{after})"
+        f"{visited} {where.entry.get('operation', '')}: {top.incident} of {top.incident_visits}"
+        f" visits (baseline {top.baseline} of {top.baseline_visits})"
+        f" {_describe(top, template_text)}; {requests} requests depart from the baseline's"
+        f" call pattern{after}"
     )
     ordered = sorted(zip(blame.visits, blame.spans, strict=True), key=lambda pair: pair[0].moment)
     pointers = [_span_pointer(span) for _, span in ordered[: thresholds.MAX_EVIDENCE]]
@@ -451,14 +451,14 @@ def _signal(
 
 
 def _describe(divergence: _Divergence, template_text: Callable[[int], str]) -> str:
-    """What the visits do (the counts that follow say how often), in a phrase."""
+    """What the counted visits do, in a phrase."""
     kind, name, extra = divergence.event
     times = "" if divergence.repeat == 1 else f" {divergence.repeat} times"
     if kind == "log":
-        return f"writes the log line '{clip(template_text(int(name)), 100)}'{times}"
+        return f"write the log line '{clip(template_text(int(name)), 100)}'{times}"
     if kind == "op":
-        return f"runs the operation {name}{times}"
-    return f"makes the call to {name} {extra}{times}"
+        return f"run the operation {name}{times}"
+    return f"make the call to {name} {extra}{times}"
 
 
 def _span_pointer(span: SpanEntry) -> EvidencePointer:

@@ -146,10 +146,11 @@ def test_trace_patterns_missing_log_line_points_at_the_service_that_stopped_writ
     assert [signal["service"] for signal in found] == ["orders"]
     signal = found[0]
     assert signal["kind"] == "call_pattern"
-    assert str(signal["detail"]).startswith("orders POST /orders writes the log line 'TraceID:")
+    assert str(signal["detail"]).startswith(
+        "orders POST /orders: 0 of 15 visits (baseline 60 of 60) write the log line 'TraceID:"
+    )
     assert "[create][order accepted]" in str(signal["detail"])
-    assert "in 0 of 15 visits against 60 of 60 in the baseline" in str(signal["detail"])
-    assert "(15 requests depart from the baseline's call pattern)" in str(signal["detail"])
+    assert str(signal["detail"]).endswith("; 15 requests depart from the baseline's call pattern")
     assert signal["baseline"] == 1.0 and signal["incident"] == 0.0
     assert signal["onset"] == _at(60.001)
     evidence = signal["evidence"]
@@ -181,7 +182,7 @@ def test_trace_patterns_truncated_sequence_points_at_the_last_callee() -> None:
     assert [signal["service"] for signal in found] == ["stock"]
     detail = str(found[0]["detail"])
     assert "cut short after calling stock" in detail
-    assert "makes the call to billing POST /charge in 0 of 15 visits" in detail
+    assert "0 of 15 visits (baseline 60 of 60) make the call to billing POST /charge" in detail
     evidence = found[0]["evidence"]
     assert isinstance(evidence, list)
     assert evidence[0]["service"] == "stock" and evidence[0]["operation"] == "GET /stock"
@@ -241,5 +242,23 @@ def test_incident_call_pattern_names_the_silent_service_as_root_cause() -> None:
     root = report["root_cause"]
     assert root is not None and root["service"] == "orders"
     assert root["signals"][0]["kind"] == "call_pattern"
-    assert "writes the log line" in root["mechanism"]
-    assert "in 0 of 15 visits against 60 of 60 in the baseline" in root["mechanism"]
+    assert "0 of 15 visits (baseline 60 of 60) write the log line" in root["mechanism"]
+
+
+def test_incident_call_pattern_thresholds_can_be_overridden_per_analysis() -> None:
+    base_spans, base_logs = _requests(range(0, 60))
+    inc_spans, inc_logs = _requests(range(60, 75), log=False)
+    inputs = IncidentInputs(
+        baseline_start=_at(0),
+        baseline_end=_at(60),
+        incident_start=_at(60),
+        incident_end=_at(75),
+        spans=base_spans + inc_spans,
+        logs=base_logs + inc_logs,
+    )
+    strict = analyze(inputs, {"pattern_surprise": 1000.0})
+    assert not any(
+        signal["kind"] == "call_pattern"
+        for suspect in strict["suspects"]
+        for signal in suspect["signals"]
+    )
