@@ -874,21 +874,51 @@ def _traced_services(spans: Sequence[tuple[float, SpanEntry]], window: _Span) ->
 def _attribution(
     service: str,
     edges: list[tuple[str, str, float, float, SpanEntry, SpanEntry]],
-    touching: dict[str, int],
-    measured: dict[str, int],
+    share: dict[str, dict[str, float]],
 ) -> float:
     """How surely slow calls belong to ``service`` rather than to the other end of them.
 
     Several slow edges that share it: surely (1.0). A single slow edge: 0.6 when the other end
-    has no other edge that is fast (either end may be slow), rising to 1.0 as the other end's
-    other edges are all fast (its calls elsewhere are fine, so the slowness is this service's).
+    has no other call of the same direction that is fast (either end may be slow), rising to 1.0
+    as they all are (a caller whose other calls out are fast, a callee others call fast).
     """
     if len(edges) > 1:
         return 1.0
     caller, callee = edges[0][0], edges[0][1]
-    other = callee if caller == service else caller
-    share = touching[other] / max(1, measured[other])
-    return 0.6 + 0.4 * (1.0 - share)
+    other_share = (
+        share["callee"].get(callee, 1.0) if caller == service else share["caller"].get(caller, 1.0)
+    )
+    return 0.6 + 0.4 * (1.0 - other_share)
+
+
+def _before_early_onset(
+    before: list[tuple[float, SpanEntry, SpanEntry, float]],
+    incident_median: float,
+    window: _Span,
+    cfg: _Config,
+) -> tuple[list[float], list[float]]:
+    """The baseline times of an edge, without a run of calls that already look like the incident.
+
+    A stated incident start is often late (a person notices, an alert waits its ``for``): the
+    calls of the last ``EARLY_ONSET_S`` of the baseline that all took at least the incident's
+    median divided by ``LATENCY_RATIO`` belong to the incident, when at least
+    ``EARLY_ONSET_MIN_USUAL`` calls before them remain to say what usual was.
+
+    Returns:
+        The baseline's times to compare with, and the moments of the calls moved out of it.
+    """
+    ordered = sorted(before, key=lambda row: row[3])
+    like = incident_median / cfg.latency_ratio
+    cut = len(ordered)
+    while (
+        cut > 0
+        and ordered[cut - 1][0] >= like
+        and ordered[cut - 1][3] >= window.i0 - thresholds.EARLY_ONSET_S
+    ):
+        cut -= 1
+    if cut == len(ordered) or cut < thresholds.EARLY_ONSET_MIN_USUAL:
+        return [row[0] for row in ordered], []
+    return [row[0] for row in ordered[:cut]], [row[3] for row in ordered[cut:]]
 
 
 def _call_gap_signals(
@@ -903,13 +933,16 @@ def _call_gap_signals(
     (the network, queues, the caller's own client) is the caller's duration minus the callee's.
     An edge whose median of that time rose ``LATENCY_RATIO`` times and by ``LATENCY_MIN_MS`` is
     slow. A slow network or a starved process at one service slows every call into and out of
-    it, so each service gets the share of its edges that are slow; a single slow edge counts
-    less when its other end has no fast edge to tell the two apart (``_attribution``).
+    it, so a slow edge goes to the end that touches more slow edges; between equals, to the end
+    whose calls of the same direction are slower: the caller's other calls out, the callee's
+    other calls in (a caller whose other calls are fast is not what slows this one). A single
+    slow edge counts less when its other end has no fast call to tell the two apart
+    (``_attribution``).
     """
     children: dict[str, int] = defaultdict(int)
     for _, span in spans:
         children[span.get("parent_span_id", "")] += 1
-    gaps_by_edge: dict[tuple[str, str, str], list[tuple[float, SpanEntry, SpanEntry]]] = (
+    gaps_by_edge: dict[tuple[str, str, str], list[tuple[float, SpanEntry, SpanEntry, float]]] = (
         defaultdict(list)
     )
     for moment, span in spans:
@@ -923,8 +956,10 @@ def _call_gap_signals(
             continue
         gap = float(parent.get("duration_ms", 0.0)) - float(span.get("duration_ms", 0.0))
         key = (parent.get("service", ""), span.get("service", ""), side)
-        gaps_by_edge[key].append((max(0.0, gap), parent, span))
+        gaps_by_edge[key].append((max(0.0, gap), parent, span, moment))
     measured: dict[str, int] = defaultdict(int)
+    calls_out: dict[str, int] = defaultdict(int)
+    calls_in: dict[str, int] = defaultdict(int)
     first_slow: dict[tuple[str, str], float] = {}
     slow_edges: list[tuple[str, str, float, float, SpanEntry, SpanEntry]] = []
     for (caller, callee, side), rows in sorted(gaps_by_edge.items()):
@@ -933,38 +968,46 @@ def _call_gap_signals(
         before = gaps_by_edge.get((caller, callee, "b"), [])
         if len(before) < thresholds.MIN_SPANS:
             continue
-        p_b = percentile([row[0] for row in before], 0.5)
         p_i = percentile([row[0] for row in rows], 0.5)
+        usual, early = _before_early_onset(before, p_i, window, cfg)
+        p_b = percentile(usual, 0.5)
         measured[caller] += 1
         measured[callee] += 1
+        calls_out[caller] += 1
+        calls_in[callee] += 1
         if p_i - p_b < cfg.latency_min_ms or p_i / max(p_b, 1.0) < cfg.latency_ratio:
             continue
         sample = max(rows, key=lambda row: row[0])
-        late = [
-            slow_at
-            for row in rows
-            if row[0] > p_b + cfg.latency_min_ms
-            and (slow_at := parse_time(row[2].get("start"))) is not None
-        ]
-        first_slow[(caller, callee)] = min(late, default=window.i0)
+        late = [row[3] for row in rows if row[0] > p_b + cfg.latency_min_ms]
+        first_slow[(caller, callee)] = min([*late, *early], default=window.i0)
         slow_edges.append((caller, callee, p_b, p_i, sample[1], sample[2]))
     touching: dict[str, int] = defaultdict(int)
+    slow_out: dict[str, int] = defaultdict(int)
+    slow_in: dict[str, int] = defaultdict(int)
     for caller, callee, *_ in slow_edges:
         touching[caller] += 1
         touching[callee] += 1
+        slow_out[caller] += 1
+        slow_in[callee] += 1
+    # The share of a caller's calls out that are slow, and of a callee's calls in: a caller
+    # whose other calls are fast is not what slows this one, nor a callee served fast by others.
+    share = {
+        "caller": {name: slow_out[name] / max(1, calls_out[name]) for name in calls_out},
+        "callee": {name: slow_in[name] / max(1, calls_in[name]) for name in calls_in},
+    }
 
-    def weight(service: str) -> float:
-        return touching[service] + touching[service] / max(1, measured[service])
+    def weight(service: str, role: str) -> float:
+        return touching[service] + share[role].get(service, 0.0)
 
     slow: dict[str, list[tuple[str, str, float, float, SpanEntry, SpanEntry]]] = defaultdict(list)
     for edge in slow_edges:
         caller, callee = edge[0], edge[1]
-        slow[caller if weight(caller) > weight(callee) else callee].append(edge)
+        slow[caller if weight(caller, "caller") > weight(callee, "callee") else callee].append(edge)
     signals: list[Signal] = []
     for service in sorted(slow):
         edges = slow[service]
         worst = max(edges, key=lambda edge: edge[3] / max(edge[2], 1.0))
-        strength = _attribution(service, edges, touching, measured) * _ratio_strength(
+        strength = _attribution(service, edges, share) * _ratio_strength(
             worst[3] / max(worst[2], 1.0), cfg.latency_ratio
         )
         if strength <= 0:

@@ -40,7 +40,10 @@ a series deviation that several services share is divided by the square root of 
       ``LATENCY_RATIO`` times and by at least ``LATENCY_MIN_MS``, over ``MIN_SPANS`` spans;
       and the time between two services on a call (the caller's span minus the callee's) whose
       median rose as much, given to the service the slow calls share, its onset the first call
-      slower than the baseline's median by ``LATENCY_MIN_MS``;
+      slower than the baseline's median by ``LATENCY_MIN_MS``. A stated start is often late:
+      calls of the last ``EARLY_ONSET_S`` of the baseline that all look like the incident's
+      (at least its median over ``LATENCY_RATIO``) join the incident, its onset then before the
+      window, when ``EARLY_ONSET_MIN_USUAL`` calls before them still say what usual was;
     - trace errors: the error ratio of a service's spans rose by ``ERROR_RATIO_DELTA``;
     - call pattern (``analysis.trace_patterns``): per kind of service visit (service and entry
       operation, ``MIN_SPANS`` visits in each window), an event (local operation, call out, log
@@ -96,6 +99,8 @@ LATENCY_RATIO: Final = 2.0
 LATENCY_MIN_MS: Final = 50.0
 MIN_SPANS: Final = 5
 ERROR_RATIO_DELTA: Final = 0.1
+EARLY_ONSET_S: Final = 300.0
+EARLY_ONSET_MIN_USUAL: Final = 2
 PATTERN_COMMON_SHARE: Final = 0.3
 PATTERN_SURPRISE: Final = 7.0
 

@@ -456,7 +456,7 @@ def test_incident_network_delay_is_given_to_the_service_the_slow_calls_share() -
 
 
 def _ledger_traces(minute: float, index: int, delay: float) -> list[SpanEntry]:
-    """gateway -> orders -> ledger and gateway -> users; ``delay`` on the call into ledger."""
+    """gateway -> orders -> ledger, pricing and gateway -> users; ``delay`` into ledger."""
     trace = f"{index:032x}"
     start = _at(minute)
     root = f"{index:08x}00"
@@ -475,6 +475,7 @@ def _ledger_traces(minute: float, index: int, delay: float) -> list[SpanEntry]:
     spans += _call(trace, f"{index:08x}10", "gateway", "orders", start, root, 0.0)
     spans += _call(trace, f"{index:08x}11", "gateway", "users", start, root, 0.0)
     spans += _call(trace, f"{index:08x}12", "orders", "ledger", start, f"{index:08x}10s", delay)
+    spans += _call(trace, f"{index:08x}13", "orders", "pricing", start, f"{index:08x}10s", 0.0)
     return spans
 
 
@@ -541,3 +542,61 @@ def test_incident_one_slow_edge_counts_more_when_its_other_end_is_fast_elsewhere
     # Either end of a lone slow edge may be the slow one; beside two fast edges of the caller,
     # the callee is.
     assert _gap_strength(alone, "ledger") < _gap_strength(beside, "ledger")
+
+
+def _fan_traces(i: int, minute: float, slow: dict[tuple[str, str], float]) -> list[SpanEntry]:
+    """gateway -> vault, users, stock; vault -> keys, audit, cache, quota; ``slow`` delays."""
+    trace, start, root = f"{i:032x}", _at(minute), f"{i:08x}00"
+    calls = [("gateway", "vault"), ("gateway", "users"), ("gateway", "stock")]
+    calls += [("vault", callee) for callee in ("keys", "audit", "cache", "quota")]
+    spans = [
+        SpanEntry(
+            trace_id=trace,
+            span_id=root,
+            service="gateway",
+            operation="GET /",
+            kind="server",
+            start=start,
+            duration_ms=60 + sum(slow.values()),
+            status="unset",
+        )
+    ]
+    for n, (caller, callee) in enumerate(calls):
+        parent = root if caller == "gateway" else f"{i:08x}10s"
+        delay = slow.get((caller, callee), 0.0)
+        spans += _call(trace, f"{i:08x}1{n}", caller, callee, start, parent, delay)
+    return spans
+
+
+def test_incident_slow_calls_into_a_service_are_its_own_when_its_callers_other_calls_are_fast() -> (
+    None
+):
+    spans: list[SpanEntry] = []
+    for i in range(60):
+        minute = i * 1.5 if i < 40 else 60 + (i - 40) * 0.5
+        slow = {} if i < 40 else {("gateway", "vault"): 400.0}
+        spans += _fan_traces(i, minute, slow)
+    report = analyze(IncidentInputs(**_windows(), spans=spans))
+    # vault calls out more than gateway does, all fast; its only way in is slow.
+    assert report["root_cause"] is not None and report["root_cause"]["service"] == "vault"
+
+
+def test_incident_slow_calls_already_running_before_the_stated_start_are_found() -> None:
+    windows = IncidentInputs(**{**_windows(), "baseline_start": _at(50)})
+    usual = [50.0, 51.0, 52.0, 53.0]
+    early = [56 + n * 0.5 for n in range(8)]
+    incident = [60 + n * 0.5 for n in range(20)]
+    spans: list[SpanEntry] = []
+    for i, minute in enumerate(usual + early + incident):
+        spans += _fan_traces(i, minute, {} if minute < 56 else {("gateway", "vault"): 400.0})
+    report = analyze(IncidentInputs(**windows, spans=spans))
+    # Most of the baseline's calls into vault are already slow: usual is what came before them.
+    assert report["root_cause"] is not None and report["root_cause"]["service"] == "vault"
+    signal = report["root_cause"]["signals"][0]
+    assert signal["kind"] == "trace_latency" and signal["baseline"] == 2.0
+    assert report["root_cause"]["onset"] == _at(56)
+    # Slow through the whole baseline: that is how this call always is.
+    spans = []
+    for i, minute in enumerate(usual + early + incident):
+        spans += _fan_traces(i, minute, {("gateway", "vault"): 400.0})
+    assert analyze(IncidentInputs(**windows, spans=spans))["suspects"] == []
