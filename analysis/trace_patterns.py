@@ -24,16 +24,21 @@ traces), and points at the visit where the path departs.
   baseline's share: its surprise, the number of incident visits times the relative entropy
   between the incident share and the baseline share (the exponent of the Chernoff bound on a
   binomial tail, in nats), reaches ``PATTERN_SURPRISE``. An error event that stopped is a recovery
-  and never a divergence; a missing log line replaced, in the same visit, by a log template the
-  baseline never had is a reworded line, not a missing one.
+  and never a divergence. An incident visit lacking a usual event but holding an event (a failure
+  aside) that no baseline visit holding the usual one held took another branch of the code
+  (different data, a reworded line), and does not diverge by it.
 - **Divergence point** of a request: its deepest divergent visit (no divergent visit below it). The
   service of that visit takes the blame when the visit lost or gained an event of its own (a log
-  line, a local operation, an error handler) or made none of the calls it missed; when it only
-  stopped calling after some calls, the request was cut short after the last call it made, and
-  that call's callee takes the blame.
-- **Signal** per blamed service (kind ``call_pattern``): the requests it is the divergence point
-  of, the strongest divergence among them, its onset (the first such request) and its evidence
-  (the diverging visits' entry spans, and a baseline log line the visits no longer write).
+  line, a local operation, an error handler) or made no call at all; when it only stopped calling
+  after some calls, the request was cut short after the last call it made, and that call's callee
+  takes the blame.
+- **Signal** per blamed service (kind ``call_pattern``), from the requests whose divergence point
+  lost a usual event (new failures alone are left to the error signals of logs and spans, which
+  count them already): how many requests, the strongest such divergence, its onset (the first
+  such request) and its evidence (the diverging visits' entry spans, or the callee's span of the
+  last call, and a baseline log line the visits no longer write). Its strength is 0.5 at
+  ``PATTERN_SURPRISE`` and 1.0 at eight times it, times 0.5 at ``MIN_EVENTS`` requests rising to
+  1.0 at three times that.
 
 Bounded: one pass over the spans and the log lines, the events per visit capped at
 ``_MAX_EVENTS_PER_VISIT``, the kinds of visit compared at ``_MAX_KINDS``.
@@ -74,6 +79,8 @@ Side = Callable[[float], str | None]
 
 @dataclass
 class _Visit:
+    """One service's part of one request: its entry span, its events and its calls out."""
+
     entry: SpanEntry
     moment: float
     counts: dict[Event, int] = field(default_factory=lambda: defaultdict(int))
@@ -90,6 +97,8 @@ class _Visit:
 
 @dataclass(frozen=True)
 class _Divergence:
+    """An event of one kind of visit whose share moved: the counts on both sides, the surprise."""
+
     kind: str  # "missing" or "new"
     event: Event
     repeat: int
