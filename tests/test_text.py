@@ -95,3 +95,11 @@ def test_normalize_folds_width_case_whitespace_and_invisible_characters() -> Non
 def test_strip_fence_strips_one_fence_and_says_so() -> None:
     assert strip_fence('```json\n{"a": 1}\n```') == ('{"a": 1}', True)
     assert strip_fence('  {"a": 1} ') == ('{"a": 1}', False)
+
+
+def test_grounded_time_of_day_with_fractions_by_a_log_line_timestamp() -> None:
+    """``07:37:37.261`` is a time (a log line's timestamp may ground it), not a quantity."""
+    line = '2026-12-05T07:37:37.261Z FATAL postgres: database "x" does not exist'
+    assert grounded("07:37:37.261", [], name_texts=[line])
+    assert not grounded("07:37:37.262", [], name_texts=[line])
+    assert not grounded("37.261", [], name_texts=[line])  # a quantity: never from a timestamp

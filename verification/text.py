@@ -44,7 +44,9 @@ _DIGIT = re.compile(r"\d")
 # A maximal run of the specific characters that holds a digit.
 _DIGIT_RUN = re.compile(r"(?<![A-Za-z0-9._%:/-])[A-Za-z0-9._%:/-]*[0-9][A-Za-z0-9._%:/-]*")
 _TIME_RANGE = re.compile(r"^(\d{1,2}:\d{2}(?::\d{2})?)-(\d{1,2}:\d{2}(?::\d{2})?)$")
-_TIME = re.compile(r"^(?:\d{4}-\d{2}-\d{2}(?:t\S*)?|\d{1,2}:\d{2}(?::\d{2})?)$", re.IGNORECASE)
+_TIME = re.compile(
+    r"^(?:\d{4}-\d{2}-\d{2}(?:t\S*)?|\d{1,2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?)$", re.IGNORECASE
+)
 _CLOCK = re.compile(r"^\d{1,2}:\d{2}$")
 # "30000 ms" and "30000ms" are one quantity: the space before a unit is dropped.
 _UNIT_GAP = re.compile(
