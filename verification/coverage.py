@@ -15,7 +15,10 @@ A PASS means the question was answered, not only that every confirmed claim is g
 - **What it asks** (``verification.intent``): a question about changes is answered only by a
   confirmed claim about a change, one naming a time only by a confirmed claim stating an
   absolute time, one asking what to do only by a next step from a source (so a question naming
-  no service is not answered by any confirmed claim).
+  no service is not answered by any confirmed claim), one asking which errors were logged only
+  by a confirmed claim naming the level asked (``FATAL``; ``ERROR``, 错误 or 报错 for errors) in
+  its text or in the log line it quotes, so an answer about something else (a root cause) does
+  not answer it.
 - **Conclusion** (``verification.conclusion``): a question wanting a conclusion (yes/no, a
   comparison) whose answer states none, or one that does not follow from its claims, is
   ``unanswered``: no facet counts as answered unless the conclusion answers it.
@@ -102,9 +105,16 @@ def floor_coverage(
 
 _ABSOLUTE_TIME = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}")
 """An absolute time as an answer states it."""
+LEVEL_WORDS: Final[dict[str, str]] = {
+    "ERROR": r"(?<![a-z])err|错误|报错",
+    "FATAL": r"(?<![a-z])fatal|致命",
+    "PANIC": r"(?<![a-z])panic",
+    "CRITICAL": r"(?<![a-z])crit",
+}
+"""How a claim names the log level a listing asks for (``verification.question.error_level``)."""
 
 
-PRIMARY_FACETS: Final[frozenset[str]] = frozenset({"changes", "next steps"})
+PRIMARY_FACETS: Final[frozenset[str]] = frozenset({"changes", "next steps", "log lines"})
 """Facets a question is about: left unanswered, the whole question is unanswered."""
 
 
@@ -118,7 +128,8 @@ def intent_facets(
 
     A question about changes is answered only by a confirmed claim about a change (or that none
     was logged); one naming a time only by a confirmed claim stating an absolute time; one
-    asking what to do only by a next step from a source.
+    asking what to do only by a next step from a source; one asking which errors were logged
+    only by a confirmed claim naming the level asked (or that none was logged).
     """
     intent = read_intent(question, known_services)
     asked: list[str] = []
@@ -131,6 +142,20 @@ def intent_facets(
         asked.append("time window")
         if not any(_ABSOLUTE_TIME.search(text) for text in confirmed):
             unanswered.append("time window")
+    if intent.kind == "listing":
+        asked.append("log lines")
+        level = intent.facets["error_level"]
+        words = re.compile(LEVEL_WORDS.get(level, re.escape(level.casefold())))
+        # A claim names the level in its text, or quotes the line with it.
+        quoted = [
+            binding["evidence_excerpt"] or ""
+            for claim in answer["claims"]
+            if claim["claim_text"] in confirmed
+            for binding in claim["evidence_bindings"]
+            if binding["tool_name"] == "query_logs"
+        ]
+        if not any(words.search(text.casefold()) for text in [*confirmed, *quoted]):
+            unanswered.append("log lines")
     if intent.kind == "action":
         asked.append("next steps")
         if not any(step["source"].strip() for step in answer["recommended_actions"]):

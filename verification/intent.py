@@ -14,6 +14,10 @@ its broad kind; this module reads the answer it wants:
   at every level, INFO included;
 - ``action``: "what should I do", "how do I handle it", "what does alert A mean", "怎么处理":
   the runbook's mitigation or procedure steps;
+- ``listing``: "what (FATAL) errors did X log", "which errors / exceptions", "list the FATAL
+  lines", "X 有什么错误", "有哪些报错", "报了哪些错", "列出 X 的 FATAL 日志": the log lines at the
+  level asked (``verification.question.error_level``), each quoted with its time; a question
+  asking for a cause as well ("why", "what caused", "为什么", "根因", "导致") is a ``why``;
 - ``errors``: "does X have errors / 500s" (yes when it logged them);
 - ``alert_state``: "is alert A firing";
 - otherwise the broad kind of ``verification.question`` (``value``, ``why``, ``overview``).
@@ -37,7 +41,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Final, Literal
 
 from state.records import QuestionFacets
-from verification.question import analyze_question, question_words
+from verification.question import analyze_question, asks_why, question_words
 
 IntentKind = Literal[
     "health",
@@ -45,6 +49,7 @@ IntentKind = Literal[
     "compare",
     "changes",
     "action",
+    "listing",
     "errors",
     "alert_state",
     "value",
@@ -93,6 +98,20 @@ _ACTION = re.compile(
     r"\bmeaning of\b|怎么办|怎么处理|如何处理|怎么解决|如何解决|该怎么做|应该怎么做|应该做什么|"
     r"怎么做|处理步骤|处置|如何应对|怎么应对|什么意思|是什么意思|含义"
 )
+_LISTED = (
+    r"(?:errors?|exceptions?|failures?|(?:error|fatal|panic|critical)\s+(?:lines?|logs?|"
+    r"log\s+lines|entries|messages))(?![\w-]|\s*(?:rates?|ratios?|budgets?|percent\w*)\b)"
+)
+_LISTING = re.compile(
+    rf"\b(?:what|which)(?:\s+[\w.-]+){{0,3}}?\s+{_LISTED}|"
+    rf"\b(?:list|show|print|give)\b(?:\s+[\w.-]+){{0,4}}?\s+(?:{_LISTED}|(?:fatal|panic|"
+    r"critical)\b)|"
+    r"(?:什么|哪些|啥|哪几种|哪几类|哪类|哪种)\s*(?:[a-z]+\s*)?(?:错误|报错|错(?!误)|error)(?!率)|"
+    r"(?:列出|列一下|列举|罗列|给我看).*(?:错误|报错|日志|fatal|error|panic|critical)"
+)
+"""A question asking which error lines were logged (``listing``)."""
+_CAUSED = re.compile(r"\bcaus\w*|导致|引起|造成")
+"""Words asking for a cause besides those of a why question."""
 
 CHANGE = re.compile(
     r"\b(?:deploy\w*|rolled out|rollout|rolling out|releas\w*|restart\w*|migrat\w*|"
@@ -249,6 +268,13 @@ def read_intent(
         kind = "action"
     elif _CHANGES.search(text):
         kind = "changes"
+    elif (
+        _LISTING.search(text)
+        and not asks_why(text)
+        and not _CAUSED.search(text)
+        and not (found["kind"] == "confirm" and not found["alerts"])
+    ):
+        kind = "listing"
     elif found["kind"] == "why" or (found["kind"] == "overview" and time is None):
         kind = found["kind"]
     elif found["alerts"]:

@@ -104,6 +104,11 @@ def _fold(question: str) -> str:
     return unicodedata.normalize("NFKC", question)
 
 
+def asks_why(question: str) -> bool:
+    """Whether a question asks for a cause ("why", "what caused", "为什么", "根因")."""
+    return _WHY.search(_fold(question).casefold()) is not None
+
+
 _ALERT_CONTEXT_PARTS = re.compile(
     r"\((?:severity|级别)[^)]*\)|;\s*(?:summary|description|runbook|摘要|描述)\s*:[^;\n]*|"
     r"\bfiring since [^\s;,]+|\bseverity\s*[=:]?\s*\w+|\b(?:starts_?at|startsAt)\s*[=:]?\s*\S+",

@@ -10,6 +10,10 @@
   higher (or lower) first;
 - **changes** ("what changed at 09:40"): every log line of the window at every level, INFO
   included, that records a deploy, restart, migration, config change or job start;
+- **listing** ("what FATAL errors did X log", "X 有哪些报错"): the log lines of each service
+  asked at the level asked; the answer opens with them, each quoted with its time and bound to
+  its entry (one line of each kind of message first, then the newest others, at most
+  ``MAX_LISTED``), after how many matched; no incident analysis (a why question asks for that);
 - **action** ("what should I do", "what does alert A mean and how do I handle it"): the runbooks
   looked up by the question's words and names, their mitigation or procedure steps as next steps;
   the service's ERROR logs when it names one;
@@ -43,6 +47,8 @@ MAX_CHANGES: Final = 6
 """Change lines quoted at most (the rest are counted)."""
 CHANGE_LIMIT: Final = 100
 """Log lines a change query reads."""
+MAX_LISTED: Final = 8
+"""Log lines a listing quotes at most (the rest are counted)."""
 _IDENTIFIER = re.compile(
     r"(?<![A-Za-z0-9_])[A-Za-z][a-z0-9]*(?:[A-Z][A-Za-z0-9]*)+(?![A-Za-z0-9_])"
 )
@@ -84,6 +90,17 @@ TEXT: Final[dict[str, dict[str, str]]] = {
         "sep": "; ",
         "meaning": 'What "{title}" means: {sentence}',
         "timed": "{window}: {text}",
+        "listed": "{scope} logged {total} {level} {lines} {window}: {items}.",
+        "listed_none": "{scope} logged no {level} lines {window}.",
+        "list_count": "{scope} has {total} {level} log {lines} in the queried range.",
+        "at_least": "at least {count}",
+        "line": "line",
+        "lines": "lines",
+        "more_lines": "{count} more of the {level} lines read are not quoted.",
+        "unread_lines": (
+            "Only the newest {read} of the {total} matching {level} lines were read "
+            "(query_logs limit)."
+        ),
     },
     "zh": {
         "healthy": "是：{service} 状态正常：{reasons}。",
@@ -120,6 +137,16 @@ TEXT: Final[dict[str, dict[str, str]]] = {
         "sep": "；",
         "meaning": "《{title}》的含义：{sentence}",
         "timed": "{window}：{text}",
+        "listed": "{scope} 在{window}共有 {total} 条 {level} 日志：{items}。",
+        "listed_none": "{scope} 在{window}没有 {level} 日志。",
+        "list_count": "{scope} 在查询范围内有 {total} 条 {level} 日志。",
+        "at_least": "至少 {count}",
+        "line": "",
+        "lines": "",
+        "more_lines": "已读取的 {level} 日志中还有 {count} 条未逐条引用。",
+        "unread_lines": (
+            "匹配的 {total} 条 {level} 日志只读取了最新的 {read} 条（query_logs 的 limit）。"
+        ),
     },
 }
 
@@ -169,6 +196,10 @@ def kind_steps(
         steps = [("query_metrics", {**scoped(t), **span}) for t in targets]
     elif intent.kind == "changes":
         steps = [("query_logs", {**scoped(t), **span, "limit": CHANGE_LIMIT}) for t in targets]
+    elif intent.kind == "listing":
+        steps = [
+            ("query_logs", {**scoped(t), "level": found["error_level"], **span}) for t in targets
+        ]
     elif intent.kind == "action":
         for name in found["alerts"]:
             steps.append(("query_metrics", {"alert": name, "promql": alert_selector(name)}))
@@ -235,13 +266,21 @@ def window_of(results: list[Result]) -> tuple[str, str] | None:
 # --------------------------------------------------------------------------- answers
 
 
+_FRACTION = re.compile(r"T?\d{2}:\d{2}:\d{2}(\.\d+)")
+
+
 def _short_time(stamp: str) -> str:
-    """``2026-04-07T09:40:12Z`` -> ``2026-04-07 09:40:12``; as written when unreadable."""
+    """``2026-04-07T09:40:12Z`` -> ``2026-04-07 09:40:12``; as written when unreadable.
+
+    Fractions of a second are kept as written (``09:40:12.261``): the log line's ref shows them,
+    and a time cut short of them is not the time the line states.
+    """
     try:
         moment = parse_timestamp(stamp)
     except ValueError:
         return stamp
-    return moment.strftime("%Y-%m-%d %H:%M:%S")
+    fraction = _FRACTION.search(stamp)
+    return moment.strftime("%Y-%m-%d %H:%M:%S") + (fraction.group(1) if fraction else "")
 
 
 def window_text(t: dict[str, str], window: tuple[str, str] | None) -> str:
@@ -271,6 +310,8 @@ def compose_kind(
         compare(writer, intent, found, results, services)
     elif intent.kind == "changes":
         changes(writer, results, services)
+    elif intent.kind == "listing":
+        listing(writer, found, results, services)
     elif intent.kind == "action":
         action(writer, found, results, services, intent.question)
     else:
@@ -647,3 +688,81 @@ def changes(writer: Writer, results: list[Result], services: list[str | None]) -
         )
     else:
         writer.conclude("value", t["no_changes"].format(window=where, count=read), rests)
+
+
+def listing(
+    writer: Writer, found: QuestionFacets, results: list[Result], services: list[str | None]
+) -> None:
+    """The log lines at the level asked, each quoted with its time; or that none was logged.
+
+    Per service: how many matched (bound to the query's summary), then the lines: one of each
+    kind of message first (``examples``), then the newest others, at most ``MAX_LISTED``,
+    newest first.
+    """
+    t = TEXT[writer.lang]
+    level = found["error_level"]
+    where = window_text(t, window_of(results))
+    rests: list[str] = []
+    texts: list[str] = []
+    for service in services:
+        logs = log_result(results, service, level)
+        if logs is None or logs.status not in ("ok", "no_hit"):
+            continue
+        scope = service or t["all_services"]
+        entries = logs.entries("logs")
+        if not entries:
+            if service:
+                writer.no_logs(logs)
+            else:
+                text = writer.t["no_logs_all"].format(level=level)
+                writer.claim("negative_observation", text, [summary_binding(logs)])
+            rests.append(writer.last_id)
+            texts.append(t["listed_none"].format(scope=scope, level=level, window=where))
+            continue
+        total = logs.total()
+        counted = str(total)
+        if logs.output.get("total_at_least") is True:
+            counted = t["at_least"].format(count=total)
+        lines = t["line" if total == 1 else "lines"]
+        count = t["list_count"].format(scope=scope, total=counted, level=level, lines=lines)
+        writer.claim("observation", " ".join(count.split()), [summary_binding(logs)])
+        rests.append(writer.last_id)
+        picks = examples(logs, found)[:MAX_LISTED]
+        picks += [i for i in range(len(entries)) if i not in picks][: MAX_LISTED - len(picks)]
+        picks.sort(key=lambda i: (str(entries[i].get("timestamp", "")), -i), reverse=True)
+        items: list[str] = []
+        for index in picks:
+            entry = entries[index]
+            full = str(entry.get("message", ""))
+            excerpt = quote(full)
+            stamp = _short_time(str(entry.get("timestamp", "")))
+            text = t["change_line"].format(
+                service=entry.get("service") or service or "",
+                time=stamp,
+                level=str(entry.get("level") or level).upper(),
+                message=continued(excerpt, full),
+            )
+            writer.quoted.add((logs.invocation_id, f"logs[{index}]"))
+            writer.claim("observation", text, [binding(logs, f"logs[{index}]", excerpt)])
+            rests.append(writer.last_id)
+            who = f"{entry.get('service')} " if not service and entry.get("service") else ""
+            items.append(f"{who}{stamp[11:]} {word_prefix(full, 60)}")
+        if len(entries) > len(picks):
+            writer.gap(t["more_lines"].format(count=len(entries) - len(picks), level=level))
+        if total > len(entries):
+            writer.gap(
+                t["unread_lines"].format(read=len(entries), total=counted, level=level),
+                "query_logs",
+                {**logs.args, "limit": 100},
+            )
+        listed = t["listed"].format(
+            scope=scope,
+            total=counted,
+            level=level,
+            lines=lines,
+            window=where,
+            items=t["sep"].join(items),
+        )
+        texts.append(" ".join(listed.split()))
+    if rests:
+        writer.conclude("value", " ".join(texts), rests)
