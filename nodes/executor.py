@@ -99,9 +99,14 @@ def make_executor(
         steps = plan_steps(state.get("plan", ""))
         wanted = min(len(steps), ctx.max_tool_calls_per_round)
         spent = used >= ctx.max_tool_calls_per_round
-        answer_now = spent or (guided and has_results and used >= wanted)
-        nudge = HumanMessage(budget_spent.text if spent else answer_prompt.text)
         rows = ledger.list(state["diagnosis_id"]) if has_results else []
+        # A step counts as done when a call of this round produced evidence or found nothing;
+        # a call the tool refused (bad arguments) leaves its step to do.
+        done = sum(
+            1 for row in rows if row["round"] == state.get("round", 1) and row["status"] != "error"
+        )
+        answer_now = spent or (guided and has_results and done >= wanted)
+        nudge = HumanMessage(budget_spent.text if spent else answer_prompt.text)
         if has_results:
             if getattr(model, "offline", False):
                 messages = expand_tool_messages(messages, rows)
@@ -167,8 +172,8 @@ def make_executor(
             # diagnosis's schema (without its unconstrained answers in the request).
             ask = HumanMessage(
                 next_call_prompt.text.replace("{steps}", str(len(steps)))
-                .replace("{done}", str(used))
-                .replace("{next_step}", steps[used] if used < len(steps) else "")
+                .replace("{done}", str(done))
+                .replace("{next_step}", steps[done] if done < len(steps) else "")
             )
             spend.supersede_last()
             retried = readable_tool_calls(

@@ -549,3 +549,31 @@ def test_local_profile_answer_is_asked_again_without_the_schema_an_endpoint_refu
     assert "response_format" not in executor[2] and "tools" in executor[2]
     assert executor[2]["messages"] == executor[1]["messages"]
     assert values["verdict"] == "PASS"
+
+
+BAD_TIMES_CALL = (
+    '```json\n{"name": "query_logs", "arguments": {"service": "order-service", '
+    '"level": "ERROR", "start": "now-1h", "end": "now"}}\n```'
+)
+"""A call as the real model wrote it: relative times the tools refuse."""
+
+
+def test_local_profile_counts_a_refused_call_as_a_step_still_to_do(
+    model_env: FakeOpenAI,  # noqa: F811 (the imported fixture)
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SUPERBIZ_MODEL_PROFILE", "local")
+    model_env.fail(
+        "executor",
+        Fault("content", text=BAD_TIMES_CALL),
+        Fault("content", text=_recorded("answer_without_tool_call")),
+    )
+
+    values, _ = _diagnose(language="en")
+
+    executor = model_env.by_role("executor")
+    asks = [user_texts(body)[-1] for body in executor if "too early" in user_texts(body)[-1]]
+    assert len(asks) == 1 and "0 of them have a tool result" in asks[0]
+    # The refused call (inv-1) has no refs: only the call made after the ask can be cited.
+    assert {invocation for invocation, _ in _bindings_of(executor[-1])} == {"inv-2"}
+    assert values["verdict"] == "PASS"
