@@ -151,6 +151,31 @@ def make_executor(
             }
         # The registered tools, read per turn: a tool registered at run time is offered too.
         with_tools = model.bind_tools(tools)
+        if guided:
+            # A guided model is told what this turn is for before it writes anything: the call
+            # of the plan's next step. If it answers instead (after some
+            # evidence), that answer is asked for under the diagnosis's schema, without its
+            # unconstrained answer in the request.
+            ask = HumanMessage(
+                next_call_prompt.text.replace("{steps}", str(len(steps)))
+                .replace("{done}", str(done))
+                .replace("{next_step}", steps[min(done, len(steps) - 1)])
+                if steps
+                else no_call_prompt.text
+            )
+            reply = readable_tool_calls(spend.invoke(with_tools, [*history, ask], read=read))
+            guided_added: list[AnyMessage] = [ask, reply]
+            if has_results and not reply.tool_calls and spend.stop() is None:
+                answer = HumanMessage(answer_prompt.text)
+                spend.supersede_last()
+                again = spend.invoke(final, [*history, answer])
+                guided_added += [answer, AIMessage(content=again.content, id=again.id)]
+            return {
+                "executor_messages": guided_added,
+                "usage": spend.added,
+                "model_calls": spend.calls,
+                "route": ["executor"],
+            }
         reply = readable_tool_calls(spend.invoke(with_tools, history, read=read))
         added: list[AnyMessage] = [reply]
         # Only a model behind an endpoint is asked again: scripted replies are replayed as they
@@ -166,32 +191,6 @@ def make_executor(
             )
             added += [no_call, retried]
             reply = retried
-        elif guided and has_results and not reply.tool_calls and spend.stop() is None:
-            # A guided model answered before its plan's steps had their calls: it is asked for
-            # the next step's call once; if it answers again, that answer is asked for under the
-            # diagnosis's schema (without its unconstrained answers in the request).
-            ask = HumanMessage(
-                next_call_prompt.text.replace("{steps}", str(len(steps)))
-                .replace("{done}", str(done))
-                .replace("{next_step}", steps[done] if done < len(steps) else "")
-            )
-            spend.supersede_last()
-            retried = readable_tool_calls(
-                spend.invoke(with_tools, [*history, reply, ask], read=read2)
-            )
-            added += [ask, retried]
-            reply = retried
-            if not reply.tool_calls and spend.stop() is None:
-                answer = HumanMessage(answer_prompt.text)
-                spend.supersede_last()
-                again = spend.invoke(final, [*history, answer])
-                added += [answer, AIMessage(content=again.content, id=again.id)]
-                return {
-                    "executor_messages": added,
-                    "usage": spend.added,
-                    "model_calls": spend.calls,
-                    "route": ["executor"],
-                }
         if endpoint and not reply.tool_calls and spend.stop() is None:
             status, _ = parse_executor_output(message_text(reply))
             if status["status"] == "malformed" and accepts_schema(model):

@@ -453,7 +453,13 @@ def _bindings_of(body: dict[str, Any]) -> list[tuple[str, str]]:
     ]
 
 
-def test_local_profile_asks_for_the_next_steps_call_and_answers_under_the_ledger_schema(
+ORDER_CALL = (
+    '```json\n{"name": "query_logs", "arguments": {"service": "order-service", "level": "ERROR"}}'
+    "\n```"
+)
+
+
+def test_local_profile_asks_for_each_steps_call_then_answers_under_the_ledger_schema(
     model_env: FakeOpenAI,  # noqa: F811 (the imported fixture)
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -462,36 +468,57 @@ def test_local_profile_asks_for_the_next_steps_call_and_answers_under_the_ledger
     model_env.fail(
         "executor",
         Fault("content", text=_recorded("fenced_tool_call")),
-        # After one result the recorded model answers at once, citing what it never called.
-        Fault("content", text=_recorded("answer_without_tool_call")),
+        Fault("content", text=ORDER_CALL),
     )
 
     values, _ = _diagnose(language="en")
 
     executor = model_env.by_role("executor")
-    asks = [t for body in executor for t in user_texts(body) if "too early" in t]
-    assert asks and "2. query_logs(order-service, ERROR)" in asks[0]
+    assert len(executor) == 3
+    # Each tool turn ends with the step to call, so the model has no turn to answer early in.
+    first, second = (user_texts(body)[-1] for body in executor[:2])
+    assert "0 of them" in first and "1. query_logs(inventory-service, ERROR)" in first
+    assert "1 of them" in second and "2. query_logs(order-service, ERROR)" in second
     final = executor[-1]
+    assert "Every step of the plan has had its tool call" in user_texts(final)[-1]
     # Offered the same tools as before (the server reuses the evaluated prompt), answering by
     # the schema, under its token limit.
     assert [t["function"]["name"] for t in final["tools"]] == [
         t["function"]["name"] for t in executor[0]["tools"]
     ]
     assert final["max_tokens"] > 0
-    allowed = _bindings_of(final)
-    ledger_ids = {
+    made = {
         json.loads(m["content"])["invocation_id"] for m in final["messages"] if m["role"] == "tool"
     }
-    assert {invocation for invocation, _ in allowed} <= ledger_ids
-    assert {invocation for invocation, _ in allowed} == {"inv-1", "inv-2"}
-    # The superseded unconstrained answer is not what the diagnosis ends with.
-    cited = {
-        b["source_invocation_id"]
-        for c in values["structured_output"]["claims"]
-        for b in c["evidence_bindings"]
-    }
-    assert cited <= ledger_ids
+    assert made == {"inv-1", "inv-2"}
+    assert {invocation for invocation, _ in _bindings_of(final)} == made
+    assert not any(call.get("superseded") for call in values["model_calls"])
     assert values["verdict"] == "PASS"
+
+
+def test_local_profile_answer_given_instead_of_a_call_is_asked_again_under_the_schema(
+    model_env: FakeOpenAI,  # noqa: F811 (the imported fixture)
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SUPERBIZ_MODEL_PROFILE", "local")
+    model_env.fail("planner", Fault("content", text=TWO_STEP_PLAN))
+    early = _recorded("answer_without_tool_call")
+    model_env.fail(
+        "executor",
+        Fault("content", text=_recorded("fenced_tool_call")),
+        Fault("content", text=early),
+    )
+
+    values, _ = _diagnose(language="en")
+
+    executor = model_env.by_role("executor")
+    final = executor[2]
+    assert "Every step of the plan has had its tool call" in user_texts(final)[-1]
+    # The unconstrained answer is superseded and not sent with the constrained request.
+    assert not any(m.get("content") == early for m in final["messages"])
+    assert _bindings_of(final) and {i for i, _ in _bindings_of(final)} == {"inv-1"}
+    executor_calls = [c for c in values["model_calls"] if c["role"] == "executor"]
+    assert [bool(c.get("superseded")) for c in executor_calls[:3]] == [False, True, False]
 
 
 def test_hosted_profile_takes_the_early_answer_as_it_is(
@@ -563,17 +590,14 @@ def test_local_profile_counts_a_refused_call_as_a_step_still_to_do(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("SUPERBIZ_MODEL_PROFILE", "local")
-    model_env.fail(
-        "executor",
-        Fault("content", text=BAD_TIMES_CALL),
-        Fault("content", text=_recorded("answer_without_tool_call")),
-    )
+    # The refused call, then the fake's scripted native call of the ERROR logs.
+    model_env.fail("executor", Fault("content", text=BAD_TIMES_CALL))
 
     values, _ = _diagnose(language="en")
 
     executor = model_env.by_role("executor")
     asks = [user_texts(body)[-1] for body in executor if "too early" in user_texts(body)[-1]]
-    assert len(asks) == 1 and "0 of them have a tool result" in asks[0]
+    assert len(asks) == 2 and all("0 of them have a tool result" in ask for ask in asks)
     # The refused call (inv-1) has no refs: only the call made after the ask can be cited.
     assert {invocation for invocation, _ in _bindings_of(executor[-1])} == {"inv-2"}
     assert values["verdict"] == "PASS"
