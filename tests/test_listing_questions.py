@@ -19,6 +19,7 @@ import apps.cli.main as cli
 from evidence.environment import default_environment
 from models.offline.question_kinds import plan_for
 from models.offline.rules import plan_steps
+from persistence.store import open_persistence
 from verification.coverage import intent_facets
 from verification.intent import read_intent
 
@@ -229,3 +230,26 @@ def test_why_answer_still_opens_with_the_root_cause(
     first = _conclusions(str(result["answer"]))[0]
     assert "inventory-service" in first
     assert ("最可能的根因" if language == "zh" else "most likely root cause") in first.casefold()
+
+
+def test_listing_reads_only_the_services_asked_about(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A why question follows the services its error lines name; a listing does not: the line
+    "upstream payroll-api returned 500" of payslip-worker is listed, payroll-api is not read."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    environment = Path(__file__).parent / "environments" / "payroll-migration.json"
+    db = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    argv = ["diagnose", "payslip-worker 有哪些报错？", "--offline", "--json", "--db", db]
+    assert cli.main([*argv, "--env", str(environment)]) == 0
+    result = json.loads(capsys.readouterr().out)
+    persistence = open_persistence(db)
+    try:
+        calls = persistence.ledger.list(str(result["diagnosis_id"]))
+    finally:
+        persistence.close()
+
+    assert result["verdict"] == "PASS"
+    assert "batch step failed: upstream payroll-api returned 500" in result["answer"]
+    logs = [call["arguments"] for call in calls if call["tool_name"] == "query_logs"]
+    assert logs == [{"service": "payslip-worker", "level": "ERROR"}]

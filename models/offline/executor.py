@@ -168,7 +168,9 @@ class OfflineExecutor(OfflineModel):
             and r.status == "ok"
             and isinstance(root := r.output.get("root_cause"), dict)
         ]
-        if found["kind"] == "why" and found["services"] and turns <= MAX_HOPS:
+        # A listing ("which errors did X log") is answered from X's own lines: no hops.
+        hopping = found["kind"] == "why" and intent.kind != "listing"
+        if hopping and found["services"] and turns <= MAX_HOPS:
             for service in self.hops(found, results, known):
                 if service in roots:
                     continue
