@@ -88,7 +88,9 @@ _SIGNAL_WEIGHT: Final[dict[SignalKind, float]] = {
     "change": 0.0,
     "trace_errors": 1.0,
     "trace_latency": 0.9,
-    "call_pattern": 1.0,
+    # Located already: the deepest departing visit of each request is blamed, where errors and
+    # latency also show at every caller up the chain (see analysis.thresholds).
+    "call_pattern": 1.5,
     "alert": 0.5,
 }
 _REPEAT_WEIGHT: Final = 0.3

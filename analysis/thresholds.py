@@ -53,6 +53,10 @@ a series deviation that several services share is divided by the square root of 
       Chernoff exponent of the binomial tail) reaches ``PATTERN_SURPRISE`` (about a chance in a
       thousand); the deepest diverging visit of each request takes the blame, the strength is
       0.5 at ``PATTERN_SURPRISE`` and 1.0 at eight times it, over at least ``MIN_EVENTS`` requests.
+      It weighs 1.5 where the other kinds weigh at most 1.0: it is located already (the deepest
+      departing visit of each request), where an error or latency change also shows at every
+      caller up the chain. On the development faults, weights 1.0, 1.2, 1.5 and 2.0 named the
+      injected service first in 76, 84, 88 and 88 % of them, none lost to a call pattern.
 
 Propagation and ranking
     A service is anomalous when its combined strength reaches ``ANOMALY_MIN``. An anomalous
