@@ -60,7 +60,7 @@ a series deviation that several services share is divided by the square root of 
 
 Propagation and ranking
     A service is anomalous when its combined strength reaches ``ANOMALY_MIN``. An anomalous
-    service that calls (directly or through anomalous services) an anomalous service whose onset
+    service that calls (directly or through other services) an anomalous service whose onset
     is no later than its own plus ``ONSET_TOLERANCE_S`` (``ONSET_TOLERANCE_PRECISE_S`` when both
     onsets come from log lines or spans, not from series points a minute apart), and whose
     evidence is at least ``EXPLAIN_MIN_SHARE`` of its own or whose slow calls from this very
