@@ -48,6 +48,7 @@ def _request(
     other_line: str = "",
     error_handler: bool = False,
     web_line: bool = True,
+    retry: bool = False,
 ) -> tuple[list[SpanEntry], list[LogEntry]]:
     """One request's spans and the log lines tied to them."""
     trace = f"{next(_ids):032x}"
@@ -94,6 +95,12 @@ def _request(
         spans += [
             call,
             _span(trace, call["span_id"], "billing", "POST /charge", minute + 0.007, 15.0),
+        ]
+    if retry:
+        call = _span(trace, controller["span_id"], "orders", "HTTP POST", minute + 0.0065, 20.0)
+        spans += [
+            call,
+            _span(trace, call["span_id"], "billing", "POST /charge", minute + 0.0066, 15.0),
         ]
     if error_handler:
         spans.append(
@@ -216,6 +223,13 @@ def test_trace_patterns_another_branch_is_not_a_departure() -> None:
 def test_trace_patterns_errors_that_stopped_are_not_a_suspect() -> None:
     base_spans, base_logs = _requests(range(0, 60), error_handler=True)
     inc_spans, inc_logs = _requests(range(60, 75))
+    assert _signals(base_spans + inc_spans, base_logs + inc_logs) == []
+
+
+def test_trace_patterns_new_failures_alone_are_left_to_the_error_signals() -> None:
+    """A retried call or a new error handler marks the visit, but the error signals count it."""
+    base_spans, base_logs = _requests(range(0, 60))
+    inc_spans, inc_logs = _requests(range(60, 75), retry=True, error_handler=True)
     assert _signals(base_spans + inc_spans, base_logs + inc_logs) == []
 
 
