@@ -331,7 +331,9 @@ def _thin(moments: Iterable[datetime | None], windows: Windows) -> str | None:
     covered = windows.baseline_end - min(inside) if inside else timedelta(0)
     if covered >= length * THIN_BASELINE:
         return None
-    return f"{covered.total_seconds() / 60:.1f} min"
+    if not inside:
+        return "no data in"
+    return f"data for only the last {covered.total_seconds() / 60:.1f} min of"
 
 
 def _stretch(moments: Sequence[datetime | None]) -> tuple[datetime, datetime] | None:
@@ -414,7 +416,7 @@ def _reached(
     source: str, covered: str, windows: Windows, stretch: tuple[datetime, datetime]
 ) -> str:
     return (
-        f"{source}: the data covers only the last {covered} of the baseline window "
+        f"{source}: {covered} the baseline window "
         f"{iso(windows.baseline_start)}/{iso(windows.baseline_end)}; the baseline also takes "
         f"its latest earlier data, {iso(stretch[0])} to {iso(stretch[1])} (up to "
         f"{BASELINE_MINUTES} min of it, at most {MAX_BASELINE.total_seconds() / 3600:g} h "

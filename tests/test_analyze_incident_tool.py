@@ -319,7 +319,7 @@ def test_analyze_incident_thin_baseline_reaches_back_to_the_latest_earlier_data(
     assert len(captured) == 60
     gaps = inputs["gaps"]
     logs_gap = next(gap for gap in gaps if gap.startswith("logs: "))
-    assert "covers only the last 0.5 min of the baseline window" in logs_gap
+    assert "data for only the last 0.5 min of the baseline window" in logs_gap
     assert "2026-03-01T09:00:00Z to 2026-03-01T09:04:50Z" in logs_gap
     assert any(gap.startswith("traces: ") and "09:00:00Z to " in gap for gap in gaps), gaps
     assert {s["span_id"] for s in inputs["spans"]} == {s["span_id"] for s in env["traces"]}
@@ -388,3 +388,28 @@ def test_analyze_incident_records_its_root_cause_and_baseline() -> None:
         "2026-03-01T08:58:00Z",
         "2026-03-01T09:58:00Z",
     )
+
+
+def test_analyze_incident_log_file_with_an_earlier_capture_reaches_back(tmp_path: Path) -> None:
+    env = _thin_baseline_environment()
+    path = tmp_path / "app.log"
+    path.write_text(
+        "".join(
+            f"{entry['timestamp']} {entry['level']} {entry['message']}\n"
+            for entry in env["logs"]
+            if entry["service"] == "noisy"
+        )
+    )
+    end = INCIDENT + timedelta(minutes=5)
+    backend = ComposedBackend(
+        logs=FileLogs([("noisy", str(path))], now=lambda: end),
+        metrics=Unavailable("metrics", "set a metrics source"),
+        knowledge=Unavailable("runbook", "-"),
+        clock=_Clock(),
+    )
+    inputs = gather(backend, start=_iso(INCIDENT), end=_iso(end))
+    assert inputs["baseline_start"] == "2026-03-01T09:00:00Z"
+    assert len([e for e in inputs["logs"] if str(e["timestamp"]) < "2026-03-01T10"]) == 30
+    assert any(gap.startswith("logs: no data in the baseline window") for gap in inputs["gaps"])
+    report = analyze(inputs)
+    assert "noisy" not in [suspect["service"] for suspect in report["suspects"]]
