@@ -8,6 +8,8 @@ analysis that singles out no cause is told as such, with the candidates and no r
 
 from __future__ import annotations
 
+import json
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -19,11 +21,18 @@ import analysis.incident
 from analysis.report import IncidentReport
 from graph.compile import RunStores, compile_graph
 from graph.runner import summary_of
+from models.offline.answers import overview
+from models.offline.evidence import Result
+from models.offline.rules import analysis_step
+from models.offline.writer import Writer
 from persistence.audit import InMemoryAuditStore
 from persistence.ledger import InMemoryLedger
 from state.context import Context
-from state.records import ClaimCheck, ExecutorAnswer, RootCause
+from state.records import ClaimCheck, ExecutorAnswer, RootCause, VerifierInput
+from verification.intent import time_spec
+from verification.question import analyze_question
 from verification.root_cause import confirmed_root_cause
+from verification.verifier_payload import build_payload, unseen_claims
 
 QUESTION = "order-service 为什么报 500 错误？"
 
@@ -193,3 +202,65 @@ def test_an_analysis_without_a_single_cause_lists_candidates_and_states_none(
     assert first["claim_text"].startswith("The evidence does not single out one root cause")
     assert "inventory-service" in first["claim_text"]
     assert "payment-service" not in first["claim_text"]  # it cannot explain order-service
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "Something went wrong from 2023-01-29 08:58:16 UTC: which service is the root cause?",
+        "2023-01-29 08:58:16 UTC 起系统出现异常，哪个服务是根因？",
+        "What broke since 2023-01-29T08:58:16Z?",
+    ],
+)
+def test_root_cause_question_naming_its_start_is_read_from_that_moment(question: str) -> None:
+    """A question that names when it started is asked from then until now, not around then."""
+    spec = time_spec(question)
+    assert spec is not None and spec.form == "from"
+    now = datetime(2023, 1, 29, 9, 0, 9, tzinfo=UTC)
+    assert spec.resolve(now) == (datetime(2023, 1, 29, 8, 58, 16, tzinfo=UTC), now)
+    step = analysis_step(analyze_question(question, [], stems=True), question)
+    assert step == ("analyze_incident", {"start": "2023-01-29T08:58:16Z"})
+
+
+def test_overview_lists_services_only_while_the_verifier_sees_every_claim() -> None:
+    """Long log lines (traced Java services) after a long root-cause section: the overview's
+    per-service lines stop where the Verifier's block would cut a claim (it would count as
+    unsupported, and the answer fall to LOW_CONFID)."""
+    writer = Writer("en")
+    while writer.fits():  # a root-cause section that leaves little room
+        writer.claim("observation", "x" * 100, [])
+    writer.drop_claims_from(len(writer.claims) - 1)  # less room than one listed line takes
+    before = len(writer.claims)
+    kinds = ("request failed", "payment declined", "stock lookup timed out")
+    logs = [
+        {
+            "timestamp": "2026-03-01T10:00:00Z",
+            "level": "ERROR",
+            "service": f"svc-{i}",
+            "message": f"{kind}: TraceID: {'ab' * 60} " + " ".join(kind.split() * 12),
+        }
+        for i, kind in enumerate(kinds)
+    ]
+    refs = {
+        f"logs[{i}]": f"{e['timestamp']} ERROR {e['service']}: {e['message']}"
+        for i, e in enumerate(logs)
+    }
+    result = Result("query_logs", {"level": "ERROR"}, "inv-1", "ok", {"logs": logs}, refs)
+    found = analyze_question("What is wrong right now?", [], stems=True)
+    overview(writer, found, [result])
+    assert len(writer.claims) == before  # the line would not fit: not listed
+    assert writer.fits()
+    payload = build_payload(
+        VerifierInput(  # type: ignore[typeddict-item]
+            question="What is wrong right now?",
+            final_answer="",
+            parse_status={"status": "valid"},
+            structured_output=json.loads(writer.json()),
+            trace_summary=[],
+            gatekeeper_result={},
+            retry_context=None,
+            round=1,
+        )
+    )
+    answer = json.loads(writer.json())
+    assert unseen_claims(payload, answer) == []

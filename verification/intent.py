@@ -132,10 +132,13 @@ _RANGE = re.compile(
     rf"(?:\b(yesterday|today)\b|(昨天|今天))?\s*(?:from |between |在|从)?\s*{_CLOCK}\s*"
     rf"(?:-|–|—|~|to|and|至|到)\s*{_CLOCK}"
 )
+_STAMP = r"\d{4}-\d{2}-\d{2}[t ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:z|[+-]\d{2}:\d{2}| ?utc)?"
 _ISO_FROM = re.compile(
-    r"\b(?:from|(?<!firing )since|after)\s+"
-    r"(\d{4}-\d{2}-\d{2}t\d{2}:\d{2}(?::\d{2})?(?:z|[+-]\d{2}:\d{2})?)"
+    rf"\b(?:from|(?<!firing )since|after)\s+({_STAMP})"
+    rf"|(?:自|从)?\s*({_STAMP})\s*(?:起|以来|之后|以后|开始)"
 )
+"""An absolute start: "from 2026-05-12T09:25:00Z", "since 2026-05-12 09:25 UTC",
+"2026-05-12 09:25:00 UTC 起" (no zone: UTC)."""
 _SINCE = re.compile(rf"\bsince\s+{_CLOCK}|(?:自|从)?\s*{_CLOCK}\s*(?:以来|之后|以后|开始)")
 _AT = re.compile(rf"(?:\b(yesterday|today)\b|(昨天|今天))?\s*(?:\bat\s+|\baround\s+|在)?{_CLOCK}")
 
@@ -189,8 +192,9 @@ def time_spec(question: str) -> TimeSpec | None:
     text = _fold(question)
     stamp = _ISO_FROM.search(text)
     if stamp:
+        written = (stamp.group(1) or stamp.group(2)).upper().replace(" UTC", "+00:00")
         try:
-            moment = datetime.fromisoformat(stamp.group(1).upper().replace("Z", "+00:00"))
+            moment = datetime.fromisoformat(written.replace("UTC", "+00:00").replace("Z", "+00:00"))
         except ValueError:
             moment = None
         if moment is not None:

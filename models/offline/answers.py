@@ -384,7 +384,11 @@ def _example_message(
 
 
 def overview(writer: Writer, found: QuestionFacets, results: list[Result]) -> None:
-    """What is wrong: firing alerts and the services with ERROR or WARN logs."""
+    """What is wrong: firing alerts and the services with ERROR or WARN logs.
+
+    The services' lines are listed while the claims fit the Verifier's block
+    (``Writer.fits``): one it would not see would count as unsupported.
+    """
     t = writer.t
     metrics = metrics_result(results, None)
     if metrics is not None:
@@ -406,7 +410,11 @@ def overview(writer: Writer, found: QuestionFacets, results: list[Result]) -> No
                 continue
             covered.add(service)
             shown += 1
+            before = len(writer.claims)
             writer.log_lines(logs, index, counted=False)
+            if not writer.fits():  # long lines: the Verifier would not see the rest
+                writer.drop_claims_from(before)
+                return
 
 
 def actions(writer: Writer, results: list[Result], prefer: Sequence[str] = ()) -> None:

@@ -17,7 +17,12 @@ from state.display import continued, word_prefix
 from tools.registry import spec_of
 from tools.render import format_value
 from verification.question import facet_label
+from verification.verifier_payload import BLOCK_BYTES
 
+CLAIM_ROOM: Final = BLOCK_BYTES["executor_structured_output"] - 2_000
+"""Bytes (compact JSON) the claims may fill before an optional listing stops: the Verifier sees
+the claims that fit its block and counts the others unsupported, so a listing leaves this much
+of the block to the claims after it (traces, a conclusion)."""
 MESSAGE_CHARS: Final = 160
 """Longest log message quoted in a claim (a prefix is still an exact excerpt)."""
 
@@ -157,6 +162,16 @@ class Writer:
         self.root_cause: dict[str, Any] | None = None
         """The root cause proposed (``models.offline.root_cause``), if any."""
         self.conclusion: dict[str, Any] | None = None
+
+    def fits(self) -> bool:
+        """Whether the claims so far leave the room ``CLAIM_ROOM`` keeps for the others."""
+        block = {"answer_version": "executor_evidence_v2", "claims": self.claims}
+        size = len(json.dumps(block, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+        return size <= CLAIM_ROOM
+
+    def drop_claims_from(self, count: int) -> None:
+        """Take back the claims added after the first ``count`` (optional ones that did not fit)."""
+        del self.claims[count:]
 
     @property
     def last_id(self) -> str:
