@@ -14,10 +14,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from langchain_core.messages import HumanMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.memory import InMemorySaver
 
 from analysis.incident import IncidentInputs, analyze
 from bench.nezha_convert import Converter, Fault, Snapshot, log_entry, service_of
 from evidence.environment import parse_environment
+from evidence.sample import SampleBackend
+from graph.compile import RunStores, compile_graph
+from persistence.ledger import InMemoryLedger
+from state.context import Context
 
 FIXTURES = Path(__file__).parent / "nezha"
 CASES = sorted(FIXTURES.glob("*.case.json"))
@@ -213,3 +220,35 @@ def test_nezha_log_rows_and_pod_names() -> None:
     assert entry is not None
     assert entry["timestamp"] == "2023-01-29T08:57:13.950785Z"
     assert entry["level"] == "ERROR" and entry["service"] == "p-a"
+
+
+@pytest.mark.parametrize("language", ["zh", "en"])
+@pytest.mark.parametrize("case_path", CASES, ids=lambda path: path.name.split(".")[0])
+def test_incident_nezha_product_answers_the_root_cause_question(
+    case_path: Path, language: str
+) -> None:
+    """The product offline on the case's question (which names only the injection time): the
+    windows it chooses itself give the same root cause as the case's windows, PASS, and the
+    Verifier sees every claim of the answer."""
+    case = json.loads(case_path.read_text())
+    text = gzip.decompress((FIXTURES / case["environment"]).read_bytes()).decode("utf-8")
+    backend = SampleBackend(parse_environment(text, origin=case["environment"]))
+    app = compile_graph(RunStores(InMemorySaver(), ledger=InMemoryLedger()), backend)
+    config: RunnableConfig = {"configurable": {"thread_id": f"nezha-{language}"}}
+    question = case["questions"][language]
+    app.invoke({"messages": [HumanMessage(question)]}, config, context=Context(language=language))
+    state = app.get_state(config).values
+
+    direct = analyze(_inputs(case))
+    assert direct["root_cause"] is not None
+    assert state["verdict"] == "PASS", state["answer"]
+    assert state["root_cause"]["service"] == direct["root_cause"]["service"]
+    assert state["root_cause"]["service"] == case["expected_service"]
+    assert [s["service"] for s in state["suspects"][:3]] == [
+        s["service"] for s in direct["suspects"][:3]
+    ]
+    checked = {c["claim_id"] for c in state["verifier_result"]["claim_checks"]}
+    labels = {c["claim_id"]: c["verification"] for c in state["verifier_result"]["claim_checks"]}
+    claims = [claim["claim_id"] for claim in state["executor_answer"]["claims"]]
+    assert set(claims) <= checked
+    assert not [c for c in claims if labels[c] == "unsupported"], state["answer"]
