@@ -98,6 +98,7 @@ _CLIENT_SIDE: Final = re.compile(r"client|outbound|upstream|egress", re.IGNORECA
 _CLIENT_SIDE_FACTOR: Final = 0.3
 _SERVICE_LABELS: Final = ("service", "service_name", "app", "application", "job")
 _MAX_SERVICES_IN_TEXT: Final = 200
+_NAMED_TEXT_CHARS: Final = 2_000
 
 
 @dataclass(frozen=True)
@@ -291,6 +292,8 @@ class _TemplateStats:
     incident: int = 0
     first_incident: float | None = None
     samples: list[LogEntry] = field(default_factory=list)
+    naming: int = 0
+    """Incident lines (warnings and errors) that name another service."""
 
 
 @dataclass
@@ -393,12 +396,46 @@ def _rise(before: int, during: int, cov_b: float, cov_i: float, traffic: _Traffi
     return _Rise(rate_b, rate_i, rate_i / max(rate_b, 1.0 / cov_b), "/min", "", excess)
 
 
+def _service_pattern(services: set[str]) -> re.Pattern[str] | None:
+    """A pattern matching any of ``services`` as a whole word (longest names first)."""
+    names = sorted((name for name in services if name), key=len, reverse=True)
+    if not names:
+        return None
+    return re.compile(
+        r"(?<![\w-])("
+        + "|".join(re.escape(name) for name in names[:_MAX_SERVICES_IN_TEXT])
+        + r")(?![\w-])"
+    )
+
+
+def _names_another(log: LogEntry, names: re.Pattern[str] | None) -> bool:
+    """Whether a line names a service other than the one that wrote it."""
+    if names is None:
+        return False
+    writer = log.get("service", "")
+    message = log.get("message", "")[:_NAMED_TEXT_CHARS]
+    return any(match != writer for match in names.findall(message))
+
+
+def _own_share(naming: int, total: int) -> float:
+    """The weight on their writer of failure lines, ``naming`` of ``total`` naming another service.
+
+    Such a line reports a call to that service failing as the writer saw it (the dependency
+    unreachable, not found, answering errors), so it weighs ``NAMED_SERVICE_FACTOR`` on the
+    writer.
+    """
+    if total <= 0 or naming <= 0:
+        return 1.0
+    return 1.0 - (1.0 - thresholds.NAMED_SERVICE_FACTOR) * min(1.0, naming / total)
+
+
 def _log_signals(
     logs: Sequence[tuple[float, LogEntry]],
     window: _Span,
     cfg: _Config,
     gaps: list[str],
     traffic: dict[str, _Traffic],
+    names: re.Pattern[str] | None,
 ) -> _LogFacts:
     index = TemplateIndex()
     template_of: list[int] = []
@@ -408,6 +445,7 @@ def _log_signals(
     levels: dict[str, dict[str, list[int]]] = defaultdict(lambda: {"error": [0, 0], "warn": [0, 0]})
     level_samples: dict[tuple[str, str], list[LogEntry]] = defaultdict(list)
     level_onset: dict[tuple[str, str], float] = {}
+    naming: dict[tuple[str, str], int] = defaultdict(int)
     for moment, log in logs:
         template_id = index.add(log.get("message", ""))
         template_of.append(template_id)
@@ -433,6 +471,9 @@ def _log_signals(
         if level != "info":
             levels[service][level][0 if side == "b" else 1] += 1
             if side == "i":
+                if _names_another(log, names):
+                    naming[(service, level)] += 1
+                    entry.naming += 1
                 if len(level_samples[(service, level)]) < thresholds.MAX_EVIDENCE:
                     level_samples[(service, level)].append(log)
                 level_onset.setdefault((service, level), moment)
@@ -455,8 +496,10 @@ def _log_signals(
             else:
                 rise = _Rise(0.0, during / cov_i, 0.0, "/min", "", float(during))
                 strength = 0.25
-            strength *= _count_factor(rise.excess, cfg.min_events) * (
-                1.0 if level == "error" else 0.6
+            strength *= (
+                _count_factor(rise.excess, cfg.min_events)
+                * (1.0 if level == "error" else 0.6)
+                * _own_share(naming[(service, level)], during)
             )
             if strength <= 0:
                 continue
@@ -498,7 +541,11 @@ def _template_signals(
         if entry.baseline == 0:
             if entry.incident < cfg.min_new_events:
                 continue
-            strength = level_weight * _count_factor(entry.incident, cfg.min_new_events)
+            strength = (
+                level_weight
+                * _count_factor(entry.incident, cfg.min_new_events)
+                * _own_share(entry.naming, entry.incident)
+            )
             kind: SignalKind = "new_template"
             detail = f"new {entry.level.upper()} template ({entry.incident} lines): {_clip(text)}"
         else:
@@ -508,6 +555,7 @@ def _template_signals(
                 level_weight
                 * _ratio_strength(rise.ratio, rise.threshold(cfg))
                 * _count_factor(rise.excess, cfg.min_events)
+                * _own_share(entry.naming, entry.incident)
             )
             kind = "template_jump"
             detail = (
@@ -1120,11 +1168,8 @@ def _edges(
         edges[(row["caller"], row["callee"])] = Edge(
             caller=row["caller"], callee=row["callee"], source="traces", calls=row["count"]
         )
-    if not edges and services:
-        names = sorted(services, key=len, reverse=True)[:_MAX_SERVICES_IN_TEXT]
-        pattern = re.compile(
-            r"(?<![\w-])(" + "|".join(re.escape(name) for name in names) + r")(?![\w-])"
-        )
+    pattern = _service_pattern(services)
+    if not edges and pattern is not None:
         counts: dict[tuple[str, str], int] = defaultdict(int)
         for _, log in logs:
             writer = log.get("service", "")
@@ -1480,7 +1525,12 @@ def analyze(inputs: IncidentInputs, settings: AnalysisSettings | None = None) ->
     if len(series) > thresholds.MAX_SERIES:
         gaps.append(f"series: {len(series)} given, the first {thresholds.MAX_SERIES} analysed")
     alerts = list(inputs.get("alerts", []))
-    facts = _log_signals(logs, window, cfg, gaps, _traffic(spans, window))
+    services = {log.get("service", "") for _, log in logs}
+    services |= {span.get("service", "") for _, span in spans}
+    services |= {_series_service(item) for item in series}
+    services.discard("")
+    names = _service_pattern(services)
+    facts = _log_signals(logs, window, cfg, gaps, _traffic(spans, window), names)
     signals = list(facts.signals)
     traced = _traced_services(spans, window)
     signals += _series_signals(series, window, cfg, gaps, traced)
@@ -1497,10 +1547,6 @@ def analyze(inputs: IncidentInputs, settings: AnalysisSettings | None = None) ->
     signals += _alert_signals(alerts, window)
     signals = _discount_shared(signals)
     changes = _changes(logs, facts, window, cfg)
-    services = {log.get("service", "") for _, log in logs}
-    services |= {span.get("service", "") for _, span in spans}
-    services |= {_series_service(item) for item in series}
-    services.discard("")
     edges = _edges([span for _, span in spans], logs, inputs.get("dependencies", []), services)
     suspects = _rank(signals, changes, edges, cfg)
     root, ambiguity = _root(suspects, cfg)

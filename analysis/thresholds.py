@@ -29,6 +29,9 @@ a series deviation that several services share is divided by the square root of 
       failure);
     - template jump: a known template whose rate rose ``SURGE_RATIO`` times (per request:
       ``REQUEST_SURGE_RATIO``, as for error surges);
+    - in all three, a warning or error line that names another service of the data reports a
+      call to that service failing as its writer saw it (unreachable, not found, answering
+      errors): such lines weigh ``NAMED_SERVICE_FACTOR`` on the writer (the share of them);
     - series: an incident point at least ``SERIES_Z`` robust deviations (median absolute
       deviation, floored at ``SERIES_REL_FLOOR`` of the median) from the baseline median, in the
       bad direction of the metric, and a relative change of at least ``SERIES_MIN_CHANGE``; the
@@ -91,6 +94,7 @@ MIN_EVENTS: Final = 3
 MIN_NEW_EVENTS: Final = 2
 SURGE_RATIO: Final = 3.0
 REQUEST_SURGE_RATIO: Final = 1.5
+NAMED_SERVICE_FACTOR: Final = 0.5
 
 SERIES_Z: Final = 4.0
 SERIES_REL_FLOOR: Final = 0.1

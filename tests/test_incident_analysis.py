@@ -600,3 +600,26 @@ def test_incident_slow_calls_already_running_before_the_stated_start_are_found()
     for i, minute in enumerate(usual + early + incident):
         spans += _fan_traces(i, minute, {("gateway", "vault"): 400.0})
     assert analyze(IncidentInputs(**windows, spans=spans))["suspects"] == []
+
+
+def test_incident_failure_lines_naming_another_service_weigh_half_on_their_writer() -> None:
+    logs = _traffic("web") + _traffic("inventory-service") + _traffic("mailer")
+    logs += [
+        _log(60 + m, "web", f"Call to inventory-service failed: 503 for item {m}", "ERROR")
+        for m in range(12)
+    ]
+    logs += [
+        _log(60.5 + m, "mailer", f"SMTP relay refused message {m}: quota exhausted", "ERROR")
+        for m in range(8)
+    ]
+    report = analyze(IncidentInputs(**_windows(), logs=logs))
+    ranked = [s["service"] for s in report["suspects"]]
+    # web's lines report inventory-service failing as web saw it; mailer's are its own.
+    assert ranked[:2] == ["mailer", "web"]
+    # The same lines naming no service are web's own failures, and the louder.
+    logs = [
+        {**log, "message": log["message"].replace("inventory-service", "the stock backend")}
+        for log in logs
+    ]
+    report = analyze(IncidentInputs(**_windows(), logs=logs))
+    assert [s["service"] for s in report["suspects"]][:2] == ["web", "mailer"]
