@@ -99,7 +99,7 @@ def _load_tracking_warnings() -> tuple[list[LogEntry], list[SpanEntry]]:
     busy = [60 + m * 0.2 for m in range(75)]
     logs = _traffic("seats") + _traffic("billing")
     logs += [
-        _log(minute + 0.01, "seats", "[Seat][No content] no seat left on this train", "WARN")
+        _log(minute + 0.01, "seats", "Search found nothing to offer for this query", "WARN")
         for minute in base[::2] + busy[::2]
     ]
     steady = [m * 1.0 for m in range(75)]
