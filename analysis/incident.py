@@ -4,7 +4,8 @@
 logs (every level), metric series, trace spans and alerts of two windows and finds:
 
 - **signals** per service (``analysis.report.Signal``): error and warning surges, message
-  templates new in the incident window or whose rate jumped (``analysis.templates``), series
+  templates new in the incident window or whose rate jumped (``analysis.templates``; rates per
+  request served when traces give the service's load, else per minute of log coverage), series
   that left their baseline (error ratio, latency, CPU, memory, saturation, throughput) with the
   onset of each, trace latency and error changes, firing alerts;
 - **changes** (``analysis.changes``): deploys, restarts, configuration and feature-flag changes,
@@ -12,8 +13,8 @@ logs (every level), metric series, trace spans and alerts of two windows and fin
 - **propagation**: the call graph from traces (``analysis.spans``), else from services named in
   log messages, plus the configured dependencies. An anomalous service that calls an anomalous
   service whose anomaly began no later is explained by it (a symptom); the deepest anomalous
-  callee with the earliest onset is the suspect. Errors at the same rate as in the baseline are
-  background noise and raise no signal;
+  callee with the earliest onset is the suspect, and a symptom ranks below its cause. Errors at
+  the same rate as in the baseline are background noise and raise no signal;
 - **suspects**, ranked by score, each with its mechanism, its signals and their evidence
   pointers (raw items quoted verbatim), and the root cause when one stands out.
 
