@@ -1544,6 +1544,7 @@ def analyze(inputs: IncidentInputs, settings: AnalysisSettings | None = None) ->
         window.side,
         min_surprise=cfg.pattern_surprise,
         common_share=cfg.pattern_common_share,
+        gaps=gaps,
     )
     signals += _alert_signals(alerts, window)
     signals = _discount_shared(signals)

@@ -41,7 +41,7 @@ traces), and points at the visit where the path departs.
   1.0 at three times that.
 
 Bounded: one pass over the spans and the log lines, the events per visit capped at
-``_MAX_EVENTS_PER_VISIT``, the kinds of visit compared at ``_MAX_KINDS``.
+``_MAX_EVENTS_PER_VISIT``, the kinds of visit compared at ``_MAX_KINDS`` (more is stated as a gap).
 """
 
 from __future__ import annotations
@@ -334,6 +334,7 @@ def pattern_signals(
     *,
     min_surprise: float = thresholds.PATTERN_SURPRISE,
     common_share: float = thresholds.PATTERN_COMMON_SHARE,
+    gaps: list[str] | None = None,
 ) -> list[Signal]:
     """``call_pattern`` signals: services where incident requests depart from the baseline's path.
 
@@ -345,6 +346,7 @@ def pattern_signals(
         side: ``"b"`` (baseline), ``"i"`` (incident) or None, for a moment.
         min_surprise: ``PATTERN_SURPRISE`` unless given.
         common_share: ``PATTERN_COMMON_SHARE`` unless given.
+        gaps: where to say that kinds of visit were left out (beyond ``_MAX_KINDS``).
 
     Returns:
         One signal per blamed service, in service order.
@@ -359,7 +361,12 @@ def pattern_signals(
             key = (visit.entry.get("service", ""), visit.entry.get("operation", ""))
             by_kind[key][which].append(visit)
     flagged: dict[str, list[_Divergence]] = {}
-    for key in sorted(by_kind)[:_MAX_KINDS]:
+    kinds = sorted(by_kind)
+    if len(kinds) > _MAX_KINDS and gaps is not None:
+        gaps.append(
+            f"call patterns: {len(kinds)} kinds of service visit, the first {_MAX_KINDS} compared"
+        )
+    for key in kinds[:_MAX_KINDS]:
         base, during = by_kind[key]["b"], by_kind[key]["i"]
         if len(base) < thresholds.MIN_SPANS or len(during) < thresholds.MIN_SPANS:
             continue

@@ -10,6 +10,9 @@ from __future__ import annotations
 import itertools
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
+from analysis import trace_patterns
 from analysis.incident import IncidentInputs, analyze, parse_time
 from analysis.templates import TemplateIndex
 from analysis.trace_patterns import pattern_signals, surprise
@@ -276,3 +279,22 @@ def test_incident_call_pattern_thresholds_can_be_overridden_per_analysis() -> No
         for suspect in strict["suspects"]
         for signal in suspect["signals"]
     )
+
+
+def test_trace_patterns_kinds_beyond_the_cap_are_a_stated_gap(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(trace_patterns, "_MAX_KINDS", 1)
+    base_spans, base_logs = _requests(range(0, 60))
+    inc_spans, inc_logs = _requests(range(60, 75), log=False)
+    report = analyze(
+        IncidentInputs(
+            baseline_start=_at(0),
+            baseline_end=_at(60),
+            incident_start=_at(60),
+            incident_end=_at(75),
+            spans=base_spans + inc_spans,
+            logs=base_logs + inc_logs,
+        )
+    )
+    assert "call patterns: 4 kinds of service visit, the first 1 compared" in report["gaps"]
