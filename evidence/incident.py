@@ -22,8 +22,10 @@ The raw data, through the sources' own protocols, so every backend is served the
 
 - logs of every level (INFO included: changes are announced at INFO) of both windows: a source
   that can hand over a window's lines at once (``LogScan``, environment files) does; any other
-  (Loki, OpenSearch, log files) is asked with ``query_logs`` window slice by window slice,
-  halving a slice whose lines were cut, at most ``MAX_LOG_CALLS`` calls; what stays cut is a gap;
+  (Loki, OpenSearch, log files) is asked with ``query_logs`` window slice by window slice
+  (service by service, at most ``MAX_LOG_SERVICES``, when it refuses a query naming no service,
+  as Loki does), halving a slice whose lines were cut, at most ``MAX_LOG_CALLS`` calls; what
+  stays cut is a gap;
 - series and alerts with ``query_metrics`` over both windows (per service when the unscoped call
   returns no series, at most ``MAX_METRIC_SERVICES`` services);
 - spans from a source that can hand them over (``SpanScan``); none: the call graph comes from
@@ -72,6 +74,8 @@ to the baseline's end), else the baseline reaches back for that source's latest 
 MAX_LOG_CALLS: Final = 120
 """``query_logs`` calls one analysis makes at most on a source that cannot hand over a window."""
 MAX_METRIC_SERVICES: Final = 30
+MAX_LOG_SERVICES: Final = 30
+"""Services read one by one at most, from a log source that refuses a query naming none."""
 MAX_LOG_LINES: Final = 400_000
 """Log lines read at most (the analysis's own cap)."""
 PAGE: Final = 100
@@ -195,31 +199,63 @@ def _key(entry: LogEntry) -> tuple[str, str, str, str, str]:
     )
 
 
+Scope = dict[str, str]
+"""The arguments that scope one ``query_logs`` call (``{}``: every service)."""
+
+
+def log_scopes(backend: EvidenceBackend, windows: Windows) -> list[Scope]:
+    """How a source's lines are read: at once (``[{}]``), or service by service.
+
+    A source that refuses a query naming no service (Loki: it would read every stream) is read
+    per service it knows, at most ``MAX_LOG_SERVICES`` of them.
+    """
+    try:
+        backend.query_logs(start=iso(windows.start), end=iso(windows.end), limit=1)
+        return [{}]
+    except BackendError:
+        names = backend.services()[:MAX_LOG_SERVICES]
+        if not names:
+            raise
+        return [{"service": name} for name in names]
+
+
 class _LogReader:
     """Reads a window's lines with ``query_logs``, slice by slice (see the module docstring)."""
 
-    def __init__(self, backend: EvidenceBackend) -> None:
+    def __init__(self, backend: EvidenceBackend, scopes: Sequence[Scope]) -> None:
         self.backend = backend
+        self.scopes = list(scopes) or [{}]
         self.calls = 0
         self.cut: list[str] = []
 
     def read(self, start: datetime, end: datetime) -> list[LogEntry]:
         seen: dict[tuple[str, str, str, str, str], LogEntry] = {}
-        pending = [(start, end)]
+        pending = [(scope, start, end) for scope in self.scopes]
         while pending:
-            low, high = pending.pop()
+            scope, low, high = pending.pop()
             if self.calls >= MAX_LOG_CALLS:
                 self.cut.append(f"{iso(low)}/{iso(high)}")
                 continue
             self.calls += 1
-            found = self.backend.query_logs(start=iso(low), end=iso(high), limit=PAGE)
+            found = self.backend.query_logs(**scope, start=iso(low), end=iso(high), limit=PAGE)
             for entry in found.get("logs", []):
                 seen.setdefault(_key(entry), entry)
             total = int(found.get("total", 0) or 0)
             if total > len(found.get("logs", [])) and high - low > timedelta(seconds=2):
                 middle = low + (high - low) / 2
-                pending += [(low, middle), (middle, high)]
+                pending += [(scope, low, middle), (scope, middle, high)]
         return sorted(seen.values(), key=lambda entry: str(entry.get("timestamp", "")))
+
+    def any_in(self, start: datetime, end: datetime) -> bool | None:
+        """Whether any scope has a line in the window (one line asked each), None when spent."""
+        for scope in self.scopes:
+            if self.calls >= MAX_LOG_CALLS:
+                return None
+            self.calls += 1
+            probe = self.backend.query_logs(**scope, start=iso(start), end=iso(end), limit=1)
+            if probe.get("logs") or int(probe.get("total", 0) or 0) > 0:
+                return True
+        return False
 
 
 def _logs(backend: EvidenceBackend, windows: Windows, gaps: list[str]) -> list[LogEntry]:
@@ -228,7 +264,7 @@ def _logs(backend: EvidenceBackend, windows: Windows, gaps: list[str]) -> list[L
         scanned = scanner(windows.first, windows.end, MAX_LOG_LINES)
         if scanned is not None:
             return list(scanned)
-    reader = _LogReader(backend)
+    reader = _LogReader(backend, log_scopes(backend, windows))
     lines: list[LogEntry] = []
     for low, high in windows.pairs():
         if high > low:
@@ -346,7 +382,9 @@ def _stretch(moments: Sequence[datetime | None]) -> tuple[datetime, datetime] | 
     return min(m for m in seen if m >= floor), last
 
 
-def _earlier_logs(backend: EvidenceBackend, low: datetime, high: datetime) -> list[LogEntry]:
+def _earlier_logs(
+    backend: EvidenceBackend, windows: Windows, low: datetime, high: datetime, gaps: list[str]
+) -> list[LogEntry]:
     """The lines before ``high`` (not before ``low``) among which the latest stretch lies."""
     scanner = _part(backend, "scan_logs")
     if scanner is not None:
@@ -354,12 +392,19 @@ def _earlier_logs(backend: EvidenceBackend, low: datetime, high: datetime) -> li
         if scanned is not None:
             return list(scanned)
     step = timedelta(minutes=BASELINE_MINUTES)
-    reader = _LogReader(backend)
+    reader = _LogReader(backend, log_scopes(backend, windows))
     upper = high
     while upper > low:
         lower = max(low, upper - step)
-        probe = backend.query_logs(start=iso(lower), end=iso(upper), limit=1)
-        if probe.get("logs") or int(probe.get("total", 0) or 0) > 0:
+        found = reader.any_in(lower, upper)
+        if found is None:
+            gaps.append(
+                f"logs: looking back for a baseline stopped at {iso(upper)} after "
+                f"{MAX_LOG_CALLS} queries"
+            )
+            return []
+        if found:
+            reader.calls = 0  # the hour found is read with a budget of its own
             return reader.read(lower, upper)
         upper = lower
     return []
@@ -463,7 +508,7 @@ class _Gathered:
         covered = _thin(map(_log_moment, self.logs), windows)
         if covered is not None:
             try:
-                earlier = [e for e in _earlier_logs(backend, low, high) if _log_moment(e)]
+                earlier = _earlier_logs(backend, windows, low, high, gaps)
             except BackendError as exc:
                 gaps.append(f"logs: reaching back for a baseline: {exc}")
                 earlier = []

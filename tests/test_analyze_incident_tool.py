@@ -23,7 +23,10 @@ from evidence.logfiles import FileLogs
 from evidence.sample import SampleBackend
 from persistence.ledger import InMemoryLedger
 from state.records import AlertEntry, LogEntry, SeriesEntry, SpanEntry
+from tests.backend_kit import call_tool, tool_runner
+from tests.loki_kit import FakeLoki, Stream, serve_loki
 from tools.analyze_incident import AnalyzeIncidentArgs, pointer_text
+from tools.analyze_incident import result as analyze_result
 from tools.backend import (
     LogsOutput,
     LogsRequest,
@@ -413,3 +416,32 @@ def test_analyze_incident_log_file_with_an_earlier_capture_reaches_back(tmp_path
     assert any(gap.startswith("logs: no data in the baseline window") for gap in inputs["gaps"])
     report = analyze(inputs)
     assert "noisy" not in [suspect["service"] for suspect in report["suspects"]]
+
+
+def test_analyze_incident_loki_with_an_earlier_capture_reaches_back(tmp_path: Path) -> None:
+    """The same through Loki (``tests/loki_kit.py``, a stand-in that implements Loki's
+    documented answers): probed hour by hour with ``query_logs``, newest first."""
+    env = _thin_baseline_environment()
+    streams: dict[tuple[str, str], list[tuple[datetime, str]]] = {}
+    for entry in env["logs"]:
+        moment = parse_timestamp(str(entry["timestamp"]))
+        key = (str(entry["service"]), str(entry["level"]).lower())
+        streams.setdefault(key, []).append((moment, str(entry["message"])))
+    fake = FakeLoki(
+        streams=[
+            Stream({"service": service, "level": level}, entries)
+            for (service, level), entries in streams.items()
+        ]
+    )
+    for url in serve_loki(fake):
+        runner = tool_runner({"SUPERBIZ_LOKI_URL": url}, tmp_path)
+        end = INCIDENT + timedelta(minutes=5)
+        invocation = call_tool(
+            runner, "analyze_incident", {"start": _iso(INCIDENT), "end": _iso(end)}
+        )
+    assert invocation["status"] == "ok", invocation["error"]
+    output = analyze_result(invocation["output"])
+    assert output["baseline_start"] == "2026-03-01T09:00:00Z"
+    assert any(g["text"].startswith("logs: data for only the last 0.5 min") for g in output["gaps"])
+    named = [suspect["service"] for suspect in output["suspects"]]
+    assert named[0] == "db" and "noisy" not in named
