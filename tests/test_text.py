@@ -11,6 +11,7 @@ import pytest
 from verification.text import (
     contains_whole,
     grounded,
+    is_quantity,
     normalize,
     specifics,
     strip_fence,
@@ -80,6 +81,19 @@ def test_contains_whole_matches_whole_tokens_only(needle: str, haystack: str, fo
 def test_grounded_time_range_needs_both_ends() -> None:
     assert grounded("10:00-10:30", ["from 10:00 until 10:30"])
     assert not grounded("10:00-10:45", ["from 10:00 until 10:30"])
+
+
+def test_grounded_timestamp_range_needs_both_ends() -> None:
+    # A window written as two ISO timestamps joined by a dash (as a tool's summary states its
+    # start= and end= apart) is grounded by its two ends, like a clock range.
+    summary = "query_logs end=2023-04-01T01:00:00Z level=ERROR start=2023-04-01T00:00:00Z matched 0"
+    assert grounded("2023-04-01T00:00:00Z-2023-04-01T01:00:00Z", [summary])
+    assert grounded("2023-04-01T00:00:00+00:00-2023-04-01T01:00:00+00:00",
+                    ["from 2023-04-01T00:00:00+00:00 to 2023-04-01T01:00:00+00:00"])
+    assert not grounded("2023-04-01T00:00:00Z-2023-04-01T02:00:00Z", [summary])
+    assert not is_quantity("2023-04-01T00:00:00Z-2023-04-01T01:00:00Z")
+    # The ends of a range are never counts: a quantity-only text cannot ground them.
+    assert not grounded("2023-04-01T00:00:00Z-2023-04-01T01:00:00Z", ["matched 0 of 0"])
 
 
 def test_grounded_compares_normalised_and_case_insensitively() -> None:

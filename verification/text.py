@@ -43,7 +43,13 @@ _FULLWIDTH_PUNCTUATION = re.compile(
 _DIGIT = re.compile(r"\d")
 # A maximal run of the specific characters that holds a digit.
 _DIGIT_RUN = re.compile(r"(?<![A-Za-z0-9._%:/-])[A-Za-z0-9._%:/-]*[0-9][A-Za-z0-9._%:/-]*")
-_TIME_RANGE = re.compile(r"^(\d{1,2}:\d{2}(?::\d{2})?)-(\d{1,2}:\d{2}(?::\d{2})?)$")
+# A range of two clock times ("10:00-10:30") or of two ISO timestamps
+# ("2023-04-01t00:00:00z-2023-04-01t01:00:00z", as texts are compared case-folded).
+_RANGE_END = (
+    r"(?:\d{4}-\d{2}-\d{2}t\d{1,2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?(?:z|[+-]\d{2}:?\d{2})?"
+    r"|\d{1,2}:\d{2}(?::\d{2})?)"
+)
+_TIME_RANGE = re.compile(rf"^({_RANGE_END})-({_RANGE_END})$", re.IGNORECASE)
 _TIME = re.compile(
     r"^(?:\d{4}-\d{2}-\d{2}(?:t\S*)?|\d{1,2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?)$", re.IGNORECASE
 )
