@@ -88,8 +88,10 @@ def test_grounded_timestamp_range_needs_both_ends() -> None:
     # start= and end= apart) is grounded by its two ends, like a clock range.
     summary = "query_logs end=2023-04-01T01:00:00Z level=ERROR start=2023-04-01T00:00:00Z matched 0"
     assert grounded("2023-04-01T00:00:00Z-2023-04-01T01:00:00Z", [summary])
-    assert grounded("2023-04-01T00:00:00+00:00-2023-04-01T01:00:00+00:00",
-                    ["from 2023-04-01T00:00:00+00:00 to 2023-04-01T01:00:00+00:00"])
+    assert grounded(
+        "2023-04-01T00:00:00+00:00-2023-04-01T01:00:00+00:00",
+        ["from 2023-04-01T00:00:00+00:00 to 2023-04-01T01:00:00+00:00"],
+    )
     assert not grounded("2023-04-01T00:00:00Z-2023-04-01T02:00:00Z", [summary])
     assert not is_quantity("2023-04-01T00:00:00Z-2023-04-01T01:00:00Z")
     # The ends of a range are never counts: a quantity-only text cannot ground them.
