@@ -8,10 +8,12 @@ from langgraph.runtime import Runtime
 from models.messages import INVALID_ARGUMENTS, last_reply
 from nodes.common import Node, context_of, dumps, emit, thread_id
 from nodes.executor_context import tool_reference
+from state.catalog import local_profile
 from state.context import Context
 from state.graph_state import DiagnosisState
 from state.records import CallNotRun
 from tools.runner import ToolRunner
+from verification.intent import unasked_window
 
 SKIPPED = "not executed: the tool budget for this round is spent; give your final answer"
 """The error the executor reads for a call skipped for the budget (the call is listed in
@@ -24,7 +26,9 @@ def make_tools(
     """Build the tools node. Every call is recorded as an invocation before the model sees it.
 
     Calls past the round's tool budget are not run: the model reads an error for each, and
-    each is listed in ``calls_not_run`` (``budget_skipped``).
+    each is listed in ``calls_not_run`` (``budget_skipped``). Under the local model profile a
+    time window the question does not name is dropped from a call (``unasked_window``): it runs
+    over the tool's default window, the latest data.
     """
 
     def tools(state: DiagnosisState, *, runtime: Runtime[Context]) -> DiagnosisState:
@@ -36,6 +40,7 @@ def make_tools(
         round_no = state.get("round", 1)
         out: list[AnyMessage] = []
         skipped: list[CallNotRun] = []
+        guard_window = local_profile()
         for index, call in enumerate(calls):
             call_id = call.get("id") or f"call-r{round_no}-m{len(messages)}-{index}"
             if used >= ctx.max_tool_calls_per_round:
@@ -50,6 +55,11 @@ def make_tools(
                 continue
             used += 1
             args = call.get("args") or {}
+            if guard_window and INVALID_ARGUMENTS not in args:
+                dropped = unasked_window(state.get("question", ""), args)
+                if dropped:
+                    args = {key: value for key, value in args.items() if key not in dropped}
+                    emit("tool_window_dropped", round=round_no, tool=call["name"], dropped=dropped)
             # Arguments that were not JSON are recorded as an error the model can read.
             sent = str(args[INVALID_ARGUMENTS]) if INVALID_ARGUMENTS in args else args
             invocation = runner.run(

@@ -27,6 +27,7 @@ from tests.test_models_http import (  # noqa: F401 (fixtures)
     model_env,
     user_texts,
 )
+from verification.intent import unasked_window
 from verification.output_schemas import (
     MAX_CITABLE_REFS,
     MAX_EXCERPT_CHARS,
@@ -578,11 +579,11 @@ def test_local_profile_answer_is_asked_again_without_the_schema_an_endpoint_refu
     assert values["verdict"] == "PASS"
 
 
-BAD_TIMES_CALL = (
+REFUSED_CALL = (
     '```json\n{"name": "query_logs", "arguments": {"service": "order-service", '
-    '"level": "ERROR", "start": "now-1h", "end": "now"}}\n```'
+    '"level": "ERROR", "limit": "all"}}\n```'
 )
-"""A call as the real model wrote it: relative times the tools refuse."""
+"""A call the tools refuse (a limit that is no number)."""
 
 
 def test_local_profile_counts_a_refused_call_as_a_step_still_to_do(
@@ -591,7 +592,7 @@ def test_local_profile_counts_a_refused_call_as_a_step_still_to_do(
 ) -> None:
     monkeypatch.setenv("SUPERBIZ_MODEL_PROFILE", "local")
     # The refused call, then the fake's scripted native call of the ERROR logs.
-    model_env.fail("executor", Fault("content", text=BAD_TIMES_CALL))
+    model_env.fail("executor", Fault("content", text=REFUSED_CALL))
 
     values, _ = _diagnose(language="en")
 
@@ -601,3 +602,49 @@ def test_local_profile_counts_a_refused_call_as_a_step_still_to_do(
     # The refused call (inv-1) has no refs: only the call made after the ask can be cited.
     assert {invocation for invocation, _ in _bindings_of(executor[-1])} == {"inv-2"}
     assert values["verdict"] == "PASS"
+
+
+INVENTED_WINDOWS = {
+    # Calls as the real model wrote them: a window of its own invention, years from the data,
+    # and relative times the tools refuse.
+    "dates": '"start": "2023-04-01T00:00:00Z", "end": "2023-04-01T01:00:00Z", "limit": 10',
+    "relative": '"start": "now-1h", "end": "now"',
+}
+
+
+@pytest.mark.parametrize("window", list(INVENTED_WINDOWS.values()), ids=list(INVENTED_WINDOWS))
+def test_local_profile_runs_a_call_without_a_window_the_question_does_not_name(
+    model_env: FakeOpenAI,  # noqa: F811 (the imported fixture)
+    monkeypatch: pytest.MonkeyPatch,
+    window: str,
+) -> None:
+    monkeypatch.setenv("SUPERBIZ_MODEL_PROFILE", "local")
+    call = (
+        '```json\n{"name": "query_logs", "arguments": {"service": "order-service", '
+        f'"level": "ERROR", {window}}}}}\n```'
+    )
+    model_env.fail("executor", Fault("content", text=call))
+
+    values, audit = _diagnose(language="en")
+
+    executor = model_env.by_role("executor")
+    results = [json.loads(m["content"]) for m in executor[-1]["messages"] if m["role"] == "tool"]
+    first = results[0]
+    assert first["invocation_id"] == "inv-1"
+    # Run over the tool's default window (the latest data), so the ERROR lines are found.
+    assert "2023-04-01" not in json.dumps(first) and "now-1h" not in json.dumps(first)
+    assert "status=500" in json.dumps(first)
+    assert values["verdict"] == "PASS"
+    # The model's reply, with the window it wrote, stays on record.
+    record = audit.get(values["diagnosis_id"])
+    written = window.split('"')[3]
+    assert record is not None and written in json.dumps(record, ensure_ascii=False)
+
+
+def test_unasked_window_keeps_a_window_the_question_names() -> None:
+    invented = {"service": "a", "start": "2023-04-01T00:00:00Z", "end": "", "limit": 5}
+    assert unasked_window("Why is order-service returning 500 errors?", invented) == ["start"]
+    assert unasked_window("order-service 为什么报 500？", {"end": "now"}) == ["end"]
+    named = "What did order-service log from 2026-03-01T10:00:00Z to 2026-03-01T10:15:00Z?"
+    assert unasked_window(named, invented) == []
+    assert unasked_window("order-service 过去 30 分钟为什么报错？", invented) == []

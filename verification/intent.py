@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Final, Literal
@@ -302,3 +302,21 @@ def read_intent(
     else:
         kind = found["kind"]
     return Intent(kind=kind, facets=found, polarity=polarity, time=time, question=question)
+
+
+WINDOW_ARGUMENTS = ("start", "end", "baseline_start", "baseline_end")
+"""The tools' arguments that bound a time window (``tools.backend.window_bounds``)."""
+
+
+def unasked_window(question: str, arguments: Mapping[str, object]) -> list[str]:
+    """The window arguments of a tool call that a question naming no time did not ask for.
+
+    A question that names no time (``time_spec`` finds none) asks about the latest data, which
+    is the tools' default window. A small model tends to write a window of its own invention
+    (a date it has seen in training, years from the data), so under the local model profile
+    these arguments are dropped before the call runs (``nodes.tool_calls``); the model's reply,
+    with the arguments it wrote, stays on record.
+    """
+    if time_spec(question) is not None:
+        return []
+    return [name for name in WINDOW_ARGUMENTS if arguments.get(name) not in (None, "")]
