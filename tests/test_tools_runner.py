@@ -332,10 +332,18 @@ def test_runner_unknown_tool_is_error(runner: ToolRunner) -> None:
             id="reversed-window",
         ),
         pytest.param(["order-service"], ["must be a JSON object"], id="args-not-object"),
+        # A status code written as the level matches no line; it is a text in the message.
+        pytest.param({"level": "500"}, ["level", "not a log level", "query"], id="level-code"),
+        pytest.param({"level": "5xx"}, ["level", "not a log level"], id="level-code-class"),
     ],
 )
 def test_runner_bad_args_are_errors(runner: ToolRunner, args: object, fragments: list[str]) -> None:
     _assert_error(_run(runner, _call("query_logs", args, "b1")), *fragments)
+
+
+@pytest.mark.parametrize("level", ["ERROR", "warn", "LOG", "FATAL", "Warning", "ERR"])
+def test_runner_takes_any_level_word(runner: ToolRunner, level: str) -> None:
+    assert _run(runner, _call("query_logs", {"level": level}, f"lv-{level}"))["status"] != "error"
 
 
 def test_runner_knowledge_requires_query(runner: ToolRunner) -> None:

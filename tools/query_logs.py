@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from typing_extensions import TypedDict
 
 from state.records import Invocation, LogEntry
@@ -34,6 +34,18 @@ class QueryLogsArgs(WindowArgs):
     limit: int = Field(
         default=20, ge=1, le=100, description="Return at most this many lines (1-100)."
     )
+
+    @field_validator("level")
+    @classmethod
+    def _level_is_a_word(cls, value: str | None) -> str | None:
+        # Sources name levels differently (WARN, warning, LOG, ERR), so any word is taken; a
+        # status code in its place ("500", "5xx") matches no line: it is a text of the message.
+        if value is not None and value.strip()[:1].isdigit():
+            raise ValueError(
+                f"{value!r} is not a log level (ERROR, WARN, INFO, ...): to find a status code "
+                f"in the lines, pass it as query={value.strip()!r}"
+            )
+        return value
 
 
 class LogsResult(TypedDict, total=False):
