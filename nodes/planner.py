@@ -12,9 +12,11 @@ from langgraph.types import Overwrite
 
 from models.budget import GetModel, Spend
 from models.messages import message_text
+from models.offline.planner import draft_plan
 from models.structured import with_schema
 from nodes.common import Node, context_of, dumps, emit
 from nodes.prompts import load_prompt
+from state.catalog import local_profile
 from state.context import Context
 from state.display import one_line
 from state.graph_state import DiagnosisState
@@ -99,6 +101,10 @@ def make_planner(
         ctx = context_of(runtime)
         emit("planner", round=state.get("round", 1))
         task = planner_task(state, services(), ctx.language)
+        if local_profile():
+            # A small model keeps to a concrete plan far better than it writes one: it starts
+            # from the rules' plan for the question's kind (its own plan is still what runs).
+            task["draft_plan"] = draft_plan(task)
         spend = Spend(state, ctx)
         stopped = spend.stop()
         plan = ""

@@ -106,6 +106,7 @@ class Task(TypedDict):
     known_services: list[str]
     retry_context: NotRequired[RetryContext]
     plan: NotRequired[str]
+    draft_plan: NotRequired[str]
 
 
 NotRunReason = Literal["budget_skipped", "dropped_after_budget"]

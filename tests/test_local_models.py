@@ -648,3 +648,38 @@ def test_unasked_window_keeps_a_window_the_question_names() -> None:
     named = "What did order-service log from 2026-03-01T10:00:00Z to 2026-03-01T10:15:00Z?"
     assert unasked_window(named, invented) == []
     assert unasked_window("order-service 过去 30 分钟为什么报错？", invented) == []
+
+
+def _planner_task(body: dict[str, Any]) -> dict[str, Any]:
+    task: dict[str, Any] = json.loads(user_texts(body)[-1])
+    return task
+
+
+def test_local_profile_planner_starts_from_the_rules_draft_plan(
+    model_env: FakeOpenAI,  # noqa: F811 (the imported fixture)
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SUPERBIZ_MODEL_PROFILE", "local")
+
+    _diagnose(language="en")
+
+    task = _planner_task(model_env.by_role("planner")[0])
+    draft = task["draft_plan"]
+    # The rules' plan for a why question about order-service: its ERROR lines first, with the
+    # arguments written out, and no time window the question does not name.
+    first = draft.splitlines()[0]
+    assert first.startswith("1. ") and "order-service" in first
+    assert "start" not in draft and "end" not in draft.replace("order-service", "")
+    system = model_env.by_role("planner")[0]["messages"][0]["content"]
+    assert "draft_plan" in system
+
+
+def test_hosted_profile_planner_gets_no_draft_plan(
+    model_env: FakeOpenAI,  # noqa: F811 (the imported fixture)
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("SUPERBIZ_MODEL_PROFILE", raising=False)
+
+    _diagnose(language="en")
+
+    assert "draft_plan" not in _planner_task(model_env.by_role("planner")[0])

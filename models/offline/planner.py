@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage
 
@@ -20,3 +21,12 @@ class OfflinePlanner(OfflineModel):
         found = analysis(facts)
         note = HOP_NOTE if found["kind"] == "why" and int(facts.get("round", 1)) == 1 else ""
         return AIMessage(content=render_steps(plan_for(facts), note=note))
+
+
+def draft_plan(task: Mapping[str, Any]) -> str:
+    """The rules' plan for a task, as numbered steps with their arguments written out.
+
+    Under the local model profile the planner model is given it to start from
+    (``nodes.planner``): a small model keeps to a concrete plan far better than it writes one.
+    """
+    return render_steps(plan_for(dict(task)))
