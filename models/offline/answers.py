@@ -73,7 +73,7 @@ _DEPENDENCY = re.compile(
 
 def compose(task: dict[str, Any], found: QuestionFacets, results: list[Result]) -> str:
     """The executor_evidence_v2 answer for the question and the results."""
-    writer = Writer(str(task.get("language", "zh")))
+    writer = Writer(str(task.get("language", "zh")), results)
     known = [str(s) for s in task.get("known_services", [])]
     unknown = [s for s in found["unknown_services"] if not has_data(results, s)]
     services = found["services"] + [s for s in found["unknown_services"] if s not in unknown]

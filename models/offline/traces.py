@@ -156,8 +156,21 @@ def writer_text(writer: Writer) -> dict[str, str]:
 
 
 def claims(writer: Writer, found: QuestionFacets, results: list[Result]) -> None:
-    """Claims and a hypothesis from the trace queries (see the module docstring)."""
+    """Claims and a hypothesis from the trace queries (see the module docstring).
+
+    They come after the rest of the answer and are listed while the Verifier would see them
+    (``Writer.fits``): the first that would not fit ends them (it would count as unsupported).
+    """
     text = writer_text(writer)
+
+    def fitted(claim_type: str, claim: str, bindings: list[dict[str, Any]]) -> bool:
+        before = len(writer.claims)
+        writer.claim(claim_type, claim, bindings)
+        if writer.fits():
+            return True
+        writer.drop_claims_from(before)
+        return False
+
     done: set[str] = set()
     said: set[tuple[object, object]] = set()
     for result in trace_results(results):
@@ -167,7 +180,8 @@ def claims(writer: Writer, found: QuestionFacets, results: list[Result]) -> None
         done.add(service)
         if result.status == "no_hit":
             message = text["no_traces"].format(service=service)
-            writer.claim("negative_observation", message, [summary_binding(result)])
+            if not fitted("negative_observation", message, [summary_binding(result)]):
+                return
             continue
         if result.status != "ok":
             continue
@@ -178,17 +192,18 @@ def claims(writer: Writer, found: QuestionFacets, results: list[Result]) -> None
                 continue
             said.add((edge.get("caller"), edge.get("callee")))
             path = f"edges[{index}]"
-            writer.claim(
+            if not fitted(
                 "observation",
                 _edge_text(writer, "caller", edge, service),
                 [binding(result, path, result.refs.get(path, ""))],
-            )
+            ):
+                return
         operations = result.entries("operations")
         own = [(i, row) for i, row in enumerate(operations) if row.get("service") == service]
         if own:
             index, row = own[0]
             path = f"operations[{index}]"
-            writer.claim(
+            if not fitted(
                 "observation",
                 text["operation"].format(
                     service=service,
@@ -199,7 +214,8 @@ def claims(writer: Writer, found: QuestionFacets, results: list[Result]) -> None
                     p99=_ms(row.get("p99_ms")),
                 ),
                 [binding(result, path, result.refs.get(path, ""))],
-            )
+            ):
+                return
         if found["kind"] != "why":
             continue
         picked = _callee(result)
@@ -210,11 +226,12 @@ def claims(writer: Writer, found: QuestionFacets, results: list[Result]) -> None
         if (edge.get("caller"), edge.get("callee")) in said:
             continue
         said.add((edge.get("caller"), edge.get("callee")))
-        writer.claim(
+        if not fitted(
             "observation",
             _edge_text(writer, "callee", edge, service),
             [binding(result, path, result.refs.get(path, ""))],
-        )
+        ):
+            return
         writer.hypothesis(
             text["hypothesis"].format(
                 service=service,

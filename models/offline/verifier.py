@@ -42,9 +42,7 @@ def _read(adapter: TypeAdapter[_T], value: object) -> _T | None:
         return None
 
 
-_EXCERPTS: TypeAdapter[dict[str, list[VerifiedExcerpt]]] = TypeAdapter(
-    dict[str, list[VerifiedExcerpt]]
-)
+_EXCERPT: TypeAdapter[VerifiedExcerpt] = TypeAdapter(VerifiedExcerpt)
 _FINDING: TypeAdapter[Finding] = TypeAdapter(Finding)
 _TRACE_ITEM: TypeAdapter[TraceItem] = TypeAdapter(TraceItem)
 _STATUS: TypeAdapter[GatekeeperStatus] = TypeAdapter(GatekeeperStatus)
@@ -56,6 +54,11 @@ def _items(adapter: TypeAdapter[_T], value: object) -> list[_T]:
     return [item for item in found if item is not None]
 
 
+def excerpts_of(value: object) -> dict[str, list[VerifiedExcerpt]]:
+    """Each claim's verified excerpts that parse (the block's bound may cut the last ones)."""
+    return {str(claim_id): _items(_EXCERPT, excerpts) for claim_id, excerpts in obj(value).items()}
+
+
 def gatekeeper_of(block: JSONObject) -> GatekeeperResult:
     """The payload's Gatekeeper block as a result (an unreadable part counts as failed)."""
     return GatekeeperResult(
@@ -65,7 +68,7 @@ def gatekeeper_of(block: JSONObject) -> GatekeeperResult:
         failed_rules=[],
         warnings=[],
         errors=_items(_FINDING, block.get("errors")),
-        verified_excerpts=_read(_EXCERPTS, block.get("verified_excerpts") or {}) or {},
+        verified_excerpts=excerpts_of(block.get("verified_excerpts")),
         rule_set_version="",
         rules=[],
     )

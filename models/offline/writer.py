@@ -10,6 +10,7 @@ recommended actions only, and what could not be looked at is missing information
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any, Final
 
 from models.offline.evidence import Result
@@ -17,12 +18,17 @@ from state.display import continued, word_prefix
 from tools.registry import spec_of
 from tools.render import format_value
 from verification.question import facet_label
-from verification.verifier_payload import BLOCK_BYTES
+from verification.verifier_payload import BLOCK_BYTES, EXCERPT_CHARS
 
 CLAIM_ROOM: Final = BLOCK_BYTES["executor_structured_output"] - 2_000
 """Bytes (compact JSON) the claims may fill before an optional listing stops: the Verifier sees
 the claims that fit its block and counts the others unsupported, so a listing leaves this much
 of the block to the claims after it (traces, a conclusion)."""
+EXCERPT_ROOM: Final = BLOCK_BYTES["gatekeeper_result"] - 1_000
+"""Bytes (compact JSON) the claims' verified excerpts may fill before an optional listing stops:
+the Verifier reads each claim's support from the Gatekeeper's block, whose excerpts are the full
+texts of the refs bound; a claim whose excerpts that block cuts counts as unsupported, so the
+listing leaves this much of it to the rest (status, a conclusion's claims)."""
 MESSAGE_CHARS: Final = 160
 """Longest log message quoted in a claim (a prefix is still an exact excerpt)."""
 
@@ -121,6 +127,11 @@ TEXT: Final[dict[str, dict[str, str]]] = {
 }
 
 
+def _size(value: object) -> int:
+    """Bytes of ``value`` as compact JSON (how the Verifier's payload counts its blocks)."""
+    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+
+
 def quote(message: str) -> str:
     """A log message short enough to quote: a prefix ending at a word, so an exact excerpt."""
     return word_prefix(message, MESSAGE_CHARS)
@@ -151,8 +162,14 @@ def value_text(value: object, unit: object) -> str:
 class Writer:
     """Collects the answer of one round, in one language."""
 
-    def __init__(self, language: str) -> None:
+    def __init__(self, language: str, results: Sequence[Result] = ()) -> None:
         self.lang = language if language in TEXT else "zh"
+        self.ref_texts: dict[tuple[str, str], str] = {
+            (result.invocation_id, path): text
+            for result in results
+            for path, text in result.refs.items()
+        }
+        """The full text of each ref of the results (what the Gatekeeper verifies a binding as)."""
         self.t = TEXT[self.lang]
         self.claims: list[dict[str, Any]] = []
         self.hypotheses: list[dict[str, Any]] = []
@@ -164,10 +181,31 @@ class Writer:
         self.conclusion: dict[str, Any] | None = None
 
     def fits(self) -> bool:
-        """Whether the claims so far leave the room ``CLAIM_ROOM`` keeps for the others."""
+        """Whether the claims so far leave the room ``CLAIM_ROOM`` keeps for the others.
+
+        And whether the excerpts the Gatekeeper verifies them by leave ``EXCERPT_ROOM``'s.
+        """
         block = {"answer_version": "executor_evidence_v2", "claims": self.claims}
-        size = len(json.dumps(block, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
-        return size <= CLAIM_ROOM
+        return _size(block) <= CLAIM_ROOM and _size(self.excerpts()) <= EXCERPT_ROOM
+
+    def excerpts(self) -> dict[str, list[dict[str, Any]]]:
+        """The verified excerpts the claims would have if every binding held (their upper bound)."""
+        return {
+            str(claim["claim_id"]): [
+                {
+                    "binding": index,
+                    "invocation_id": item.get("source_invocation_id"),
+                    "tool_name": item.get("tool_name"),
+                    "raw_path": item.get("raw_path"),
+                    "text": self.ref_texts.get(
+                        (str(item.get("source_invocation_id")), str(item.get("raw_path"))),
+                        str(item.get("evidence_excerpt", "")),
+                    )[:EXCERPT_CHARS],
+                }
+                for index, item in enumerate(claim["evidence_bindings"])
+            ]
+            for claim in self.claims
+        }
 
     def drop_claims_from(self, count: int) -> None:
         """Take back the claims added after the first ``count`` (optional ones that did not fit)."""
