@@ -725,7 +725,7 @@ def listing(
             counted = t["at_least"].format(count=total)
         lines = t["line" if total == 1 else "lines"]
         count = t["list_count"].format(scope=scope, total=counted, level=level, lines=lines)
-        writer.claim("observation", " ".join(count.split()), [summary_binding(logs)])
+        writer.claim("observation", one_line(count), [summary_binding(logs)])
         rests.append(writer.last_id)
         picks = examples(logs, found)[:MAX_LISTED]
         picks += [i for i in range(len(entries)) if i not in picks][: MAX_LISTED - len(picks)]
@@ -763,6 +763,6 @@ def listing(
             window=where,
             items=t["sep"].join(items),
         )
-        texts.append(" ".join(listed.split()))
+        texts.append(one_line(listed))
     if rests:
         writer.conclude("value", " ".join(texts), rests)
