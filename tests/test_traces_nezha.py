@@ -80,3 +80,10 @@ def test_traces_nezha_a_why_question_follows_the_call_graph_to_the_root_cause() 
     assert p99 >= 500  # the calls into the root cause are what is slow
     assert f"{SYMPTOM} calls {ROOT_CAUSE}:" in state["answer"]
     assert state["verdict"] != "REJECT"
+    # Every claim the answer makes is one the Verifier saw with its excerpts: none is left
+    # unsupported for want of room (that once emptied the answer of every fact).
+    checks = state["verifier_result"]["claim_checks"]
+    assert state["executor_answer"]["claims"] and len(checks) == len(
+        state["executor_answer"]["claims"]
+    )
+    assert all(check["verification"] != "unsupported" for check in checks)
