@@ -505,6 +505,8 @@ TRACE_FILES = _top(
     (),
     show=";".join,
 )
+
+
 def _mcp_servers(value: object, where: str, base: Path) -> tuple[McpServerSettings, ...]:
     try:
         return parse_servers(value)

@@ -78,8 +78,10 @@ class Sources:
             path = path if path.is_absolute() else self.cwd / path
             if not path.is_file():
                 raise SettingsError(
-                    [f"{CONFIG_VARIABLE}={named}: no such file; create it or unset "
-                     f"{CONFIG_VARIABLE}"]
+                    [
+                        f"{CONFIG_VARIABLE}={named}: no such file; create it or unset "
+                        f"{CONFIG_VARIABLE}"
+                    ]
                 )
             return path
         default = self.cwd / DEFAULT_FILE

@@ -277,9 +277,7 @@ class Context:
         return dataclasses.asdict(self)
 
 
-RULES: tuple[Setting, ...] = tuple(
-    spec.metadata["setting"] for spec in dataclasses.fields(Context)
-)
+RULES: tuple[Setting, ...] = tuple(spec.metadata["setting"] for spec in dataclasses.fields(Context))
 """Every run setting, in form order."""
 BY_NAME: dict[str, Setting] = {setting.name: setting for setting in RULES}
 BY_VARIABLE: dict[str, Setting] = {setting.variable: setting for setting in RULES}

@@ -286,9 +286,7 @@ def test_mcp_http_without_a_valid_key_is_401_with_the_api_message(served: Served
         f"{served.url}/mcp", json=huge, headers={**headers, "Authorization": "Bearer key-alice"}
     )
     assert too_large.status_code == 413
-    assert too_large.json() == {
-        "error": "the request body is larger than the limit of 65536 bytes"
-    }
+    assert too_large.json() == {"error": "the request body is larger than the limit of 65536 bytes"}
 
 
 def test_mcp_http_identities_progress_cancel_and_resume(served: Served) -> None:
@@ -397,9 +395,7 @@ def test_mcp_http_errors_carry_the_api_messages(served: Served) -> None:
             assert "no_such_setting" in refused.value.message
             with pytest.raises(MCPError) as refused:
                 await alice.call_tool("diagnose", {"question": "x" * 5000})
-            assert refused.value.message == (
-                "question is 5000 characters long; the limit is 4000"
-            )
+            assert refused.value.message == ("question is 5000 characters long; the limit is 4000")
             with pytest.raises(MCPError) as refused:
                 await alice.call_tool("get_diagnosis", {"diagnosis_id": "diag-nope"})
             assert refused.value.code == mcp_server.NOT_FOUND
@@ -493,9 +489,7 @@ def test_mcp_stdio_cancelled_diagnosis_is_resumable(tmp_path: Path) -> None:
                             break
                         await anyio.sleep(0.1)
                 assert record["status"] == "running" and record["verdict"] is None
-                resumed = await client.call_tool(
-                    "resume_diagnosis", {"diagnosis_id": diagnosis_id}
-                )
+                resumed = await client.call_tool("resume_diagnosis", {"diagnosis_id": diagnosis_id})
                 assert resumed.structured_content is not None
                 return resumed.structured_content
 

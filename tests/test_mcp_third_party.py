@@ -196,15 +196,11 @@ def _diagnose(
         for name, value in script.env().items():
             monkeypatch.setenv(name, value)
         monkeypatch.setenv("SUPERBIZ_MODEL", "fake-model")
-        monkeypatch.setenv(
-            "SUPERBIZ_MCP_SERVERS", json.dumps({"prom": _prometheus_server(stack)})
-        )
+        monkeypatch.setenv("SUPERBIZ_MCP_SERVERS", json.dumps({"prom": _prometheus_server(stack)}))
         backend = configured_backend(progress=None)
         graph = compile_graph(RunStores(InMemorySaver()), backend, get_model=make_model_factory())
         config: Any = {"configurable": {"thread_id": "thread-mcp"}}
-        graph.invoke(
-            {"messages": [HumanMessage(QUESTION)]}, config, context=Context(offline=False)
-        )
+        graph.invoke({"messages": [HumanMessage(QUESTION)]}, config, context=Context(offline=False))
         return dict(graph.get_state(config).values), script
 
 

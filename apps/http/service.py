@@ -494,5 +494,3 @@ def _started_then(
             on_event(event)
 
     return handle
-
-

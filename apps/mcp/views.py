@@ -86,9 +86,7 @@ def claims_of(record: Mapping[str, Any], invocations: Sequence[Invocation]) -> l
         claim_id = str(claim.get("claim_id"))
         check = checks.get(claim_id)
         label = str(check.get("verification")) if check is not None else "unchecked"
-        verified = {
-            item.get("binding") for item in objects(verified_by_claim.get(claim_id))
-        }
+        verified = {item.get("binding") for item in objects(verified_by_claim.get(claim_id))}
         evidence: list[dict[str, Any]] = []
         for index, binding in enumerate(objects(claim.get("evidence_bindings"))):
             invocation_id = binding.get("source_invocation_id")
