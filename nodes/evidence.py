@@ -8,10 +8,12 @@ from langgraph.runtime import Runtime
 from models.messages import final_reply, message_text
 from nodes.common import Node, context_of, emit
 from persistence.ledger import InvocationLedger
+from state.catalog import local_profile
 from state.context import Context
 from state.graph_state import DiagnosisState
 from state.records import MissingInfo
 from verification.catalog import SchemaSettings
+from verification.citation_repair import repair_citations
 from verification.executor_output import parse_executor_output, read_answer
 from verification.root_cause import analysis_suspects
 from verification.trace_summary import build_trace_summary
@@ -76,6 +78,10 @@ def make_evidence(ledger: InvocationLedger, schema: SchemaSettings) -> Node:
         if notes:
             answer = {**answer, "missing_info": [*answer["missing_info"], *notes]}
         invocations = ledger.list(state["diagnosis_id"])
+        if local_profile() and not state.get("run_info", {}).get("offline", True):
+            # A small model's claim states a value another ref of a result it cites holds: that
+            # ref is bound too, marked as added (the Gatekeeper checks it like any binding).
+            answer = repair_citations(answer, invocations)
         return {
             "parse_status": parse_status,
             "structured_output": structured,

@@ -296,6 +296,8 @@ class Binding(TypedDict):
     raw_path: str | None
     evidence_excerpt: str | None
     bad_fields: dict[str, str]
+    added_by: NotRequired[str]
+    """Set when the binding was not written by the executor (``verification.citation_repair``)."""
 
 
 class Claim(TypedDict):

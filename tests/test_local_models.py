@@ -683,3 +683,74 @@ def test_hosted_profile_planner_gets_no_draft_plan(
     _diagnose(language="en")
 
     assert "draft_plan" not in _planner_task(model_env.by_role("planner")[0])
+
+
+POOL_LINE = (
+    "2026-03-01T10:07:14Z ERROR order-service order-service-5f7b9c-2xkqz: HikariPool-1 - "
+    "Connection is not available, request timed out after 30000ms."
+)
+ONE_STEP_PLAN = json.dumps({"steps": ['query_logs {"level": "ERROR", "service": "order-service"}']})
+
+
+def _echoing_answer() -> str:
+    """The real model's final answer: it states the question's 500 and binds only a pool line."""
+    return json.dumps(
+        {
+            "answer_version": "executor_evidence_v2",
+            "claims": [
+                {
+                    "claim_id": "c1",
+                    "claim_type": "observation",
+                    "claim_text": "order-service is returning 500 errors due to a connection "
+                    "timeout in the HikariPool-1 pool.",
+                    "support_level": "direct",
+                    "evidence_bindings": [
+                        {
+                            "source_invocation_id": "inv-1",
+                            "raw_path": "logs[0]",
+                            "evidence_excerpt": POOL_LINE,
+                            "tool_name": "query_logs",
+                            "source_type": "log",
+                        }
+                    ],
+                }
+            ],
+            "hypotheses": [],
+            "recommended_actions": [],
+            "missing_info": [],
+        }
+    )
+
+
+@pytest.mark.parametrize("profile", ["local", "hosted"])
+def test_local_profile_binds_the_ref_of_a_cited_result_that_states_the_claims_value(
+    model_env: FakeOpenAI,  # noqa: F811 (the imported fixture)
+    monkeypatch: pytest.MonkeyPatch,
+    profile: str,
+) -> None:
+    if profile == "local":
+        monkeypatch.setenv("SUPERBIZ_MODEL_PROFILE", "local")
+    else:
+        monkeypatch.delenv("SUPERBIZ_MODEL_PROFILE", raising=False)
+    model_env.fail("planner", Fault("content", text=ONE_STEP_PLAN))
+    model_env.fail(
+        "executor",
+        Fault("content", text=ORDER_CALL),
+        Fault("content", text=_echoing_answer()),
+        Fault("content", text=_echoing_answer()),
+    )
+
+    values, _ = _diagnose(language="en")
+
+    claim = values["executor_answer"]["claims"][0]
+    errors = [e for e in values["gatekeeper_result"]["errors"] if e.get("claim_id") == "c1"]
+    if profile == "hosted":
+        # Unrepaired: the 500 is unbound, as before.
+        assert len(claim["evidence_bindings"]) == 1
+        assert any("500" in e["message"] for e in errors)
+        return
+    first, added = claim["evidence_bindings"]
+    assert first.get("added_by") is None and added["added_by"] == "citation_repair"
+    assert added["source_invocation_id"] == "inv-1" and added["raw_path"] != "logs[0]"
+    assert "status=500" in str(added["evidence_excerpt"])
+    assert not errors
