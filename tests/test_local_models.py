@@ -497,13 +497,15 @@ def test_local_profile_asks_for_each_steps_call_then_answers_under_the_ledger_sc
     assert values["verdict"] == "PASS"
 
 
+@pytest.mark.parametrize("recorded", ["answer_without_tool_call", "guided_blank_reply"])
 def test_local_profile_answer_given_instead_of_a_call_is_asked_again_under_the_schema(
     model_env: FakeOpenAI,  # noqa: F811 (the imported fixture)
     monkeypatch: pytest.MonkeyPatch,
+    recorded: str,
 ) -> None:
     monkeypatch.setenv("SUPERBIZ_MODEL_PROFILE", "local")
     model_env.fail("planner", Fault("content", text=TWO_STEP_PLAN))
-    early = _recorded("answer_without_tool_call")
+    early = _recorded(recorded)
     model_env.fail(
         "executor",
         Fault("content", text=_recorded("fenced_tool_call")),
@@ -515,8 +517,8 @@ def test_local_profile_answer_given_instead_of_a_call_is_asked_again_under_the_s
     executor = model_env.by_role("executor")
     final = executor[2]
     assert "Every step of the plan has had its tool call" in user_texts(final)[-1]
-    # The unconstrained answer is superseded and not sent with the constrained request.
-    assert not any(m.get("content") == early for m in final["messages"])
+    # The reply that is no call is superseded and not sent with the constrained request.
+    assert not any(m.get("content") == early for m in final["messages"] if m["role"] != "user")
     assert _bindings_of(final) and {i for i, _ in _bindings_of(final)} == {"inv-1"}
     executor_calls = [c for c in values["model_calls"] if c["role"] == "executor"]
     assert [bool(c.get("superseded")) for c in executor_calls[:3]] == [False, True, False]
@@ -754,3 +756,30 @@ def test_local_profile_binds_the_ref_of_a_cited_result_that_states_the_claims_va
     assert added["source_invocation_id"] == "inv-1" and added["raw_path"] != "logs[0]"
     assert "status=500" in str(added["evidence_excerpt"])
     assert not errors
+
+
+def _recorded_ledger(name: str) -> list[Invocation]:
+    """The ledger rows a recorded answer was given, from the refs kept with the recording."""
+    rows: dict[str, list[tuple[str, str, str]]] = {}
+    tools: dict[str, str] = {}
+    for ref in RECORDED[name]["ledger_refs"]:
+        rows.setdefault(ref["invocation_id"], []).append(
+            (ref["raw_path"], ref["text"], ref["source_type"])
+        )
+        tools[ref["invocation_id"]] = ref["tool_name"]
+    return [_invocation(key, tools[key], refs) for key, refs in rows.items()]
+
+
+def test_local_model_recorded_constrained_answer_fits_only_its_own_ledger_schema() -> None:
+    answer = json.loads(_recorded("constrained_answer"))
+    ledger = _recorded_ledger("constrained_answer")
+    schema = executor_schema_for(citable_refs(ledger), guided=True)
+
+    # The real model's reply under the schema it was sent is one that schema allows ...
+    jsonschema.validate(answer, schema)
+    binding = answer["claims"][0]["evidence_bindings"][0]
+    assert (binding["source_invocation_id"], binding["raw_path"]) == ("inv-1", "summary")
+    # ... and the same reply over another diagnosis's ledger is not: its citation is not there.
+    other = [_invocation("inv-1", "query_logs", [("summary", "0 lines", "summary")])]
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(answer, executor_schema_for(citable_refs(other), guided=True))
