@@ -6,6 +6,8 @@ of the Verifier's payload fills before the claims' block does. The trace claims 
 stop where that block would cut an excerpt; and the offline Verifier, given a block cut inside an
 excerpt, still reads every excerpt that was shown whole (before, one cut excerpt left every claim
 without support: an answer of facts verified by the Gatekeeper ended LOW_CONFID with none).
+A round whose evidence holds lines no section of the answer quotes (a retry reading a service's
+lines at every level) still states one of them rather than no fact at all.
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from models.offline.answers import compose
 from models.offline.evidence import Result
+from models.offline.rules import analysis
 from models.offline.traces import claims as trace_claims
 from models.offline.verifier import gatekeeper_of
 from models.offline.writer import Writer, binding
@@ -145,3 +149,38 @@ def test_offline_verifier_reads_every_whole_excerpt_of_a_cut_gatekeeper_block() 
     assert excerpts["c1"] == [whole]
     assert excerpts["c2"] == [whole]
     assert excerpts.get("c3", []) == [] and excerpts.get("c4", []) == []
+
+
+def _all_levels(service: str) -> Result:
+    """A log query of ``service`` at every level that found INFO lines only."""
+    messages = ["order placed id=1", "payment requested id=1", "order placed id=2"]
+    logs = [
+        {"timestamp": f"2026-03-01T10:00:0{i}Z", "level": "INFO", "service": service, "message": m}
+        for i, m in enumerate(messages)
+    ]
+    refs = {
+        f"logs[{i}]": f"{e['timestamp']} INFO {service}: {e['message']}" for i, e in enumerate(logs)
+    }
+    refs["summary"] = "matched 3 of 3"
+    output = {"logs": logs, "total": 3}
+    return Result("query_logs", {"service": service, "limit": 50}, "inv-1", "ok", output, refs)
+
+
+def test_why_answer_over_lines_no_section_quotes_states_one_of_them() -> None:
+    task = {"question": "Why is svc-a slow?", "language": "en", "known_services": SERVICES}
+
+    answer = json.loads(compose(task, analysis(task), [_all_levels("svc-a")]))
+
+    assert [c["claim_text"] for c in answer["claims"]] == [
+        'svc-a has INFO log entries, e.g. "order placed id=1"'
+    ]
+    bound = answer["claims"][0]["evidence_bindings"]
+    assert [(b["source_invocation_id"], b["raw_path"]) for b in bound] == [("inv-1", "logs[0]")]
+
+
+def test_why_answer_quotes_no_line_of_a_service_not_asked_about() -> None:
+    task = {"question": "Why is svc-a slow?", "language": "en", "known_services": SERVICES}
+
+    answer = json.loads(compose(task, analysis(task), [_all_levels("svc-b")]))
+
+    assert answer["claims"] == []

@@ -10,6 +10,9 @@
 A why or overview answer opens with the root cause the incident analysis found, its chain to the
 symptom and the runner-up suspects (``models.offline.root_cause``).
 
+An answer that no section gave a claim quotes a line of each log query of the services asked
+that found some (a retry round reading them at every level): a fact rather than none.
+
 A service the backend does not know is never answered from an empty result: the answer says no
 data was found and asks to check the name. Nothing about another service is given as the answer
 about the one asked.
@@ -96,9 +99,29 @@ def compose(task: dict[str, Any], found: QuestionFacets, results: list[Result]) 
     trace_claims(writer, found, results)
     for service in unknown:
         no_data(writer, service, known)
+    if not writer.claims:
+        found_lines(writer, found, results)
     actions(writer, results, question_names(str(task.get("question", ""))))
     timed_conclusion(writer, task, results)
     return writer.json()
+
+
+def found_lines(writer: Writer, found: QuestionFacets, results: list[Result]) -> None:
+    """When no section stated anything: a line of each log query that found some.
+
+    A retry round may read a service's lines at every level, which no section of a why answer
+    quotes; an answer with no claim would then state no fact although the evidence holds some.
+    Only the services asked about (any, when the question names none) are quoted.
+    """
+    asked = found["services"]
+    for result in results:
+        if result.tool != "query_logs" or result.status != "ok":
+            continue
+        if asked and result.service not in asked:
+            continue
+        picked = examples(result, found)
+        if picked:
+            writer.log_lines(result, picked[0], counted=False)
 
 
 def no_data(writer: Writer, service: str, known: list[str]) -> None:
