@@ -17,6 +17,7 @@ from typing import Any, Literal
 import openai
 
 from models.text_tool_calls import text_tool_calls
+from state.catalog import local_profile
 from state.display import one_line
 from state.records import JSONObject
 
@@ -193,7 +194,7 @@ def expectations(found: ModelProbe) -> list[str]:
             f"{estimate / 60:.0f} min"
             + (
                 "; set SUPERBIZ_MODEL_PROFILE=local (longer timeouts)"
-                if estimate > 120 or found.tokens_per_s < 30
+                if (estimate > 120 or found.tokens_per_s < 30) and not local_profile()
                 else ""
             )
         )

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from apps.cli.doctor import doctor_command
+from models.probe import ModelProbe, expectations
 from tests.serving_kit import serve_on_loopback
 
 FENCED_CALL = '```json\n{"name": "get_current_time", "arguments": {"timezone": "UTC"}}\n```'
@@ -172,3 +173,16 @@ def test_doctor_offline_probes_no_model(monkeypatch: pytest.MonkeyPatch) -> None
     _, text = _doctor()
 
     assert _model_lines(text) == []
+
+
+@pytest.mark.parametrize("profile", ["hosted", "local"])
+def test_doctor_advises_the_local_profile_only_where_it_is_not_set(
+    monkeypatch: pytest.MonkeyPatch, profile: str
+) -> None:
+    monkeypatch.setenv("SUPERBIZ_MODEL_PROFILE", profile)
+    slow = ModelProbe(model="m", roles=["executor"], reachable=True, tokens_per_s=2.0)
+
+    speed = next(line for line in expectations(slow) if line.startswith("speed:"))
+
+    assert "a diagnosis takes about" in speed
+    assert ("set SUPERBIZ_MODEL_PROFILE=local" in speed) == (profile == "hosted")
