@@ -188,6 +188,12 @@ def run_one(scenario_id: str, given: tuple[str, ...], db: str, timeout: float) -
         return row
     _, shown, _ = _run([*cli, "sessions", "show", "--json", "--db", db, diagnosis], env, 120)
     record = json.loads(shown)
+    if "verifier_evaluation" not in record.get("self_evaluation", {}):
+        # A diagnosis that failed before its verification (the endpoint went away, a deadline)
+        # has nothing to measure: it counts as failed, with the reason its record gives.
+        row["error"] = f"{record.get('status')}: {str(record.get('note') or '')[:300]}"
+        row["diagnosis"] = diagnosis
+        return row
     row.update(measure(record, expected_facts(scenario, given)))
     row["diagnosis"] = diagnosis
     return row
