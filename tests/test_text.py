@@ -83,6 +83,26 @@ def test_grounded_time_range_needs_both_ends() -> None:
     assert not grounded("10:00-10:45", ["from 10:00 until 10:30"])
 
 
+@pytest.mark.parametrize(
+    ("specific", "evidence", "found"),
+    [
+        ("5minutes", "5xx ratio is 23% over the last 5m (threshold 5%)", True),
+        ("5 minutes", "over the last 5m", True),
+        ("5min", "over the last 5 minutes", True),
+        ("30seconds", "timed out after 30s", True),
+        ("2hours", "for 2h", True),
+        ("30000ms", "timed out after 30000ms", True),
+        ("5minutes", "took 5ms", False),
+        ("5minutes", "over the last 5h", False),
+        ("5m", "over the last 50m", False),
+    ],
+)
+def test_grounded_reads_a_duration_in_any_of_its_unit_spellings(
+    specific: str, evidence: str, found: bool
+) -> None:
+    assert grounded(specific, [evidence]) is found
+
+
 def test_grounded_timestamp_range_needs_both_ends() -> None:
     # A window written as two ISO timestamps joined by a dash (as a tool's summary states its
     # start= and end= apart) is grounded by its two ends, like a clock range.

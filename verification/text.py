@@ -60,6 +60,22 @@ _UNIT_GAP = re.compile(
     r"|bytes?|rps|qps)(?![A-Za-z]))",
     re.IGNORECASE,
 )
+# One spelling per duration unit, so "5 minutes" is the "5m" a series or alert states.
+_DURATION_UNITS = (
+    (re.compile(r"(?<=\d)(?:minutes?|mins?)(?![a-z])"), "m"),
+    (re.compile(r"(?<=\d)(?:seconds?|secs?)(?![a-z])"), "s"),
+    (re.compile(r"(?<=\d)(?:hours?|hrs?)(?![a-z])"), "h"),
+    (re.compile(r"(?<=\d)days?(?![a-z])"), "d"),
+)
+
+
+def _duration_units(text: str) -> str:
+    """``text`` (case-folded, unit gaps closed) with each duration unit in its short spelling."""
+    for pattern, short in _DURATION_UNITS:
+        text = pattern.sub(short, text)
+    return text
+
+
 _FENCE = re.compile(r"^```[A-Za-z0-9_-]*[ \t]*\r?\n(?P<body>.*?)\r?\n```$", re.DOTALL)
 _WORD_CHAR = re.compile(r"[A-Za-z0-9]")
 
@@ -205,7 +221,8 @@ def is_time(specific: str) -> bool:
 
 
 def _haystack(text: str, casefold: bool) -> str:
-    return _UNIT_GAP.sub("", normalize(text, casefold=casefold, collapse_whitespace=False))
+    closed = _UNIT_GAP.sub("", normalize(text, casefold=casefold, collapse_whitespace=False))
+    return _duration_units(closed) if casefold else closed
 
 
 def is_quantity(specific: str) -> bool:
@@ -232,7 +249,9 @@ def grounded(
     Returns:
         True when one text states it as a whole token, with its unit.
     """
-    needle = normalize(specific, casefold=casefold, collapse_whitespace=False)
+    needle = _UNIT_GAP.sub("", normalize(specific, casefold=casefold, collapse_whitespace=False))
+    if casefold:
+        needle = _duration_units(needle)
     haystacks = [_haystack(text, casefold) for text in texts]
     if not is_quantity(needle):
         haystacks += [_haystack(text, casefold) for text in name_texts]
