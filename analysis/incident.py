@@ -46,7 +46,7 @@ from analysis.report import (
     Suspect,
     Windows,
 )
-from analysis.spans import call_edges, is_error, percentile
+from analysis.spans import call_edges, is_error, percentile, visit_entries
 from analysis.templates import TemplateIndex
 from analysis.trace_patterns import pattern_signals
 from state.display import clip
@@ -802,28 +802,7 @@ def _span_signals(
 ) -> list[Signal]:
     """Per service: latency of the spans it served (and of its own time), and error ratio."""
     by_id = {span.get("span_id", ""): span for _, span in spans}
-    entry_of: dict[str, str] = {}
-
-    def entry(span: SpanEntry) -> str:
-        chain: list[str] = []
-        current = span
-        while True:
-            span_id = current.get("span_id", "")
-            if span_id in entry_of:
-                found = entry_of[span_id]
-                break
-            chain.append(span_id)
-            parent = by_id.get(current.get("parent_span_id", ""))
-            if parent is None or parent.get("service") != current.get("service"):
-                found = span_id
-                break
-            current = parent
-            if len(chain) > 10_000:
-                found = span_id
-                break
-        for item in chain:
-            entry_of[item] = found
-        return found
+    entry = visit_entries(spans)
 
     # A service's own time excludes its calls out as the caller timed them (its client span,
     # when the call has one: network and queues are not the service's own work).

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Final
 
 from typing_extensions import TypedDict
@@ -29,6 +29,44 @@ from state.records import SpanEntry
 
 _HTTP_STATUS_KEYS: Final = ("http.status_code", "http.response.status_code")
 _GRPC_STATUS_KEY: Final = "rpc.grpc.status_code"
+
+
+MAX_VISIT_DEPTH: Final = 10_000
+"""Spans walked up one visit at most (a guard against a parent cycle in bad data)."""
+
+
+def visit_entries(spans: Iterable[tuple[float, SpanEntry]]) -> Callable[[SpanEntry], str]:
+    """A function giving each span's visit entry, memoised over ``spans``.
+
+    The entry is the id of the highest span above it (itself included) in the same service: the
+    span that received the call.
+    """
+    by_id = {span.get("span_id", ""): span for _, span in spans}
+    entry_of: dict[str, str] = {}
+
+    def entry(span: SpanEntry) -> str:
+        chain: list[str] = []
+        current = span
+        while True:
+            span_id = current.get("span_id", "")
+            if span_id in entry_of:
+                found = entry_of[span_id]
+                break
+            chain.append(span_id)
+            parent = by_id.get(current.get("parent_span_id", ""))
+            if (
+                parent is None
+                or parent.get("service") != current.get("service")
+                or len(chain) > MAX_VISIT_DEPTH
+            ):
+                found = span_id
+                break
+            current = parent
+        for item in chain:
+            entry_of[item] = found
+        return found
+
+    return entry
 
 
 def is_error(span: SpanEntry) -> bool:

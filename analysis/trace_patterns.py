@@ -55,6 +55,7 @@ from typing import Final
 
 from analysis import thresholds
 from analysis.report import EvidencePointer, Signal
+from analysis.spans import visit_entries
 from state.display import clip
 from state.records import LogEntry, SpanEntry
 
@@ -150,34 +151,13 @@ def _visits(
 ) -> tuple[dict[str, _Visit], dict[str, str], _Logs]:
     """Every visit by its entry span id, each span's entry span id, and the tied log lines."""
     by_id = {span.get("span_id", ""): span for _, span in spans}
+    entry = visit_entries(spans)
     entry_of: dict[str, str] = {}
-
-    def entry(span: SpanEntry) -> str:
-        chain: list[str] = []
-        current = span
-        while True:
-            span_id = current.get("span_id", "")
-            if span_id in entry_of:
-                found = entry_of[span_id]
-                break
-            chain.append(span_id)
-            parent = by_id.get(current.get("parent_span_id", ""))
-            if (
-                parent is None
-                or parent.get("service") != current.get("service")
-                or len(chain) > 10_000
-            ):
-                found = span_id
-                break
-            current = parent
-        for item in chain:
-            entry_of[item] = found
-        return found
-
     visits: dict[str, _Visit] = {}
     for moment, span in spans:
         span_id = span.get("span_id", "")
-        if entry(span) == span_id:
+        entry_of[span_id] = entry(span)
+        if entry_of[span_id] == span_id:
             visits[span_id] = _Visit(span, moment)
     # A span whose child is another service's entry is the client side of a call: the call
     # event stands for it.
