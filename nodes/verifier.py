@@ -254,7 +254,10 @@ def make_verifier(get_model: GetModel, services: Callable[[], list[str]]) -> Nod
             "verdict": result["verdict"],
             "groundedness_score": result["groundedness_score"],
             "root_cause": confirmed_root_cause(
-                state["executor_answer"], result["claim_checks"], result["verdict"]
+                state["executor_answer"],
+                result["claim_checks"],
+                result["verdict"],
+                state.get("suspects", []),
             ),
             "rounds": [summary],
             "route": ["verifier"],

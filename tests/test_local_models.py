@@ -447,7 +447,11 @@ def _bindings_of(body: dict[str, Any]) -> list[tuple[str, str]]:
     """The (invocation id, raw path) pairs a request's final-answer schema allows."""
     schema = body["response_format"]["json_schema"]["schema"]
     claim = schema["properties"]["claims"]["items"]
-    choices = claim["properties"]["evidence_bindings"]["items"]["anyOf"]
+    if "anyOf" in claim:
+        # A guided answer's claims are chosen refs: one binding fixed in each choice.
+        choices = [c["properties"]["evidence_bindings"]["items"] for c in claim["anyOf"]]
+    else:
+        choices = claim["properties"]["evidence_bindings"]["items"]["anyOf"]
     return [
         (c["properties"]["source_invocation_id"]["enum"][0], c["properties"]["raw_path"]["enum"][0])
         for c in choices
@@ -545,20 +549,29 @@ def test_hosted_profile_takes_the_early_answer_as_it_is(
     assert values["verdict"] != "PASS"
 
 
-def test_executor_schema_for_guided_keeps_claims_to_short_observations() -> None:
+def test_executor_schema_for_guided_has_the_model_choose_refs_stated_in_their_own_words() -> None:
     schema = executor_schema_for(citable_refs(LEDGER), guided=True)
     real = _binding("inv-1", "logs[0]", LOG_LINE, "query_logs", "log")
-    jsonschema.validate(_answer(real), schema)
+    # A chosen ref: its excerpt is the claim text.
+    jsonschema.validate(_answer(real, text=LOG_LINE), schema)
+    cpu = "cpu inventory-service last 69.3%"
+    metric = _binding("inv-2", "series[0]", cpu, "query_metrics", "metric")
+    jsonschema.validate(_answer(metric, text=cpu), schema)
 
-    causal = _answer(real)
+    reworded = _answer(real)  # "order-service answered status=500": the model's own words
+    misquoted = _answer(real, text="cpu inventory-service last 69.3%")  # another ref's text
+    two = _answer(real, real, text=LOG_LINE)
+    causal = _answer(real, text=LOG_LINE)
     causal["claims"][0]["claim_type"] = "causal"
-    rambling = _answer(real, text="order-service answered status=500 because " + "x" * 200)
-    concluded = {**_answer(real), "conclusion": {"text": "yes", "answer": "yes", "rests_on": []}}
-    for answer in (causal, rambling, concluded):
+    concluded = {
+        **_answer(real, text=LOG_LINE),
+        "conclusion": {"text": "yes", "answer": "yes", "rests_on": []},
+    }
+    for answer in (reworded, misquoted, two, causal, concluded):
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate(answer, schema)
-    # Unguided, the same answers are shaped right (only the citations are bound).
-    for answer in (causal, rambling, concluded):
+    # Unguided, the model writes its claims (only the citations are bound).
+    for answer in (reworded, misquoted, two, causal, concluded):
         jsonschema.validate(answer, executor_schema_for(citable_refs(LEDGER)))
 
 
@@ -770,16 +783,20 @@ def _recorded_ledger(name: str) -> list[Invocation]:
     return [_invocation(key, tools[key], refs) for key, refs in rows.items()]
 
 
-def test_local_model_recorded_constrained_answer_fits_only_its_own_ledger_schema() -> None:
+def test_local_model_recorded_worded_claim_is_no_guided_answer_now() -> None:
+    # The real model's answer under the earlier guided schema, which let it word its claims: a
+    # real citation, and a text joining the summary's start and end into a range.
     answer = json.loads(_recorded("constrained_answer"))
     ledger = _recorded_ledger("constrained_answer")
-    schema = executor_schema_for(citable_refs(ledger), guided=True)
-
-    # The real model's reply under the schema it was sent is one that schema allows ...
-    jsonschema.validate(answer, schema)
     binding = answer["claims"][0]["evidence_bindings"][0]
     assert (binding["source_invocation_id"], binding["raw_path"]) == ("inv-1", "summary")
-    # ... and the same reply over another diagnosis's ledger is not: its citation is not there.
+    schema = executor_schema_for(citable_refs(ledger), guided=True)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(answer, schema)
+    # The same choice stated in its ref's own words is one the schema admits.
+    answer["claims"][0]["claim_text"] = binding["evidence_excerpt"]
+    jsonschema.validate(answer, schema)
+    # ... and over another diagnosis's ledger it is not: its citation is not there.
     other = [_invocation("inv-1", "query_logs", [("summary", "0 lines", "summary")])]
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(answer, executor_schema_for(citable_refs(other), guided=True))

@@ -28,7 +28,7 @@ from models.offline.writer import Writer
 from persistence.audit import InMemoryAuditStore
 from persistence.ledger import InMemoryLedger
 from state.context import Context
-from state.records import ClaimCheck, ExecutorAnswer, RootCause, VerifierInput
+from state.records import ClaimCheck, ExecutorAnswer, RootCause, SuspectBrief, VerifierInput
 from verification.intent import time_spec
 from verification.question import analyze_question
 from verification.root_cause import confirmed_root_cause
@@ -180,6 +180,51 @@ def test_root_cause_not_named_by_its_claims_is_not_kept() -> None:
     answer = _answer(("c1", "Most likely root cause: cache"), ("c2", "cache misses"))
     checks = _checks(c1="reasonable_inference", c2="direct_observation")
     assert confirmed_root_cause(answer, checks, "PASS") is None
+
+
+def _suspect(rank: int, service: str, root: bool) -> SuspectBrief:
+    return SuspectBrief(
+        rank=rank, service=service, score=0.9, mechanism="lock waits", onset=None, root_cause=root
+    )
+
+
+def _citing(claim_id: str, text: str, tool: str, raw_path: str) -> ExecutorAnswer:
+    answer = _answer((claim_id, text))
+    answer["claims"][0]["evidence_bindings"] = [
+        {"tool_name": tool, "raw_path": raw_path}  # type: ignore[typeddict-item]
+    ]
+    del answer["root_cause"]
+    return answer
+
+
+@pytest.mark.parametrize(
+    ("tool", "raw_path", "label", "verdict", "kept"),
+    [
+        ("analyze_incident", "suspects[0]", "direct_observation", "PASS", True),
+        ("analyze_incident", "suspects[0]", "direct_observation", "LOW_CONFID", True),
+        ("analyze_incident", "suspects[0]", "unsupported", "PASS", False),
+        ("analyze_incident", "suspects[0]", "direct_observation", "REJECT", False),
+        ("analyze_incident", "suspects[1]", "direct_observation", "PASS", False),
+        ("query_logs", "suspects[0]", "direct_observation", "PASS", False),
+    ],
+    ids=["confirmed", "low-confid", "unsupported", "reject", "not-the-root", "other-tool"],
+)
+def test_a_confirmed_claim_stating_the_root_cause_suspect_proposes_it(
+    tool: str, raw_path: str, label: str, verdict: str, kept: bool
+) -> None:
+    # An answer with no root_cause object (a guided model cannot write one) that states the
+    # analysis's root-cause suspect by citing its ref.
+    answer = _citing("c1", "#1 db score=0.9 root cause: lock waits", tool, raw_path)
+    suspects = [_suspect(1, "db", True), _suspect(2, "api", False)]
+
+    found = confirmed_root_cause(answer, _checks(c1=label), verdict, suspects)
+
+    if kept:
+        assert found == RootCause(service="db", mechanism="lock waits", claim_ids=["c1"])
+    else:
+        assert found is None
+    # Without the analysis's suspects nothing is proposed.
+    assert confirmed_root_cause(answer, _checks(c1=label), verdict) is None
 
 
 def test_an_analysis_without_a_single_cause_lists_candidates_and_states_none(

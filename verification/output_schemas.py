@@ -149,8 +149,6 @@ MAX_BINDINGS = 3
 """Most bindings one claim may carry under the diagnosis's schema."""
 MAX_CLAIMS = 4
 """Most claims of a guided answer (a small model's answer stays short)."""
-MAX_OBSERVATION_CHARS = 160
-"""Longest claim text of a guided answer: one sentence restating its evidence."""
 MAX_ANSWER_TEXT_CHARS = 240
 """Longest hypothesis or action of a guided answer."""
 MAX_SIDE_ITEMS = 2
@@ -211,50 +209,55 @@ def executor_schema_for(refs: Sequence[CitableRef], *, guided: bool = False) -> 
     what its evidence says is still for the Gatekeeper's rules and the Verifier. Without refs
     (nothing citable was recorded) it is the plain schema.
 
-    ``guided`` (a small local model, ``SUPERBIZ_MODEL_PROFILE=local``) also keeps the answer
-    short and its claims to what evidence shows directly: at most ``MAX_CLAIMS`` claims of type
-    observation, negative_observation or state, each one sentence of at most
-    ``MAX_OBSERVATION_CHARS``, a few hypotheses and actions (where causes go), and no
-    ``conclusion`` object (code derives the conclusion from the confirmed claims).
+    ``guided`` (a small local model, ``SUPERBIZ_MODEL_PROFILE=local``) makes the model choose
+    its claims instead of writing them: each claim is one recorded ref stated in the ref's own
+    words (its excerpt is the claim text, fixed with its binding), so what the model contributes
+    is which evidence answers the question and how it is typed. Its own words go where nothing
+    is shown as fact: at most ``MAX_SIDE_ITEMS`` hypotheses, actions and missing-info items of
+    at most ``MAX_ANSWER_TEXT_CHARS``. At most ``MAX_CLAIMS`` claims of type observation,
+    negative_observation or state, and no ``conclusion`` object (code derives the conclusion
+    from the confirmed claims).
     """
     if not refs:
         return EXECUTOR
-    choices = [
-        _object(
+    choices = [_choice(ref) for ref in refs]
+    if not guided:
+        bindings: JSONObject = {
+            "type": "array",
+            "items": {"anyOf": [*choices]},
+            "minItems": 1,
+            "maxItems": MAX_BINDINGS,
+        }
+        claim = _object(
             {
-                "source_invocation_id": _fixed(ref["invocation_id"]),
-                "raw_path": _fixed(ref["raw_path"]),
-                "evidence_excerpt": _fixed(ref["excerpt"]),
-                "tool_name": _fixed(ref["tool_name"]),
-                "source_type": _fixed(ref["source_type"]),
+                "claim_id": _TEXT,
+                "claim_type": {"type": "string", "enum": list(CLAIM_TYPES)},
+                "evidence_bindings": bindings,
+                "claim_text": _TEXT,
+                "support_level": {"type": "string", "enum": ["direct", "indirect"]},
             }
         )
-        for ref in refs
-    ]
-    bindings: JSONObject = {
-        "type": "array",
-        "items": {"anyOf": [*choices]},
-        "minItems": 1,
-        "maxItems": MAX_BINDINGS,
-    }
-    claim_types = GUIDED_CLAIM_TYPES if guided else CLAIM_TYPES
-    claim = _object(
-        {
-            "claim_id": _TEXT,
-            "claim_type": {"type": "string", "enum": list(claim_types)},
-            "evidence_bindings": bindings,
-            "claim_text": {"type": "string", "maxLength": MAX_OBSERVATION_CHARS}
-            if guided
-            else _TEXT,
-            "support_level": {
-                "type": "string",
-                "enum": ["direct"] if guided else ["direct", "indirect"],
-            },
-        }
-    )
-    if not guided:
         properties: JSONObject = {**_EXECUTOR_PROPERTIES, "claims": _items(claim)}
         return {**EXECUTOR, "properties": properties}
+    chosen: JSONObject = {
+        "anyOf": [
+            _object(
+                {
+                    "claim_id": _TEXT,
+                    "evidence_bindings": {
+                        "type": "array",
+                        "items": choice,
+                        "minItems": 1,
+                        "maxItems": 1,
+                    },
+                    "claim_text": _fixed(ref["excerpt"]),
+                    "claim_type": {"type": "string", "enum": list(GUIDED_CLAIM_TYPES)},
+                    "support_level": _fixed("direct"),
+                }
+            )
+            for ref, choice in zip(refs, choices, strict=True)
+        ]
+    }
     sentence: JSONObject = {"type": "string", "maxLength": MAX_ANSWER_TEXT_CHARS}
 
     def few(item: JSONObject) -> JSONObject:
@@ -262,12 +265,25 @@ def executor_schema_for(refs: Sequence[CitableRef], *, guided: bool = False) -> 
 
     guided_properties: JSONObject = {
         "answer_version": _EXECUTOR_PROPERTIES["answer_version"],
-        "claims": {"type": "array", "items": claim, "minItems": 1, "maxItems": MAX_CLAIMS},
+        "claims": {"type": "array", "items": chosen, "minItems": 1, "maxItems": MAX_CLAIMS},
         "hypotheses": few(_object({"text": sentence, "basis": sentence})),
         "recommended_actions": few(_object({"text": sentence, "source": _TEXT})),
         "missing_info": few(_object({"text": sentence}, required=["text"])),
     }
     return {**EXECUTOR, "properties": guided_properties}
+
+
+def _choice(ref: CitableRef) -> JSONObject:
+    """One binding fixed to ``ref`` as a whole."""
+    return _object(
+        {
+            "source_invocation_id": _fixed(ref["invocation_id"]),
+            "raw_path": _fixed(ref["raw_path"]),
+            "evidence_excerpt": _fixed(ref["excerpt"]),
+            "tool_name": _fixed(ref["tool_name"]),
+            "source_type": _fixed(ref["source_type"]),
+        }
+    )
 
 
 SCHEMAS: dict[str, JSONObject] = {

@@ -15,7 +15,7 @@ never stated. The suspects of the incident analysis are read from its recorded i
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
 
 from state.json_shape import is_number, objects
@@ -33,13 +33,24 @@ def _names(text: str, service: str) -> bool:
 
 
 def confirmed_root_cause(
-    answer: ExecutorAnswer, checks: Sequence[ClaimCheck], verdict: str | None
+    answer: ExecutorAnswer,
+    checks: Sequence[ClaimCheck],
+    verdict: str | None,
+    suspects: Sequence[SuspectBrief] = (),
 ) -> RootCause | None:
-    """The proposed root cause when it stands (see the module docstring), else None."""
-    proposal = answer.get("root_cause")
-    if proposal is None or verdict not in ("PASS", "LOW_CONFID"):
+    """The proposed root cause when it stands (see the module docstring), else None.
+
+    An answer without a ``root_cause`` object proposes one when a claim states the analysis's
+    root-cause suspect by citing its ``suspects[i]`` ref (as a guided model's chosen claims do:
+    it cannot write the object): that suspect, when the claim was confirmed and names it.
+    ``suspects`` are the diagnosis's (``analysis_suspects``).
+    """
+    if verdict not in ("PASS", "LOW_CONFID"):
         return None
     labels = {normalize_id(check["claim_id"]): check["verification"] for check in checks}
+    proposal = answer.get("root_cause")
+    if proposal is None:
+        return _stated_suspect(answer, labels, suspects)
     texts = {normalize_id(claim["claim_id"]): claim["claim_text"] for claim in answer["claims"]}
     ids = list(dict.fromkeys(normalize_id(claim_id) for claim_id in proposal["claim_ids"]))
     if not ids or any(labels.get(claim_id) not in CONFIRMED for claim_id in ids):
@@ -47,6 +58,27 @@ def confirmed_root_cause(
     if not any(_names(texts.get(claim_id, ""), proposal["service"]) for claim_id in ids):
         return None
     return RootCause(service=proposal["service"], mechanism=proposal["mechanism"], claim_ids=ids)
+
+
+def _stated_suspect(
+    answer: ExecutorAnswer, labels: Mapping[str, str], suspects: Sequence[SuspectBrief]
+) -> RootCause | None:
+    for claim in answer["claims"]:
+        claim_id = normalize_id(claim["claim_id"])
+        if labels.get(claim_id) not in CONFIRMED:
+            continue
+        for binding in claim["evidence_bindings"]:
+            found = re.fullmatch(r"suspects\[(\d+)\]", str(binding.get("raw_path") or ""))
+            if binding.get("tool_name") != ANALYSIS_TOOL or found is None:
+                continue
+            index = int(found.group(1))
+            suspect = suspects[index] if index < len(suspects) else None
+            named = suspect and _names(claim["claim_text"], suspect["service"])
+            if suspect and suspect["root_cause"] and named:
+                return RootCause(
+                    service=suspect["service"], mechanism=suspect["mechanism"], claim_ids=[claim_id]
+                )
+    return None
 
 
 def analysis_suspects(invocations: Iterable[Invocation]) -> list[SuspectBrief]:
