@@ -41,6 +41,7 @@ from analysis.report import (
     EvidencePointer,
     IncidentInputs,
     IncidentReport,
+    Phrase,
     Signal,
     SignalKind,
     Suspect,
@@ -59,6 +60,7 @@ __all__ = [
     "EvidencePointer",
     "IncidentInputs",
     "IncidentReport",
+    "Phrase",
     "Signal",
     "Suspect",
     "Windows",
@@ -370,10 +372,28 @@ class _Rise:
     scope: str
     excess: float
     """Events beyond what the baseline's rate predicts for the incident window."""
+    traffic: _Traffic | None = None
+    """The requests served, when the rates are per request."""
 
     def threshold(self, cfg: _Config) -> float:
         """The ratio that makes a surge: lower per request (the load no longer moves it)."""
         return cfg.request_surge_ratio if self.unit == " per request" else cfg.surge_ratio
+
+    def values(self) -> dict[str, str | list[str]]:
+        """The rates as a phrase's values.
+
+        ``rate_before``, ``rate_after``, ``per`` (``minute`` or ``request``) and, per request,
+        ``requests_before`` and ``requests_after``.
+        """
+        found: dict[str, str | list[str]] = {
+            "rate_before": _fmt(self.rate_b),
+            "rate_after": _fmt(self.rate_i),
+            "per": "request" if self.traffic is not None else "minute",
+        }
+        if self.traffic is not None:
+            found["requests_before"] = str(self.traffic.baseline)
+            found["requests_after"] = str(self.traffic.incident)
+        return found
 
 
 def _rise(before: int, during: int, cov_b: float, cov_i: float, traffic: _Traffic | None) -> _Rise:
@@ -390,7 +410,7 @@ def _rise(before: int, during: int, cov_b: float, cov_i: float, traffic: _Traffi
         ratio = rate_i / max(rate_b, 1.0 / traffic.baseline)
         scope = f", {traffic.baseline} -> {traffic.incident} requests served"
         excess = during - max(before, 1) * traffic.incident / traffic.baseline
-        return _Rise(rate_b, rate_i, ratio, " per request", scope, excess)
+        return _Rise(rate_b, rate_i, ratio, " per request", scope, excess, traffic)
     rate_b = before / cov_b
     rate_i = during / cov_i
     excess = during - max(before, 1) * cov_i / cov_b
@@ -505,12 +525,19 @@ def _log_signals(
             if strength <= 0:
                 continue
             word = "error" if level == "error" else "warning"
+            values = {
+                "level": word,
+                **rise.values(),
+                "lines_before": str(before),
+                "lines_after": str(during),
+            }
             signals.append(
                 Signal(
                     kind="error_surge",
                     service=service,
                     detail=f"{word} rate {_fmt(rise.rate_b)}{rise.unit} -> {_fmt(rise.rate_i)}"
                     f"{rise.unit} ({before} -> {during} lines{rise.scope})",
+                    phrase=Phrase(kind="error_surge", values=values),
                     baseline=round(rise.rate_b, 4) if has_baseline else None,
                     incident=round(rise.rate_i, 4),
                     onset=_iso_or_none(level_onset.get((service, level))),
@@ -549,6 +576,14 @@ def _template_signals(
             )
             kind: SignalKind = "new_template"
             detail = f"new {entry.level.upper()} template ({entry.incident} lines): {_clip(text)}"
+            phrase = Phrase(
+                kind="new_template",
+                values={
+                    "level": entry.level.upper(),
+                    "lines": str(entry.incident),
+                    "template": _clip(text),
+                },
+            )
         else:
             if entry.incident < cfg.min_events:
                 continue
@@ -563,6 +598,10 @@ def _template_signals(
                 f"template rate {_fmt(rise.rate_b)}{rise.unit} -> {_fmt(rise.rate_i)}{rise.unit}"
                 f" ({entry.level.upper()}{rise.scope}): {_clip(text)}"
             )
+            phrase = Phrase(
+                kind="template_jump",
+                values={**rise.values(), "level": entry.level.upper(), "template": _clip(text)},
+            )
         if strength <= 0:
             continue
         per_service[service].append(
@@ -570,6 +609,7 @@ def _template_signals(
                 kind=kind,
                 service=service,
                 detail=detail,
+                phrase=phrase,
                 baseline=round(rise.rate_b, 4),
                 incident=round(rise.rate_i, 4),
                 onset=_iso_or_none(entry.first_incident),
@@ -750,10 +790,17 @@ def _series_signal(
         detail_kind = "rise"
     metric = series.get("metric", "")
     shown = [[moment, value] for moment, value in points if moment >= onset - 180][:12]
+    values: dict[str, str | list[str]] = {
+        "metric": metric,
+        "baseline": _fmt(median),
+        "peak": _fmt(peak_value),
+        "direction": detail_kind,
+    }
     return Signal(
         kind=kind,
         service=service,
         detail=f"{metric} {_fmt(median)} -> {_fmt(peak_value)} ({detail_kind})",
+        phrase=Phrase(kind="series", values=values),
         baseline=round(median, 6),
         incident=round(peak_value, 6),
         onset=_iso(onset),
@@ -840,6 +887,7 @@ def _span_signals(
         if len(base) < thresholds.MIN_SPANS:
             continue
         for own_time, label in ((True, "own time"), (False, "served latency")):
+            measure = "own" if own_time else "served"
             p_b = percentile([row.value(own_time) for row in base], 0.9)
             p_i = percentile([row.value(own_time) for row in during], 0.9)
             if p_i - p_b < cfg.latency_min_ms:
@@ -857,6 +905,10 @@ def _span_signals(
                     kind="trace_latency",
                     service=service,
                     detail=f"{label} p90 {_fmt(p_b)} ms -> {_fmt(p_i)} ms",
+                    phrase=Phrase(
+                        kind="trace_latency",
+                        values={"measure": measure, "baseline": _fmt(p_b), "incident": _fmt(p_i)},
+                    ),
                     baseline=round(p_b, 3),
                     incident=round(p_i, 3),
                     onset=_iso_or_none(onset),
@@ -874,6 +926,10 @@ def _span_signals(
                     kind="trace_errors",
                     service=service,
                     detail=f"span error ratio {err_b:.0%} -> {err_i:.0%}",
+                    phrase=Phrase(
+                        kind="trace_errors",
+                        values={"baseline": f"{err_b:.0%}", "incident": f"{err_i:.0%}"},
+                    ),
                     baseline=round(err_b, 4),
                     incident=round(err_i, 4),
                     onset=failed[0].get("start") if failed else None,
@@ -1042,7 +1098,8 @@ def _call_gap_signals(
         )
         if strength <= 0:
             continue
-        names = ", ".join(f"{caller} -> {callee}" for caller, callee, *_ in edges[:4])
+        pairs = [f"{caller} -> {callee}" for caller, callee, *_ in edges[:4]]
+        names = ", ".join(pairs)
         onset = min(first_slow[(edge[0], edge[1])] for edge in edges)
         signals.append(
             Signal(
@@ -1052,6 +1109,16 @@ def _call_gap_signals(
                     f"time between services on calls in and out of it: p50 {_fmt(worst[2])} ms"
                     f" -> {_fmt(worst[3])} ms on {len(edges)} of {measured[service]}"
                     f" edges ({names})"
+                ),
+                phrase=Phrase(
+                    kind="call_gap",
+                    values={
+                        "baseline": _fmt(worst[2]),
+                        "incident": _fmt(worst[3]),
+                        "slow": str(len(edges)),
+                        "measured": str(measured[service]),
+                        "edges": pairs,
+                    },
                 ),
                 baseline=round(worst[2], 3),
                 incident=round(worst[3], 3),
@@ -1083,6 +1150,7 @@ def _alert_signals(alerts: Sequence[AlertEntry], window: _Span) -> list[Signal]:
                 kind="alert",
                 service=alert.get("service", ""),
                 detail=f"alert {alert.get('alert_name', '')} firing",
+                phrase=Phrase(kind="alert", values={"name": alert.get("alert_name", "")}),
                 baseline=None,
                 incident=None,
                 onset=alert.get("active_at") or None,
@@ -1214,8 +1282,16 @@ def _discount_shared(signals: list[Signal]) -> list[Signal]:
     for signal, family in keyed:
         shared = len(families[family]) if family is not None else 1
         if shared > 1:
+            phrase = Phrase(
+                kind=signal["phrase"]["kind"],
+                values={**signal["phrase"]["values"], "shared": str(shared - 1)},
+            )
             signal = Signal(
-                **{**signal, "strength": round(signal["strength"] / math.sqrt(shared), 4)}
+                **{
+                    **signal,
+                    "strength": round(signal["strength"] / math.sqrt(shared), 4),
+                    "phrase": phrase,
+                }
             )
             signal["detail"] += f" (also on {shared - 1} other services)"
         result.append(signal)
@@ -1248,6 +1324,7 @@ def _family(signal: Signal) -> str:
 
 
 def _mechanism(signal: Signal) -> str:
+    """A suspect's mechanism from its top signal, in English (its phrase is the signal's)."""
     kind = signal["kind"]
     detail = signal["detail"]
     if kind == "new_template":
@@ -1294,6 +1371,14 @@ def _change_signal(service: str, change: Change) -> Signal:
         kind="change",
         service=service,
         detail=f"{change['category']} at {change['time']}: {_clip(change['text'])}",
+        phrase=Phrase(
+            kind="change",
+            values={
+                "category": change["category"],
+                "time": change["time"],
+                "text": _clip(change["text"]),
+            },
+        ),
         baseline=None,
         incident=None,
         onset=change["time"],
@@ -1386,6 +1471,7 @@ def _rank(
                 service=service,
                 score=round(_score(weight[service]), 4),
                 mechanism=_mechanism(top),
+                mechanism_phrase=top["phrase"],
                 onset=_iso_or_none(start),
                 signals=service_signals[: thresholds.MAX_SIGNALS],
                 explains=sorted(explains[service]),
@@ -1403,10 +1489,21 @@ def _rank(
                     + ", ".join(suspect["explained_by"])
                     + ", whose anomaly began no later than its own"
                 )
+                suspect["why_not_first_phrase"] = Phrase(
+                    kind="symptom", values={"causes": list(suspect["explained_by"])}
+                )
             else:
                 suspect["why_not_first"] = (
                     f"weaker evidence than {leader['service']}"
                     f" (score {suspect['score']:.2f} against {leader['score']:.2f})"
+                )
+                suspect["why_not_first_phrase"] = Phrase(
+                    kind="weaker_evidence",
+                    values={
+                        "leader": leader["service"],
+                        "score": f"{suspect['score']:.2f}",
+                        "leader_score": f"{leader['score']:.2f}",
+                    },
                 )
     return suspects
 

@@ -30,6 +30,36 @@ SignalKind = Literal[
     "alert",
 ]
 EdgeSource = Literal["traces", "logs", "config"]
+PhraseKind = Literal[
+    # signals (a suspect's mechanism is its top signal's phrase)
+    "error_surge",
+    "new_template",
+    "template_jump",
+    "series",
+    "trace_latency",
+    "call_gap",
+    "trace_errors",
+    "call_pattern",
+    "alert",
+    "change",
+    # why a suspect ranks lower
+    "symptom",
+    "weaker_evidence",
+]
+
+
+class Phrase(TypedDict):
+    """What a signal's detail, a suspect's mechanism or its ranks-lower reason says, as data.
+
+    ``kind`` names the sentence and ``values`` hold what it states, each written exactly as the
+    English text beside it writes it (numbers formatted, quoted lines clipped), a list for names
+    the text joins with commas. A reader can then word the same facts in another language and
+    still quote the evidence verbatim. Which values each kind has is listed where it is made
+    (``analysis.incident``, ``analysis.trace_patterns``).
+    """
+
+    kind: PhraseKind
+    values: dict[str, str | list[str]]
 
 
 class IncidentInputs(TypedDict, total=False):
@@ -86,12 +116,13 @@ class Signal(TypedDict):
 
     ``baseline`` / ``incident`` are the compared figures (a rate per minute, a series value, a
     latency in ms, ...; None where a side has none); ``strength`` in 0..1 is how strongly it
-    marks the service as anomalous.
+    marks the service as anomalous. ``phrase`` is what ``detail`` says, as data.
     """
 
     kind: SignalKind
     service: str
     detail: str
+    phrase: Phrase
     baseline: float | None
     incident: float | None
     onset: str | None
@@ -119,16 +150,22 @@ class Edge(TypedDict):
 
 
 class Suspect(TypedDict):
-    """A service that may be the cause, with what makes it one."""
+    """A service that may be the cause, with what makes it one.
+
+    ``mechanism`` and ``why_not_first`` are in English; ``mechanism_phrase`` and
+    ``why_not_first_phrase`` say the same as data (``Phrase``).
+    """
 
     service: str
     score: float
     mechanism: str
+    mechanism_phrase: Phrase
     onset: str | None
     signals: list[Signal]
     explains: list[str]
     explained_by: list[str]
     why_not_first: NotRequired[str]
+    why_not_first_phrase: NotRequired[Phrase]
 
 
 class Windows(TypedDict):

@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from analysis import thresholds
-from analysis.report import EvidencePointer, Signal
+from analysis.report import EvidencePointer, Phrase, Signal
 from analysis.spans import visit_entries
 from state.display import clip
 from state.records import LogEntry, SpanEntry
@@ -430,6 +430,18 @@ def _signal(
         f" {_describe(top, template_text)}; {requests} requests depart from the baseline's"
         f" call pattern{after}"
     )
+    values = _values(top, template_text)
+    values.update(
+        service=visited,
+        operation=where.entry.get("operation", ""),
+        incident=str(top.incident),
+        incident_visits=str(top.incident_visits),
+        baseline=str(top.baseline),
+        baseline_visits=str(top.baseline_visits),
+        requests=str(requests),
+    )
+    if after:
+        values["cut_after"] = service
     ordered = sorted(zip(blame.visits, blame.spans, strict=True), key=lambda pair: pair[0].moment)
     pointers = [_span_pointer(span) for _, span in ordered[: thresholds.MAX_EVIDENCE]]
     if top.event[0] == "log" and int(top.event[1]) in tied.samples:
@@ -438,6 +450,7 @@ def _signal(
         kind="call_pattern",
         service=service,
         detail=detail,
+        phrase=Phrase(kind="call_pattern", values=values),
         baseline=round(top.baseline / top.baseline_visits, 4),
         incident=round(top.incident / top.incident_visits, 4),
         onset=ordered[0][1].get("start") or None,
@@ -455,6 +468,28 @@ def _describe(divergence: _Divergence, template_text: Callable[[int], str]) -> s
     if kind == "op":
         return f"run the operation {name}{times}"
     return f"make the call to {name} {extra}{times}"
+
+
+def _values(
+    divergence: _Divergence, template_text: Callable[[int], str]
+) -> dict[str, str | list[str]]:
+    """What ``_describe`` says, as a phrase's values.
+
+    ``event`` (``log``, ``op`` or ``call``), ``name`` (the line, the operation, the callee), for
+    a call its ``extra``, and ``repeat`` when it is not 1.
+    """
+    kind, name, extra = divergence.event
+    found: dict[str, str | list[str]] = {"event": kind}
+    if kind == "log":
+        found["name"] = clip(template_text(int(name)), 100)
+    else:
+        found["name"] = name
+    if kind not in ("log", "op"):
+        found["event"] = "call"
+        found["extra"] = extra
+    if divergence.repeat != 1:
+        found["repeat"] = str(divergence.repeat)
+    return found
 
 
 def _span_pointer(span: SpanEntry) -> EvidencePointer:

@@ -48,13 +48,21 @@ from typing import Any, Final, Protocol, runtime_checkable
 
 from analysis import thresholds
 from analysis.incident import analyze
-from analysis.report import EvidencePointer, IncidentInputs, IncidentReport, Signal, Suspect
+from analysis.report import (
+    EvidencePointer,
+    IncidentInputs,
+    IncidentReport,
+    Phrase,
+    Signal,
+    Suspect,
+)
 from state.records import AlertEntry, LogEntry, SeriesEntry, SpanEntry
 from tools.analyze_incident import (
     AnalysisOutput,
     ChangeRow,
     EdgeRow,
     GapRow,
+    PhraseRow,
     PointerRow,
     RootCause,
     SignalRow,
@@ -666,6 +674,11 @@ def _signal_row(signal: Signal) -> SignalRow:
     )
 
 
+def _phrase_row(phrase: Phrase) -> PhraseRow:
+    values = {key: list(v) if isinstance(v, list) else v for key, v in phrase["values"].items()}
+    return PhraseRow(kind=phrase["kind"], values=values)
+
+
 def _suspect_row(rank: int, suspect: Suspect, root: bool, signals: list[SignalRow]) -> SuspectRow:
     indexes: list[int] = []
     for signal in suspect["signals"][:MAX_SIGNALS_PER_SUSPECT]:
@@ -676,6 +689,7 @@ def _suspect_row(rank: int, suspect: Suspect, root: bool, signals: list[SignalRo
         service=suspect["service"],
         score=round(suspect["score"], 3),
         mechanism=suspect["mechanism"],
+        mechanism_phrase=_phrase_row(suspect["mechanism_phrase"]),
         onset=suspect["onset"],
         root_cause=root,
         explains=list(suspect["explains"]),
@@ -685,6 +699,9 @@ def _suspect_row(rank: int, suspect: Suspect, root: bool, signals: list[SignalRo
     why = suspect.get("why_not_first")
     if why and not root:
         row["why_not_first"] = why
+        phrase = suspect.get("why_not_first_phrase")
+        if phrase is not None:
+            row["why_not_first_phrase"] = _phrase_row(phrase)
     return row
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from analysis.changes import change_category
-from analysis.incident import IncidentInputs, analyze, default_windows, parse_time
+from analysis.incident import IncidentInputs, IncidentReport, analyze, default_windows, parse_time
 from state.records import LogEntry, SeriesEntry, SpanEntry
 
 T0 = datetime(2026, 5, 4, 9, 0, tzinfo=UTC)
@@ -41,6 +41,29 @@ def _series(metric: str, service: str, values: list[float]) -> SeriesEntry:
     return SeriesEntry(metric=metric, labels={"service": service}, points=points)
 
 
+_WORDED: frozenset[str] = frozenset({"per"})
+"""Phrase values that are worded rather than quoted (the English says ``/min``, ``per request``)."""
+
+
+def _assert_phrases_state_their_texts(report: IncidentReport) -> None:
+    """Each signal's, mechanism's and reason's phrase: its values as its English text writes them.
+
+    A suspect's mechanism is its top signal's phrase.
+    """
+    kinds: set[str] = set()
+    for suspect in report["suspects"]:
+        assert suspect["mechanism_phrase"] == suspect["signals"][0]["phrase"]
+        pairs = [(signal["detail"], signal["phrase"]) for signal in suspect["signals"]]
+        if "why_not_first" in suspect:
+            pairs.append((suspect["why_not_first"], suspect["why_not_first_phrase"]))
+        for text, phrase in pairs:
+            kinds.add(phrase["kind"])
+            for key, value in phrase["values"].items():
+                for item in [value] if isinstance(value, str) else value:
+                    assert key in _WORDED or item in text, (key, item, text)
+    assert kinds
+
+
 def test_incident_error_surge_names_the_service_and_quotes_its_lines() -> None:
     logs = _traffic("checkout") + _traffic("catalog")
     logs += [_log(m, "checkout", "Payment gateway timeout after 3000ms", "ERROR") for m in (10, 40)]
@@ -58,6 +81,8 @@ def test_incident_error_surge_names_the_service_and_quotes_its_lines() -> None:
     assert pointer["message"] == "Payment gateway timeout after 3000ms"
     assert pointer["timestamp"] == _at(60)
     assert report["root_cause"]["onset"] == _at(60)
+    assert surge[0]["phrase"]["values"]["level"] == "error"
+    _assert_phrases_state_their_texts(report)
 
 
 def test_incident_background_noise_is_not_a_suspect() -> None:
@@ -257,6 +282,7 @@ def test_incident_propagation_with_traces_deepest_slow_callee_is_the_cause() -> 
     assert {("gateway", "cart", "traces"), ("cart", "pricing", "traces")} <= {
         (e["caller"], e["callee"], e["source"]) for e in report["edges"]
     }
+    _assert_phrases_state_their_texts(report)
 
 
 def test_incident_trace_errors_signal() -> None:
@@ -271,6 +297,7 @@ def test_incident_trace_errors_signal() -> None:
     assert report["root_cause"] is not None
     assert report["root_cause"]["service"] == "pricing"
     assert report["root_cause"]["signals"][0]["kind"] == "trace_errors"
+    _assert_phrases_state_their_texts(report)
 
 
 def test_incident_change_before_onset_is_listed_and_raises_the_suspect() -> None:
@@ -294,6 +321,9 @@ def test_incident_change_before_onset_is_listed_and_raises_the_suspect() -> None
     assert suspect["score"] > other["score"]
     assert suspect["signals"][0]["kind"] == "change"
     assert suspect["mechanism"].startswith("change: job")
+    assert suspect["mechanism_phrase"]["values"]["time"] == _at(58.2)
+    assert other["why_not_first_phrase"]["kind"] == "weaker_evidence"
+    _assert_phrases_state_their_texts(report)
 
 
 def test_incident_change_vocabulary_in_english_and_chinese() -> None:
@@ -376,6 +406,19 @@ def test_incident_bundled_sample_names_the_reconciliation_job_as_the_cause() -> 
     order = {s["service"]: s for s in report["suspects"]}["order-service"]
     assert order["explained_by"] == ["inventory-service"]
     assert [c["category"] for c in report["changes"]] == ["job"]
+    assert root["mechanism_phrase"] == {
+        "kind": "change",
+        "values": {
+            "category": "job",
+            "time": "2026-03-01T09:58:12Z",
+            "text": root["mechanism"].split(": ", 2)[-1],
+        },
+    }
+    assert order["why_not_first_phrase"] == {
+        "kind": "symptom",
+        "values": {"causes": ["inventory-service"]},
+    }
+    _assert_phrases_state_their_texts(report)
 
 
 def _call(
@@ -453,6 +496,8 @@ def test_incident_network_delay_is_given_to_the_service_the_slow_calls_share() -
     for suspect in report["suspects"]:
         if suspect["service"] in ("orders", "users"):
             assert suspect["explained_by"] == ["db-proxy"]
+    assert signal["phrase"]["kind"] == "call_gap"
+    _assert_phrases_state_their_texts(report)
 
 
 def _ledger_traces(minute: float, index: int, delay: float) -> list[SpanEntry]:
@@ -500,6 +545,7 @@ def test_incident_a_loud_caller_explained_by_its_callee_ranks_below_it() -> None
     assert report["suspects"][0]["service"] == "ledger"
     assert report["root_cause"] is not None and report["root_cause"]["service"] == "ledger"
     assert by_service["orders"]["why_not_first"].startswith("a symptom")
+    _assert_phrases_state_their_texts(report)
 
 
 def test_incident_a_line_or_two_above_the_expected_count_is_not_a_surge() -> None:

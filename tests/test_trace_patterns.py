@@ -161,6 +161,13 @@ def test_trace_patterns_missing_log_line_points_at_the_service_that_stopped_writ
     )
     assert "[create][order accepted]" in str(signal["detail"])
     assert str(signal["detail"]).endswith("; 15 requests depart from the baseline's call pattern")
+    phrase = signal["phrase"]
+    assert isinstance(phrase, dict) and phrase["kind"] == "call_pattern"
+    values = phrase["values"]
+    assert values["event"] == "log"
+    assert (values["incident"], values["incident_visits"], values["requests"]) == ("0", "15", "15")
+    assert "cut_after" not in values and "repeat" not in values
+    assert all(str(value) in str(signal["detail"]) for value in values.values())
     assert signal["baseline"] == 1.0 and signal["incident"] == 0.0
     assert signal["onset"] == _at(60.001)
     evidence = signal["evidence"]
@@ -193,6 +200,12 @@ def test_trace_patterns_truncated_sequence_points_at_the_last_callee() -> None:
     detail = str(found[0]["detail"])
     assert "cut short after calling stock" in detail
     assert "0 of 15 visits (baseline 60 of 60) make the call to billing POST /charge" in detail
+    phrase = found[0]["phrase"]
+    assert isinstance(phrase, dict)
+    values = phrase["values"]
+    assert (values["event"], values["name"], values["extra"]) == ("call", "billing", "POST /charge")
+    assert values["cut_after"] == "stock" and values["service"] == "orders"
+    assert all(str(value) in detail for value in values.values())
     evidence = found[0]["evidence"]
     assert isinstance(evidence, list)
     assert evidence[0]["service"] == "stock" and evidence[0]["operation"] == "GET /stock"

@@ -125,18 +125,35 @@ class SignalRow(TypedDict, total=False):
     evidence: list[PointerRow]
 
 
+class PhraseRow(TypedDict):
+    """A mechanism or ranks-lower reason as data (``analysis.report.Phrase``).
+
+    Its ``kind`` and the ``values`` it states, each as the English text writes it, so an answer
+    can word it in its own language and still quote the evidence verbatim.
+    """
+
+    kind: str
+    values: dict[str, str | list[str]]
+
+
 class SuspectRow(TypedDict, total=False):
-    """``suspects[i]``: a service that may be the cause, ranked (``rank`` 1 first)."""
+    """``suspects[i]``: a service that may be the cause, ranked (``rank`` 1 first).
+
+    ``mechanism`` and ``why_not_first`` are English (the ref text quotes them);
+    ``mechanism_phrase`` and ``why_not_first_phrase`` say the same as data.
+    """
 
     rank: int
     service: str
     score: float
     mechanism: str
+    mechanism_phrase: PhraseRow
     onset: str | None
     root_cause: bool
     explains: list[str]
     explained_by: list[str]
     why_not_first: str
+    why_not_first_phrase: PhraseRow
     signals: list[int]
     """Indexes into ``signals`` of the signals this suspect rests on."""
 
