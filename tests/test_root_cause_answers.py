@@ -68,6 +68,15 @@ RUNNER_UP = {
     "en": ("Runner-up suspect order-service", "ranks lower"),
 }
 CONFIRM = {"zh": "确认方法：核对 inventory-service", "en": "To confirm: check inventory-service"}
+SYMPTOM = {
+    "zh": "是症状：它调用 inventory-service，而后者的异常开始得不晚于它自己",
+    "en": "a symptom: it calls inventory-service, whose anomaly began no later than its own",
+}
+MECHANISM = {
+    "zh": "机制：变更（job，2026-03-01T09:58:12Z）：“Started stock reconciliation job",
+    "en": "mechanism: change: job at 2026-03-01T09:58:12Z: Started stock reconciliation job",
+}
+ENGLISH_FRAMING = ("a symptom: it calls", "change: job at", "whose anomaly began", "(rise)")
 
 
 def _assert_chain(state: dict[str, Any], language: str) -> None:
@@ -77,7 +86,7 @@ def _assert_chain(state: dict[str, Any], language: str) -> None:
     assert where == sorted(where), texts
     assert "09:58:12Z" in texts[where[0]]  # the job's start
     runner = next(text for text in texts if text.startswith(RUNNER_UP[language][0]))
-    assert RUNNER_UP[language][1] in runner and "a symptom" in runner
+    assert RUNNER_UP[language][1] in runner and SYMPTOM[language] in runner
     assert where[-1] < texts.index(runner)
     actions = state["executor_answer"]["recommended_actions"]
     assert actions[0]["text"].startswith(CONFIRM[language]), actions
@@ -103,6 +112,7 @@ def test_sample_why_500_states_the_reconciliation_job_as_root_cause_and_the_chai
     )
     answer = state["answer"]
     assert answer.index("最可能的根因") < answer.index("Lock wait on table stock")
+    assert MECHANISM["zh"] in texts[0]
     summary = summary_of(state, "rc")  # type: ignore[arg-type]
     assert summary["root_cause"] == root
     assert summary["suspects"][0]["service"] == "inventory-service"
@@ -115,12 +125,35 @@ def test_sample_why_500_in_english_states_the_same_root_cause() -> None:
     assert state["verdict"] == "PASS"
     assert state["root_cause"]["service"] == "inventory-service"
     assert _confirmed_texts(state)[0].startswith("Most likely root cause (inferred): inventory-")
+    assert MECHANISM["en"] in _confirmed_texts(state)[0]
     _assert_chain(state, "en")
     record = audit.get(state["diagnosis_id"])
     assert record is not None and record["self_evaluation"] is not None
     assert record["self_evaluation"]["root_cause"] == state["root_cause"]
     suspects = record["self_evaluation"]["suspects"]
     assert isinstance(suspects, dict) and suspects["suspects"] == state["suspects"]
+
+
+def test_sample_why_500_in_chinese_words_the_mechanism_and_reasons_in_chinese() -> None:
+    """The analysis's mechanism and ranks-lower reason are worded in the answer's language:
+    in Chinese only the quoted evidence (the job's line, names, numbers) stays as written."""
+    state, _ = _ask(QUESTION)
+
+    assert state["verdict"] == "PASS"
+    claims = [claim["claim_text"] for claim in state["executor_answer"]["claims"]]
+    actions = [action["text"] for action in state["executor_answer"]["recommended_actions"]]
+    worded = [text for text in claims + actions if "根因" in text or "嫌疑" in text]
+    worded.append(actions[0])  # how to confirm the root cause, with its mechanism
+    assert len(worded) >= 3, worded
+    for text in worded:
+        assert not any(phrase in text for phrase in ENGLISH_FRAMING), text
+    assert "order-service（db_pool_pending_threads 0.7 -> 71（上升））" in state["answer"]
+    assert MECHANISM["zh"] in state["answer"] and SYMPTOM["zh"] in state["answer"]
+    # What the analysis recorded stays in English: it is the evidence the claims cite.
+    suspects = state["suspects"]
+    assert suspects[0]["mechanism"].startswith("change: job at 2026-03-01T09:58:12Z")
+    assert suspects[1]["mechanism"] == "db_pool_pending_threads 0.7 -> 71 (rise)"
+    assert "ranks lower: " + SYMPTOM["en"] in state["answer"]  # the ref the claim cites
 
 
 def _answer(*claims: tuple[str, str]) -> ExecutorAnswer:

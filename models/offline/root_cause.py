@@ -13,6 +13,10 @@ It opens the answer of a why, "what is wrong" or alert question when the analysi
    call path with the root cause (it calls them or they call it, directly or not);
 4. what would confirm it, as a recommended action.
 
+A suspect's mechanism and why it ranks lower are the analysis's English texts in an English
+answer, and its phrases worded in Chinese in a Chinese one (``models.offline.phrases``: the
+evidence they quote stays verbatim, and the refs the claims cite stay English).
+
 Only suspects that can explain the services asked about are named: those services and the
 services they call, directly or not, by the call graph the analysis used (every suspect when
 the question names no service). When the analysis singles out no such root cause, a why question
@@ -31,6 +35,7 @@ from typing import Any, Final
 
 from knowledge.vocabulary import concepts_in
 from models.offline.evidence import Result, names_in
+from models.offline.phrases import worded
 from models.offline.writer import Writer, binding, quote
 from state.display import continued, word_prefix
 from state.records import QuestionFacets
@@ -135,6 +140,15 @@ class _Section:
         self.quoted: set[str] = set()
         self.kinds: set[str] = set()
         self.relevant = self.relevant_suspects()
+
+    def worded(self, suspect: dict[str, Any], field: str, limit: int = 160) -> str:
+        """A suspect's ``mechanism`` or ``why_not_first`` in the answer's language.
+
+        Its phrase's values are quoted verbatim (``models.offline.phrases``); in English, or
+        without a phrase, the analysis's own text is (a prefix ending at a word).
+        """
+        text = str(suspect.get(field) or "")
+        return worded(text, suspect.get(f"{field}_phrase"), self.writer.lang, limit)
 
     def reach(self, service: str) -> set[str]:
         """The services ``service`` calls, directly or not, by the analysis's call graph."""
@@ -338,7 +352,7 @@ class _Section:
         service = str(suspect.get("service", ""))
         mechanism = str(suspect.get("mechanism", ""))
         bindings = [_ref_binding(self.analysis, f"suspects[{index}]")]
-        text = self.t["root"].format(service=service, mechanism=_short(mechanism))
+        text = self.t["root"].format(service=service, mechanism=self.worded(suspect, "mechanism"))
         if suspect.get("onset"):  # the suspect's ref states it
             text += self.t["onset"].format(onset=suspect["onset"])
         self.claim("causal", text, bindings, "indirect")
@@ -370,13 +384,12 @@ class _Section:
         # An overview already lists every symptom: one runner-up there, two for a why question.
         for rank in runners[: RUNNERS_UP if self.found["services"] else 1]:
             runner = self.suspects[rank]
-            why = str(runner.get("why_not_first") or "")
-            if not why:
+            if not runner.get("why_not_first"):
                 continue
             text = self.t["runner_up"].format(
                 service=runner.get("service", ""),
-                mechanism=_short(str(runner.get("mechanism", ""))),
-                why=_short(why),
+                mechanism=self.worded(runner, "mechanism"),
+                why=self.worded(runner, "why_not_first"),
             )
             self.claim(
                 "correlation", text, [_ref_binding(self.analysis, f"suspects[{rank}]")], "indirect"
@@ -386,7 +399,7 @@ class _Section:
             self.t["confirm"].format(
                 service=service,
                 onset=suspect.get("onset") or "-",
-                mechanism=_short(mechanism, 80),
+                mechanism=self.worded(suspect, "mechanism", 80),
                 symptoms=symptoms,
             ),
             "incident analysis",
@@ -403,7 +416,7 @@ class _Section:
         candidates = self.writer.join(
             [
                 self.t["candidate"].format(
-                    service=s.get("service", ""), mechanism=_short(str(s.get("mechanism", "")), 80)
+                    service=s.get("service", ""), mechanism=self.worded(s, "mechanism", 80)
                 )
                 for s in shown
             ]
