@@ -193,14 +193,55 @@ def text_tool_calls(text: str, check: ToolCheck = registered_check) -> TextCalls
 
 
 SOURCE_KEY = "tool_call_source"
-"""``response_metadata`` key of a reply whose tool calls were read from its text (``"text"``)."""
+"""``response_metadata`` key of a reply whose tool calls were read from its text (``"text"``) or
+run from its plan step (``"plan"``)."""
 
 
 def tool_call_source(reply: AIMessage) -> ToolCallSource | None:
-    """Where a reply's tool calls came from: ``native``, ``text``, or None when it has none."""
+    """Where a reply's tool calls came from: ``native``, ``text`` or ``plan``; None for none."""
     if not (reply.tool_calls or reply.invalid_tool_calls):
         return None
-    return "text" if reply.response_metadata.get(SOURCE_KEY) == "text" else "native"
+    found = reply.response_metadata.get(SOURCE_KEY)
+    return "text" if found == "text" else "plan" if found == "plan" else "native"
+
+
+_STEP = re.compile(r"^\s*(?:\d+[.)]\s*)?(?P<tool>[A-Za-z_][A-Za-z0-9_]*)\s*(?P<args>\{.*\})\s*$")
+
+
+def step_call(step: str, check: ToolCheck = registered_check) -> TextCall | None:
+    """The tool call a plan step writes out (``tool {json arguments}``), when it is a valid one.
+
+    A step in prose, naming an unknown tool or with arguments its schema refuses gives None: only
+    a call that would run as written is read.
+    """
+    match = _STEP.match(step)
+    if match is None:
+        return None
+    try:
+        args = json.loads(match.group("args"))
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(args, dict) or check(match.group("tool"), args) is not None:
+        return None
+    return TextCall(name=match.group("tool"), args=args, problem=None)
+
+
+def planned_call(reply: AIMessage, step: str, call_id: str) -> AIMessage | None:
+    """``reply`` (which made no call) carrying the call ``step`` writes out, marked ``plan``.
+
+    None when the step is no valid call (``step_call``). The model's own reply is recorded as it
+    was; this message is what the conversation and the tools node read.
+    """
+    call = step_call(step)
+    if call is None:
+        return None
+    return AIMessage(
+        content=reply.content,
+        tool_calls=[ToolCall(name=call.name, args=call.args, id=call_id, type="tool_call")],
+        id=reply.id,
+        usage_metadata=reply.usage_metadata,
+        response_metadata={**reply.response_metadata, SOURCE_KEY: "plan"},
+    )
 
 
 def read_text_calls(

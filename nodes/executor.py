@@ -18,7 +18,7 @@ from langgraph.runtime import Runtime
 from models.budget import GetModel, Spend
 from models.messages import content_chars, message_text, readable_calls
 from models.structured import accepts_schema, from_endpoint, with_schema
-from models.text_tool_calls import read_text_calls
+from models.text_tool_calls import planned_call, read_text_calls
 from nodes.common import Node, context_of, emit
 from nodes.executor_context import bounded_history, expand_tool_messages
 from nodes.prompts import load_prompt
@@ -164,6 +164,18 @@ def make_executor(
                 else no_call_prompt.text
             )
             reply = readable_tool_calls(spend.invoke(with_tools, [*history, ask], read=read))
+            planned = (
+                planned_call(reply, steps[done], f"plan-r{state.get('round', 1)}-m{len(messages)}")
+                if steps and done < len(steps) and not reply.tool_calls
+                else None
+            )
+            if planned is not None:
+                # The model made no call for a step its plan writes out as one (a 1.5B model
+                # often replies blank here): the step runs as written, marked ``plan``.
+                emit(
+                    "plan_step_run", round=state.get("round", 1), tool=planned.tool_calls[0]["name"]
+                )
+                reply = planned
             guided_added: list[AnyMessage] = [ask, reply]
             if has_results and not reply.tool_calls and spend.stop() is None:
                 answer = HumanMessage(answer_prompt.text)

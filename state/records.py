@@ -31,8 +31,9 @@ JSONObject: TypeAlias = dict[str, JSONValue]
 # --------------------------------------------------------------------------- closed sets
 
 InvocationStatus = Literal["ok", "no_hit", "error"]
-ToolCallSource = Literal["native", "text"]
-"""Where a model reply's tool calls came from: the endpoint's tool calls, or its message text."""
+ToolCallSource = Literal["native", "text", "plan"]
+"""Where a reply's tool calls came from: the endpoint's tool calls, its message text, or (local
+profile) the plan step run as written when the model made no call."""
 EvidenceLevel = Literal["direct", "none"]
 
 ParseStatusName = Literal["valid", "missing", "malformed"]

@@ -16,7 +16,12 @@ import jsonschema
 import pytest
 from langchain_core.messages import AIMessage
 
-from models.text_tool_calls import read_text_calls, text_tool_calls, tool_call_source
+from models.text_tool_calls import (
+    read_text_calls,
+    step_call,
+    text_tool_calls,
+    tool_call_source,
+)
 from nodes.planner import bounded_plan
 from state.records import Invocation
 from tests.test_models_http import (  # noqa: F401 (fixtures)
@@ -526,6 +531,71 @@ def test_local_profile_answer_given_instead_of_a_call_is_asked_again_under_the_s
     assert _bindings_of(final) and {i for i, _ in _bindings_of(final)} == {"inv-1"}
     executor_calls = [c for c in values["model_calls"] if c["role"] == "executor"]
     assert [bool(c.get("superseded")) for c in executor_calls[:3]] == [False, True, False]
+
+
+WRITTEN_OUT_PLAN = json.dumps(
+    {
+        "steps": [
+            'query_logs {"level": "ERROR", "service": "inventory-service"}',
+            'query_logs {"level": "ERROR", "service": "order-service"}',
+        ]
+    }
+)
+"""A plan whose steps write their calls out, as the rules' draft plan does."""
+
+
+@pytest.mark.parametrize("plan", [WRITTEN_OUT_PLAN, TWO_STEP_PLAN], ids=["written-out", "prose"])
+def test_local_profile_runs_a_written_out_step_the_model_made_no_call_for(
+    model_env: FakeOpenAI,  # noqa: F811 (the imported fixture)
+    monkeypatch: pytest.MonkeyPatch,
+    plan: str,
+) -> None:
+    monkeypatch.setenv("SUPERBIZ_MODEL_PROFILE", "local")
+    model_env.fail("planner", Fault("content", text=plan))
+    # The first step's call in the text, then the real model's blank reply for the second.
+    model_env.fail(
+        "executor",
+        Fault("content", text=_recorded("fenced_tool_call")),
+        Fault("content", text=_recorded("guided_blank_reply")),
+    )
+
+    values, _ = _diagnose(language="en")
+
+    executor = model_env.by_role("executor")
+    calls = [c for c in values["model_calls"] if c["role"] == "executor"]
+    # The model's blank reply is recorded as it was: no tool call.
+    assert calls[1]["tool_calls"] == [] and calls[1].get("tool_call_source") is None
+    after = executor[2]["messages"]
+    tools_run = [m for m in after if m["role"] == "tool"]
+    if plan == TWO_STEP_PLAN:
+        # A step in prose is no call: the blank reply ends the calls, as before.
+        assert len(tools_run) == 1
+        assert "Every step of the plan has had its tool call" in user_texts(executor[2])[-1]
+        return
+    # The written-out step ran as written, its call marked as the plan's.
+    assert len(tools_run) == 2
+    planned = [m for m in after if m["role"] == "assistant" and m.get("tool_calls")][-1]
+    call = planned["tool_calls"][0]
+    assert call["id"].startswith("plan-")
+    assert json.loads(call["function"]["arguments"]) == {
+        "level": "ERROR",
+        "service": "order-service",
+    }
+    assert "order-service" in tools_run[-1]["content"]
+
+
+def test_step_call_reads_only_a_valid_written_out_call() -> None:
+    good = step_call('2. query_logs {"service": "order-service", "level": "ERROR"}')
+    assert good is not None and good.name == "query_logs"
+    assert good.args == {"service": "order-service", "level": "ERROR"}
+    for step in (
+        "query_logs(order-service, ERROR)",  # prose
+        'query_logs {"service": "order-service", "limit": "all"}',  # refused by the schema
+        'restart_service {"service": "order-service"}',  # no such tool
+        'query_logs {"service": "order-service"',  # no JSON
+        'Check query_logs {"service": "order-service"} first',  # a call inside prose
+    ):
+        assert step_call(step) is None, step
 
 
 def test_hosted_profile_takes_the_early_answer_as_it_is(
