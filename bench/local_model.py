@@ -135,6 +135,12 @@ def measure(record: dict[str, Any], facts: list[str]) -> dict[str, Any]:
         "invocations": len(record.get("invocations") or []),
         "tool_calls_native": sources["native"],
         "tool_calls_text": sources["text"],
+        # Plan steps the executor ran as written when the model made no call (not the model's).
+        "tool_calls_plan": sum(
+            1
+            for row in record.get("invocations") or []
+            if ":plan-" in str(row.get("idempotency_key") or "")
+        ),
         "claims": len(claims),
         "claims_passing_gatekeeper": len(passing),
         "facts": facts,
@@ -213,9 +219,11 @@ def table(rows: list[dict[str, Any]]) -> str:
                 f"| - | - | - | - | - | - | {row['seconds']:.0f} |"
             )
             continue
+        planned = row.get("tool_calls_plan", 0)
         lines.append(
             f"| {row['scenario']} | {row['language']} | {row['verdict']} | "
-            f"{row['tool_calls_native']}/{row['tool_calls_text']} | "
+            f"{row['tool_calls_native']}/{row['tool_calls_text']}"
+            f"{f' (+{planned} plan)' if planned else ''} | "
             f"{row['claims_passing_gatekeeper']}/{row['claims']} | "
             f"{'yes' if row['facts_present'] else 'no'} | {len(row['leaks'])} | "
             f"{row['model_calls']} | {row['prompt_tokens']}/{row['completion_tokens']} | "
@@ -248,7 +256,8 @@ def table(rows: list[dict[str, Any]]) -> str:
         f"tool calls made: {called}/{len(rows)} = {called / n:.0%} (target >= 80 %): "
         f"{met(called / n >= TARGET_TOOL_SHARE)}; native "
         f"{sum(r['tool_calls_native'] for r in done)}, from text "
-        f"{sum(r['tool_calls_text'] for r in done)}",
+        f"{sum(r['tool_calls_text'] for r in done)}; plan steps run as written (not counted) "
+        f"{sum(r.get('tool_calls_plan', 0) for r in done)}",
         f"ended with claims passing the Gatekeeper: {grounded}/{len(rows)} = {grounded / n:.0%} "
         f"(target >= 50 %): {met(grounded / n >= TARGET_GROUNDED_SHARE)}; claims passing "
         f"{passing}/{claims}",
