@@ -32,6 +32,8 @@ from tests.test_models_http import (  # noqa: F401 (fixtures)
     model_env,
     user_texts,
 )
+from verification.executor_output import parse_executor_output
+from verification.gatekeeper import run_gatekeeper
 from verification.intent import unasked_window
 from verification.output_schemas import (
     MAX_CITABLE_REFS,
@@ -870,3 +872,19 @@ def test_local_model_recorded_worded_claim_is_no_guided_answer_now() -> None:
     other = [_invocation("inv-1", "query_logs", [("summary", "0 lines", "summary")])]
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(answer, executor_schema_for(citable_refs(other), guided=True))
+
+
+def test_local_model_recorded_chosen_answer_fits_its_schema_and_passes_the_gatekeeper() -> None:
+    # The real model's answer under the guided schema: claims chosen from the recorded refs.
+    content = _recorded("chosen_answer")
+    ledger = _recorded_ledger("chosen_answer")
+    answer = json.loads(content)
+    jsonschema.validate(answer, executor_schema_for(citable_refs(ledger), guided=True))
+    claim = answer["claims"][0]
+    assert claim["claim_text"] == claim["evidence_bindings"][0]["evidence_excerpt"]
+
+    status, structured = parse_executor_output(content)
+    result = run_gatekeeper(status, structured, ledger)
+
+    assert result["status"] == "pass", result["errors"]
+    assert set(result["verified_excerpts"]) == {claim["claim_id"]}
