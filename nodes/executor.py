@@ -29,7 +29,7 @@ from state.graph_state import DiagnosisState
 from state.records import CallNotRun, JSONObject
 from tools.registry import tool_specs
 from verification.executor_output import parse_executor_output
-from verification.output_schemas import citable_refs, executor_schema_for
+from verification.output_schemas import citable_refs, executor_schema_for, written_out
 
 
 def readable_tool_calls(reply: AIMessage) -> AIMessage:
@@ -120,18 +120,30 @@ def make_executor(
         # The final answer's schema lists the refs really recorded for this diagnosis. A guided
         # model is offered the tools with it (the schema still decides what it writes).
         tools = offered()
+        cited = citable_refs(rows)
         final = with_schema(
             model,
             "executor_evidence_v2",
-            executor_schema_for(citable_refs(rows), guided=guided),
+            executor_schema_for(cited, guided=guided),
             tools=tools if guided else None,
         )
+
+        def answered(reply: AIMessage) -> AIMessage:
+            # A guided answer names the refs it chooses; each is written out as its claim here.
+            if not guided:
+                return reply
+            return AIMessage(
+                content=written_out(message_text(reply), cited),
+                tool_calls=reply.tool_calls,
+                id=reply.id,
+            )
+
         history = [SystemMessage(prompt.text), *messages]
         if answer_now:
             # The model must answer (a guided one is offered the tools, but its schema leaves no
             # room for a call). The budget is a hard bound: calls asked for all the same are
             # dropped, not run, and listed so the answer can say so.
-            reply = readable_tool_calls(spend.invoke(final, [*history, nudge], read=read))
+            reply = answered(readable_tool_calls(spend.invoke(final, [*history, nudge], read=read)))
             dropped = [
                 CallNotRun(
                     tool_name=call["name"],
@@ -180,7 +192,7 @@ def make_executor(
             if has_results and not reply.tool_calls and spend.stop() is None:
                 answer = HumanMessage(answer_prompt.text)
                 spend.supersede_last()
-                again = spend.invoke(final, [*history, answer])
+                again = answered(spend.invoke(final, [*history, answer]))
                 guided_added += [answer, AIMessage(content=again.content, id=again.id)]
             return {
                 "executor_messages": guided_added,

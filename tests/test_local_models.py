@@ -43,6 +43,7 @@ from verification.output_schemas import (
     SCHEMAS,
     citable_refs,
     executor_schema_for,
+    written_out,
 )
 
 RECORDED: dict[str, Any] = json.loads(
@@ -454,11 +455,11 @@ def _bindings_of(body: dict[str, Any]) -> list[tuple[str, str]]:
     """The (invocation id, raw path) pairs a request's final-answer schema allows."""
     schema = body["response_format"]["json_schema"]["schema"]
     claim = schema["properties"]["claims"]["items"]
-    if "anyOf" in claim:
-        # A guided answer's claims are chosen refs: one binding fixed in each choice.
-        choices = [c["properties"]["evidence_bindings"]["items"] for c in claim["anyOf"]]
-    else:
-        choices = claim["properties"]["evidence_bindings"]["items"]["anyOf"]
+    if "ref" in claim["properties"]:
+        # A guided answer's claims are refs chosen by key (``<invocation id> <raw path>``).
+        keys = claim["properties"]["ref"]["enum"]
+        return [(key.split(" ", 1)[0], key.split(" ", 1)[1]) for key in keys]
+    choices = claim["properties"]["evidence_bindings"]["items"]["anyOf"]
     return [
         (c["properties"]["source_invocation_id"]["enum"][0], c["properties"]["raw_path"]["enum"][0])
         for c in choices
@@ -621,30 +622,45 @@ def test_hosted_profile_takes_the_early_answer_as_it_is(
     assert values["verdict"] != "PASS"
 
 
-def test_executor_schema_for_guided_has_the_model_choose_refs_stated_in_their_own_words() -> None:
-    schema = executor_schema_for(citable_refs(LEDGER), guided=True)
-    real = _binding("inv-1", "logs[0]", LOG_LINE, "query_logs", "log")
-    # A chosen ref: its excerpt is the claim text.
-    jsonschema.validate(_answer(real, text=LOG_LINE), schema)
-    cpu = "cpu inventory-service last 69.3%"
-    metric = _binding("inv-2", "series[0]", cpu, "query_metrics", "metric")
-    jsonschema.validate(_answer(metric, text=cpu), schema)
-
-    reworded = _answer(real)  # "order-service answered status=500": the model's own words
-    misquoted = _answer(real, text="cpu inventory-service last 69.3%")  # another ref's text
-    two = _answer(real, real, text=LOG_LINE)
-    causal = _answer(real, text=LOG_LINE)
-    causal["claims"][0]["claim_type"] = "causal"
-    concluded = {
-        **_answer(real, text=LOG_LINE),
-        "conclusion": {"text": "yes", "answer": "yes", "rests_on": []},
+def _chosen(*items: tuple[str, str]) -> Any:
+    """A guided answer choosing refs by key, each with its claim type."""
+    return {
+        "answer_version": "executor_evidence_v2",
+        "claims": [{"ref": ref, "claim_type": kind} for ref, kind in items],
+        "hypotheses": [],
+        "recommended_actions": [],
+        "missing_info": [],
     }
-    for answer in (reworded, misquoted, two, causal, concluded):
+
+
+def test_executor_schema_for_guided_has_the_model_choose_refs_stated_in_their_own_words() -> None:
+    refs = citable_refs(LEDGER)
+    schema = executor_schema_for(refs, guided=True)
+    chosen = _chosen(("inv-1 logs[0]", "observation"), ("inv-2 series[0]", "state"))
+    jsonschema.validate(chosen, schema)
+
+    # Written out, each choice is the claim stating its ref in the ref's own words.
+    claims = json.loads(written_out(json.dumps(chosen), refs))["claims"]
+    real = _binding("inv-1", "logs[0]", LOG_LINE, "query_logs", "log")
+    assert claims[0] == {
+        **_answer(real, text=LOG_LINE)["claims"][0],
+        "claim_id": "c1",
+    }
+    assert claims[1]["claim_text"] == "cpu inventory-service last 69.3%"
+    assert claims[1]["claim_type"] == "state" and claims[1]["claim_id"] == "c2"
+
+    worded = _answer(real)  # a claim the model words itself
+    unknown = _chosen(("inv-3 logs[0]", "observation"))  # no such ref recorded
+    causal = _chosen(("inv-1 logs[0]", "causal"))
+    concluded = {**chosen, "conclusion": {"text": "yes", "answer": "yes", "rests_on": []}}
+    for answer in (worded, unknown, causal, concluded):
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate(answer, schema)
     # Unguided, the model writes its claims (only the citations are bound).
-    for answer in (reworded, misquoted, two, causal, concluded):
-        jsonschema.validate(answer, executor_schema_for(citable_refs(LEDGER)))
+    jsonschema.validate(worded, executor_schema_for(refs))
+    # A choice naming no recorded ref is left as written (it is no claim; the reader flags it).
+    assert json.loads(written_out(json.dumps(unknown), refs))["claims"] == unknown["claims"]
+    assert written_out("not json", refs) == "not json"
 
 
 def test_local_profile_answer_is_asked_again_without_the_schema_an_endpoint_refuses(
@@ -865,26 +881,59 @@ def test_local_model_recorded_worded_claim_is_no_guided_answer_now() -> None:
     schema = executor_schema_for(citable_refs(ledger), guided=True)
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(answer, schema)
-    # The same choice stated in its ref's own words is one the schema admits.
-    answer["claims"][0]["claim_text"] = binding["evidence_excerpt"]
-    jsonschema.validate(answer, schema)
-    # ... and over another diagnosis's ledger it is not: its citation is not there.
-    other = [_invocation("inv-1", "query_logs", [("summary", "0 lines", "summary")])]
-    with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate(answer, executor_schema_for(citable_refs(other), guided=True))
+    # The same choice named by its ref is one the schema admits, written out in the ref's words.
+    choice = _chosen(("inv-1 summary", "negative_observation"))
+    jsonschema.validate(choice, schema)
+    claim = json.loads(written_out(json.dumps(choice), citable_refs(ledger)))["claims"][0]
+    assert claim["claim_text"] == binding["evidence_excerpt"]
+    assert claim["evidence_bindings"] == [binding]
 
 
-def test_local_model_recorded_chosen_answer_fits_its_schema_and_passes_the_gatekeeper() -> None:
-    # The real model's answer under the guided schema: claims chosen from the recorded refs.
+def test_local_model_recorded_chosen_answer_is_what_its_choice_writes_out_and_passes() -> None:
+    # The real model's answer when the guided schema had it write the chosen ref out whole: the
+    # claim stated its ref in the ref's own words. Named by key, the same choice writes out to it.
     content = _recorded("chosen_answer")
     ledger = _recorded_ledger("chosen_answer")
-    answer = json.loads(content)
-    jsonschema.validate(answer, executor_schema_for(citable_refs(ledger), guided=True))
-    claim = answer["claims"][0]
-    assert claim["claim_text"] == claim["evidence_bindings"][0]["evidence_excerpt"]
+    recorded = json.loads(content)
+    claim = recorded["claims"][0]
+    binding = claim["evidence_bindings"][0]
+    assert claim["claim_text"] == binding["evidence_excerpt"]
+    choice = _chosen((f"{binding['source_invocation_id']} {binding['raw_path']}", "observation"))
+    refs = citable_refs(ledger)
+    jsonschema.validate(choice, executor_schema_for(refs, guided=True))
+    written = json.loads(written_out(json.dumps(choice), refs))
+    assert written["claims"] == recorded["claims"]
 
-    status, structured = parse_executor_output(content)
+    status, structured = parse_executor_output(json.dumps(written))
     result = run_gatekeeper(status, structured, ledger)
 
     assert result["status"] == "pass", result["errors"]
-    assert set(result["verified_excerpts"]) == {claim["claim_id"]}
+    assert set(result["verified_excerpts"]) == {"c1"}
+
+
+def test_local_profile_writes_out_the_refs_a_guided_answer_chooses(
+    model_env: FakeOpenAI,  # noqa: F811 (the imported fixture)
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SUPERBIZ_MODEL_PROFILE", "local")
+    plan = json.dumps({"steps": ['query_logs {"level": "ERROR", "service": "order-service"}']})
+    model_env.fail("planner", Fault("content", text=plan))
+    choice = json.dumps(_chosen(("inv-1 logs[0]", "observation"), ("inv-9 logs[0]", "state")))
+    model_env.fail("executor", Fault("content", text=ORDER_CALL), Fault("content", text=choice))
+
+    values, _ = _diagnose(language="en")
+
+    # The answer request named the recorded refs; the reply chose by name.
+    final = model_env.by_role("executor")[-1]
+    assert ("inv-1", "logs[0]") in _bindings_of(final)
+    first, unknown = values["executor_answer"]["claims"]
+    binding = first["evidence_bindings"][0]
+    assert (binding["source_invocation_id"], binding["raw_path"]) == ("inv-1", "logs[0]")
+    assert first["claim_text"] == binding["evidence_excerpt"]
+    assert "ERROR order-service" in first["claim_text"]
+    # The ref no call recorded is no claim: it cites nothing and is not confirmed.
+    assert unknown["evidence_bindings"] == []
+    gatekeeper = values["gatekeeper_result"]
+    assert first["claim_id"] in gatekeeper["verified_excerpts"]
+    assert unknown["claim_id"] not in gatekeeper["verified_excerpts"]
+    assert values["verdict"] != "PASS"

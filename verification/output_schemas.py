@@ -9,6 +9,7 @@ for meaning, and an endpoint that refuses it gets the same prompt without it.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import TypedDict
 
@@ -210,9 +211,11 @@ def executor_schema_for(refs: Sequence[CitableRef], *, guided: bool = False) -> 
     (nothing citable was recorded) it is the plain schema.
 
     ``guided`` (a small local model, ``SUPERBIZ_MODEL_PROFILE=local``) makes the model choose
-    its claims instead of writing them: each claim is one recorded ref stated in the ref's own
-    words (its excerpt is the claim text, fixed with its binding), so what the model contributes
-    is which evidence answers the question and how it is typed. Its own words go where nothing
+    its claims instead of writing them: each claim is one recorded ref, named by its key
+    (``ref_key``) and typed, which ``written_out`` turns into the claim stating that ref in its
+    own words (its excerpt is the claim text, the ref its binding). What the model contributes is
+    which evidence answers the question and how it is typed; a name is a few tokens to generate
+    where the excerpt written twice was hundreds. Its own words go where nothing
     is shown as fact: at most ``MAX_SIDE_ITEMS`` hypotheses, actions and missing-info items of
     at most ``MAX_ANSWER_TEXT_CHARS``. At most ``MAX_CLAIMS`` claims of type observation,
     negative_observation or state, and no ``conclusion`` object (code derives the conclusion
@@ -220,11 +223,10 @@ def executor_schema_for(refs: Sequence[CitableRef], *, guided: bool = False) -> 
     """
     if not refs:
         return EXECUTOR
-    choices = [_choice(ref) for ref in refs]
     if not guided:
         bindings: JSONObject = {
             "type": "array",
-            "items": {"anyOf": [*choices]},
+            "items": {"anyOf": [_choice(ref) for ref in refs]},
             "minItems": 1,
             "maxItems": MAX_BINDINGS,
         }
@@ -239,25 +241,12 @@ def executor_schema_for(refs: Sequence[CitableRef], *, guided: bool = False) -> 
         )
         properties: JSONObject = {**_EXECUTOR_PROPERTIES, "claims": _items(claim)}
         return {**EXECUTOR, "properties": properties}
-    chosen: JSONObject = {
-        "anyOf": [
-            _object(
-                {
-                    "claim_id": _TEXT,
-                    "evidence_bindings": {
-                        "type": "array",
-                        "items": choice,
-                        "minItems": 1,
-                        "maxItems": 1,
-                    },
-                    "claim_text": _fixed(ref["excerpt"]),
-                    "claim_type": {"type": "string", "enum": list(GUIDED_CLAIM_TYPES)},
-                    "support_level": _fixed("direct"),
-                }
-            )
-            for ref, choice in zip(refs, choices, strict=True)
-        ]
-    }
+    chosen = _object(
+        {
+            "ref": {"type": "string", "enum": list(dict.fromkeys(ref_key(ref) for ref in refs))},
+            "claim_type": {"type": "string", "enum": list(GUIDED_CLAIM_TYPES)},
+        }
+    )
     sentence: JSONObject = {"type": "string", "maxLength": MAX_ANSWER_TEXT_CHARS}
 
     def few(item: JSONObject) -> JSONObject:
@@ -271,6 +260,53 @@ def executor_schema_for(refs: Sequence[CitableRef], *, guided: bool = False) -> 
         "missing_info": few(_object({"text": sentence}, required=["text"])),
     }
     return {**EXECUTOR, "properties": guided_properties}
+
+
+def ref_key(ref: CitableRef) -> str:
+    """How a guided answer names a ref it chooses: ``<invocation id> <raw path>``."""
+    return f"{ref['invocation_id']} {ref['raw_path']}"
+
+
+def written_out(text: str, refs: Sequence[CitableRef]) -> str:
+    """A guided reply with each chosen ref written out as a whole claim (``executor_schema_for``).
+
+    A chosen item (``{"ref": "<invocation id> <raw path>", "claim_type": ...}``) naming one of
+    ``refs`` becomes claim ``c<n>``: that ref as its one binding, its excerpt as the claim text,
+    support ``direct``. Anything else is left as written, for the answer's reader and the
+    Gatekeeper to judge (an item naming no recorded ref is no claim, and fails there); a reply
+    that is no JSON object is returned unchanged.
+    """
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        return text
+    if not isinstance(data, dict) or not isinstance(data.get("claims"), list):
+        return text
+    by_key = {ref_key(ref): ref for ref in refs}
+    claims: list[object] = []
+    for number, item in enumerate(data["claims"], start=1):
+        ref = by_key.get(str(item.get("ref"))) if isinstance(item, dict) else None
+        if ref is None or not isinstance(item, dict):
+            claims.append(item)
+            continue
+        claims.append(
+            {
+                "claim_id": f"c{number}",
+                "claim_type": item.get("claim_type", "observation"),
+                "evidence_bindings": [
+                    {
+                        "source_type": ref["source_type"],
+                        "tool_name": ref["tool_name"],
+                        "source_invocation_id": ref["invocation_id"],
+                        "raw_path": ref["raw_path"],
+                        "evidence_excerpt": ref["excerpt"],
+                    }
+                ],
+                "claim_text": ref["excerpt"],
+                "support_level": "direct",
+            }
+        )
+    return json.dumps({**data, "claims": claims}, ensure_ascii=False)
 
 
 def _choice(ref: CitableRef) -> JSONObject:
