@@ -137,10 +137,26 @@ def test_floor_answered_when_every_facet_is_in_a_confirmed_claim() -> None:
 
 
 FLOOR_CASES: dict[str, tuple[str, list[str], dict[str, object]]] = {
-    "partial_when_a_facet_is_missing": (
+    "a_value_question_is_unanswered_when_its_metric_is_missing": (
+        # The service is named, the value asked is not: an answer to another question.
         "What is the CPU usage of inventory-service?",
         ["Alert InventoryServiceSlowQueries on inventory-service is firing"],
-        {"status": "partial", "unanswered": ["cpu"]},
+        {"status": "unanswered", "unanswered": ["cpu"]},
+    ),
+    "a_value_question_is_partial_when_one_of_its_metrics_is_missing": (
+        "What are the CPU and memory usage of inventory-service?",
+        ["inventory-service cpu_usage_percent last=69.3%"],
+        {"status": "partial", "unanswered": ["memory"]},
+    ),
+    "partial_when_a_service_is_missing": (
+        "What is the CPU usage of inventory-service and order-service?",
+        ["inventory-service cpu_usage_percent last=69.3%"],
+        {"status": "partial", "unanswered": ["order-service"]},
+    ),
+    "a_why_question_naming_a_metric_is_partial_without_it": (
+        "Why is the latency of order-service high?",
+        ["order-service logged HikariPool-1 - Connection is not available"],
+        {"status": "partial", "unanswered": ["latency"]},
     ),
     "unanswered_when_only_other_services_are_confirmed": (
         "notification-service 有错误吗？",

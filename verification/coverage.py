@@ -6,7 +6,9 @@ A PASS means the question was answered, not only that every confirmed claim is g
   (``verification.question``) must appear in at least one confirmed claim (a negative
   observation about it counts); those that do not are ``unanswered``. A question naming nothing
   is answered by any confirmed claim. Status: nothing unanswered -> ``answered``; some ->
-  ``partial``; all (or no confirmed claim at all) -> ``unanswered``.
+  ``partial``; all (or no confirmed claim at all) -> ``unanswered``. A value question ("what is
+  the CPU usage of X?") whose metrics are all unanswered is ``unanswered`` too: the service's
+  other facts answer another question.
 - **Model**: the Verifier's ``question_coverage`` (when its reply has one) can only make the
   coverage stricter: the status is the strictest of the two, its unanswered facets are added.
 - **Budget**: tool calls the tool budget cut (``not_run``) make the coverage at most ``partial``.
@@ -85,18 +87,26 @@ def floor_coverage(
 ) -> CoverageReport:
     """The deterministic floor: which facets of the question no confirmed claim names.
 
+    Unanswered when nothing is confirmed, when no facet is named, or when a value question's
+    metrics are all left open (whatever else is named); partial when some facet is open.
+
     Args:
         question: The user's question.
         known_services: The services the evidence backend knows.
         confirmed: The texts of the confirmed claims.
     """
-    facets = analyze_question(question, known_services)["facets"]
+    read = analyze_question(question, known_services)
+    facets = read["facets"]
     asked = list(dict.fromkeys(facet["name"] for facet in facets))
     open_facets = [
         facet["name"] for facet in facets if not any(_names(facet, text) for text in confirmed)
     ]
     unanswered = list(dict.fromkeys(open_facets))
-    if not confirmed or (asked and len(unanswered) == len(asked)):
+    metrics = {facet["name"] for facet in facets if facet["kind"] == "metric"}
+    # A value question is about its metrics: with none of them stated, what was confirmed
+    # (the service's alerts, its logs) answers another question.
+    value_missing = read["kind"] == "value" and bool(metrics) and metrics <= set(unanswered)
+    if not confirmed or value_missing or (asked and len(unanswered) == len(asked)):
         status: CoverageStatus = "unanswered"
     else:
         status = "partial" if unanswered else "answered"
