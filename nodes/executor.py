@@ -29,7 +29,12 @@ from state.graph_state import DiagnosisState
 from state.records import CallNotRun, JSONObject
 from tools.registry import tool_specs
 from verification.executor_output import parse_executor_output
-from verification.output_schemas import citable_refs, executor_schema_for, written_out
+from verification.output_schemas import (
+    citable_refs,
+    executor_schema_for,
+    ref_menu,
+    written_out,
+)
 
 
 def readable_tool_calls(reply: AIMessage) -> AIMessage:
@@ -106,7 +111,10 @@ def make_executor(
             1 for row in rows if row["round"] == state.get("round", 1) and row["status"] != "error"
         )
         answer_now = spent or (guided and has_results and done >= wanted)
-        nudge = HumanMessage(budget_spent.text if spent else answer_prompt.text)
+        cited = citable_refs(rows)
+        # A guided model chooses its claims by key: the request lists what each key says.
+        answer_text = answer_prompt.text.replace("{refs}", ref_menu(cited))
+        nudge = HumanMessage(budget_spent.text if spent else answer_text)
         if has_results:
             if getattr(model, "offline", False):
                 messages = expand_tool_messages(messages, rows)
@@ -120,7 +128,6 @@ def make_executor(
         # The final answer's schema lists the refs really recorded for this diagnosis. A guided
         # model is offered the tools with it (the schema still decides what it writes).
         tools = offered()
-        cited = citable_refs(rows)
         final = with_schema(
             model,
             "executor_evidence_v2",
@@ -190,7 +197,7 @@ def make_executor(
                 reply = planned
             guided_added: list[AnyMessage] = [ask, reply]
             if has_results and not reply.tool_calls and spend.stop() is None:
-                answer = HumanMessage(answer_prompt.text)
+                answer = HumanMessage(answer_text)
                 spend.supersede_last()
                 again = answered(spend.invoke(final, [*history, answer]))
                 guided_added += [answer, AIMessage(content=again.content, id=again.id)]

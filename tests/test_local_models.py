@@ -43,6 +43,7 @@ from verification.output_schemas import (
     SCHEMAS,
     citable_refs,
     executor_schema_for,
+    ref_menu,
     written_out,
 )
 
@@ -923,9 +924,13 @@ def test_local_profile_writes_out_the_refs_a_guided_answer_chooses(
 
     values, _ = _diagnose(language="en")
 
-    # The answer request named the recorded refs; the reply chose by name.
+    # The answer request named the recorded refs and listed what each says; the reply chose
+    # by name.
     final = model_env.by_role("executor")[-1]
     assert ("inv-1", "logs[0]") in _bindings_of(final)
+    asked = user_texts(final)[-1]
+    assert "- inv-1 logs[0]: 2026-03-01T10:07:14Z ERROR order-service" in asked
+    assert "- inv-1 summary: query_logs" in asked and "{refs}" not in asked
     first, unknown = values["executor_answer"]["claims"]
     binding = first["evidence_bindings"][0]
     assert (binding["source_invocation_id"], binding["raw_path"]) == ("inv-1", "logs[0]")
@@ -937,3 +942,18 @@ def test_local_profile_writes_out_the_refs_a_guided_answer_chooses(
     assert first["claim_id"] in gatekeeper["verified_excerpts"]
     assert unknown["claim_id"] not in gatekeeper["verified_excerpts"]
     assert values["verdict"] != "PASS"
+
+
+def test_ref_menu_lists_each_key_with_the_start_of_its_text() -> None:
+    refs = citable_refs(
+        [
+            _invocation(
+                "inv-4", "query_logs", [("logs[0]", "x" * 300, "log"), ("summary", "s", "summary")]
+            )
+        ]
+    )
+    lines = ref_menu(refs).splitlines()
+    assert lines[0].startswith("- inv-4 logs[0]: xxx") and lines[0].endswith("...")
+    assert len(lines[0]) == len("- inv-4 logs[0]: ") + 120
+    assert lines[1] == "- inv-4 summary: s"
+    assert ref_menu([]) == "(none)"

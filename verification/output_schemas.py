@@ -267,6 +267,21 @@ def ref_key(ref: CitableRef) -> str:
     return f"{ref['invocation_id']} {ref['raw_path']}"
 
 
+MENU_EXCERPT_CHARS = 120
+"""Longest start of a ref's text the guided answer request lists beside its key."""
+
+
+def ref_menu(refs: Sequence[CitableRef]) -> str:
+    """The refs a guided answer may choose, one per line: ``- <key>: <start of its text>``."""
+    lines = []
+    for ref in refs:
+        excerpt = " ".join(ref["excerpt"].split())
+        if len(excerpt) > MENU_EXCERPT_CHARS:
+            excerpt = excerpt[: MENU_EXCERPT_CHARS - 3].rstrip() + "..."
+        lines.append(f"- {ref_key(ref)}: {excerpt}")
+    return "\n".join(lines) or "(none)"
+
+
 def written_out(text: str, refs: Sequence[CitableRef]) -> str:
     """A guided reply with each chosen ref written out as a whole claim (``executor_schema_for``).
 
