@@ -39,6 +39,7 @@ from state.records import (
     VerifierResult,
 )
 from verification.claim_checker import check_claims
+from verification.output_schemas import verifier_schema_for
 from verification.root_cause import confirmed_root_cause
 from verification.verdict import decide
 from verification.verifier_payload import (
@@ -55,13 +56,20 @@ REPAIR_TEMPERATURE = 0.4
 unreadable reply, even with the parse error quoted."""
 
 
-def ask_model(model: BaseChatModel, attempt: int) -> Runnable[Any, Any]:
+def ask_model(
+    model: BaseChatModel, attempt: int, claim_ids: Sequence[str] = ()
+) -> Runnable[Any, Any]:
     """The Verifier model for one attempt.
 
-    Shaped by its JSON schema where the endpoint takes one (``models.structured``); a repair
-    (``attempt`` > 0) is also asked at ``REPAIR_TEMPERATURE``.
+    Shaped by its JSON schema where the endpoint takes one (``models.structured``): one check
+    per claim of ``claim_ids`` (``verifier_schema_for``), the plain schema without them; a
+    repair (``attempt`` > 0) is also asked at ``REPAIR_TEMPERATURE``.
     """
-    asked = with_schema(model, "verifier_claim_checks")
+    asked = with_schema(
+        model,
+        "verifier_claim_checks",
+        verifier_schema_for(claim_ids) if claim_ids else None,
+    )
     if attempt > 0 and from_endpoint(model):
         asked = asked.bind(temperature=REPAIR_TEMPERATURE)
     return asked
@@ -89,7 +97,7 @@ def _ask(
             return None, ReplyParse(
                 fence_stripped=fence_stripped, repair_attempts=attempt, errors=errors
             )
-        asked = ask_model(model, attempt)
+        asked = ask_model(model, attempt, shown_claim_ids(payload))
         if spend is not None:
             reply = spend.invoke(asked, messages)
         else:
@@ -111,6 +119,15 @@ def _ask(
     return None, ReplyParse(
         fence_stripped=fence_stripped, repair_attempts=MAX_REPAIRS, errors=errors
     )
+
+
+def shown_claim_ids(payload: JSONObject) -> list[str]:
+    """The ids of the claims the Verifier payload shows."""
+    block = payload.get("executor_structured_output")
+    claims = block.get("claims") if isinstance(block, dict) else None
+    if not isinstance(claims, list):
+        return []
+    return [str(c["claim_id"]) for c in claims if isinstance(c, dict) and c.get("claim_id")]
 
 
 def verifier_input(

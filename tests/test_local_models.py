@@ -44,6 +44,7 @@ from verification.output_schemas import (
     citable_refs,
     executor_schema_for,
     ref_menu,
+    verifier_schema_for,
     written_out,
 )
 
@@ -957,3 +958,34 @@ def test_ref_menu_lists_each_key_with_the_start_of_its_text() -> None:
     assert len(lines[0]) == len("- inv-4 logs[0]: ") + 120
     assert lines[1] == "- inv-4 summary: s"
     assert ref_menu([]) == "(none)"
+
+
+def test_verifier_request_asks_for_one_check_per_claim_shown(
+    model_env: FakeOpenAI,  # noqa: F811 (the imported fixture)
+) -> None:
+    values, _ = _diagnose(language="en")
+
+    claims = [c["claim_id"] for c in values["executor_answer"]["claims"]]
+    assert claims
+    schema = model_env.by_role("verifier")[0]["response_format"]["json_schema"]["schema"]
+    checks = schema["properties"]["claim_checks"]
+    assert checks["minItems"] == checks["maxItems"] == len(claims)
+    assert checks["items"]["properties"]["claim_id"]["enum"] == claims
+
+    def reply(ids: list[str]) -> Any:
+        check = {"detail": "d", "verification": "direct_observation", "evidence_refs": []}
+        return {
+            "rationale": "r",
+            "claim_checks": [{"claim_id": claim_id, **check} for claim_id in ids],
+            "question_coverage": {"status": "answered", "asked": [], "unanswered": []},
+            "critical_fact_count": len(ids),
+            "groundedness_score": 1.0,
+            "verdict": "PASS",
+        }
+
+    jsonschema.validate(reply(claims), schema)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(reply(claims[:-1]), schema)  # a claim skipped
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(reply([*claims[:-1], "c99"]), schema)  # one that does not exist
+    assert verifier_schema_for([]) is SCHEMAS["verifier_claim_checks"]

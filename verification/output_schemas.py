@@ -20,6 +20,7 @@ from state.records import (
     VERDICTS,
     Invocation,
     JSONObject,
+    JSONValue,
 )
 
 MAX_PLAN_STEPS = 6
@@ -95,27 +96,25 @@ EXECUTOR: JSONObject = _object(
     required=["answer_version", "claims", "hypotheses", "recommended_actions", "missing_info"],
 )
 
+_CHECK: JSONObject = {
+    "claim_id": _TEXT,
+    "detail": _TEXT,
+    "verification": {"type": "string", "enum": list(CLAIM_LABELS)},
+    "evidence_refs": _items(
+        _object(
+            {
+                "trace_ref": _TEXT,
+                "tool_name": _TEXT,
+                "source_invocation_ids": _TEXTS,
+            }
+        )
+    ),
+}
+
 VERIFIER: JSONObject = _object(
     {
         "rationale": _TEXT,
-        "claim_checks": _items(
-            _object(
-                {
-                    "claim_id": _TEXT,
-                    "detail": _TEXT,
-                    "verification": {"type": "string", "enum": list(CLAIM_LABELS)},
-                    "evidence_refs": _items(
-                        _object(
-                            {
-                                "trace_ref": _TEXT,
-                                "tool_name": _TEXT,
-                                "source_invocation_ids": _TEXTS,
-                            }
-                        )
-                    ),
-                }
-            )
-        ),
+        "claim_checks": _items(_object(_CHECK)),
         "question_coverage": _object(
             {
                 "status": {"type": "string", "enum": list(COVERAGE_STATUSES)},
@@ -335,6 +334,29 @@ def _choice(ref: CitableRef) -> JSONObject:
             "source_type": _fixed(ref["source_type"]),
         }
     )
+
+
+def verifier_schema_for(claim_ids: Sequence[str]) -> JSONObject:
+    """The Verifier's schema for one payload: one check per claim shown, by its id.
+
+    ``claim_checks`` holds exactly as many checks as ``claim_ids`` (the claims the payload shows)
+    and each names one of them, so a constrained model cannot skip a claim (a claim left without
+    a check is unsupported) or check one that does not exist. Without ids it is the plain schema.
+    """
+    ids = list(dict.fromkeys(claim_ids))
+    if not ids:
+        return VERIFIER
+    names: list[JSONValue] = [*ids]
+    check = _object({**_CHECK, "claim_id": {"type": "string", "enum": names}})
+    bounded: JSONObject = {
+        "type": "array",
+        "items": check,
+        "minItems": len(ids),
+        "maxItems": len(ids),
+    }
+    properties = VERIFIER["properties"]
+    assert isinstance(properties, dict)
+    return {**VERIFIER, "properties": {**properties, "claim_checks": bounded}}
 
 
 SCHEMAS: dict[str, JSONObject] = {
