@@ -954,7 +954,7 @@ def test_ref_menu_lists_each_key_with_the_start_of_its_text() -> None:
         ]
     )
     lines = ref_menu(refs).splitlines()
-    assert lines[0].startswith("- inv-4 logs[0]: xxx") and lines[0].endswith("...")
+    assert lines[0].startswith("- inv-4 logs[0]: xxx") and lines[0].endswith("…")
     assert len(lines[0]) == len("- inv-4 logs[0]: ") + 120
     assert lines[1] == "- inv-4 summary: s"
     assert ref_menu([]) == "(none)"

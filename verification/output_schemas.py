@@ -13,6 +13,7 @@ import json
 from collections.abc import Sequence
 from typing import TypedDict
 
+from state.display import one_line
 from state.records import (
     CLAIM_LABELS,
     CLAIM_TYPES,
@@ -272,12 +273,7 @@ MENU_EXCERPT_CHARS = 120
 
 def ref_menu(refs: Sequence[CitableRef]) -> str:
     """The refs a guided answer may choose, one per line: ``- <key>: <start of its text>``."""
-    lines = []
-    for ref in refs:
-        excerpt = " ".join(ref["excerpt"].split())
-        if len(excerpt) > MENU_EXCERPT_CHARS:
-            excerpt = excerpt[: MENU_EXCERPT_CHARS - 3].rstrip() + "..."
-        lines.append(f"- {ref_key(ref)}: {excerpt}")
+    lines = [f"- {ref_key(ref)}: {one_line(ref['excerpt'], MENU_EXCERPT_CHARS)}" for ref in refs]
     return "\n".join(lines) or "(none)"
 
 
