@@ -5,29 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from state.records import Binding, Claim, ExecutorAnswer, Invocation
+from tests.test_local_models import _invocation as ledger_row
 from verification.citation_repair import ADDED_BY, MAX_ADDED, repair_citations
 
 
 def _invocation(invocation_id: str, tool: str, refs: list[tuple[str, str]]) -> Invocation:
-    return Invocation(
-        invocation_id=invocation_id,
-        diagnosis_id="d1",
-        thread_id="t1",
-        round=1,
-        tool_name=tool,
-        arguments={},
-        status="ok",
-        output={},
-        retrieval_details={
-            "evidence_refs": [
-                {"raw_path": path, "text": text, "source_type": "log"} for path, text in refs
-            ]
-        },
-        idempotency_key=invocation_id,
-        started_at="2026-03-01T10:00:00Z",
-        duration_ms=1.0,
-        error=None,
-    )
+    """A recorded invocation whose refs are log lines (the local-model tests' builder)."""
+    return ledger_row(invocation_id, tool, [(path, text, "log") for path, text in refs])
 
 
 POOL = "pool HikariPool-1 timed out after 30000ms"
