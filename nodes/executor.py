@@ -35,6 +35,7 @@ from verification.output_schemas import (
     ref_menu,
     written_out,
 )
+from verification.relevance import by_relevance
 
 
 def readable_tool_calls(reply: AIMessage) -> AIMessage:
@@ -111,7 +112,10 @@ def make_executor(
             1 for row in rows if row["round"] == state.get("round", 1) and row["status"] != "error"
         )
         answer_now = spent or (guided and has_results and done >= wanted)
-        cited = citable_refs(rows)
+        # The refs most relevant to the question come first: a small model takes the first ones.
+        cited = by_relevance(
+            citable_refs(rows), rows, state.get("question", ""), state.get("known_services", [])
+        )
         # A guided model chooses its claims by key: the request lists what each key says.
         answer_text = answer_prompt.text.replace("{refs}", ref_menu(cited))
         nudge = HumanMessage(budget_spent.text if spent else answer_text)

@@ -41,12 +41,15 @@ from verification.output_schemas import (
     MAX_PLAN_STEPS,
     MAX_REFS_PER_INVOCATION,
     SCHEMAS,
+    CitableRef,
     citable_refs,
     executor_schema_for,
+    ref_key,
     ref_menu,
     verifier_schema_for,
     written_out,
 )
+from verification.relevance import by_relevance
 
 RECORDED: dict[str, Any] = json.loads(
     (Path(__file__).parent / "recorded" / "qwen2.5-coder-1.5b.json").read_text(encoding="utf-8")
@@ -989,3 +992,80 @@ def test_verifier_request_asks_for_one_check_per_claim_shown(
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(reply([*claims[:-1], "c99"]), schema)  # one that does not exist
     assert verifier_schema_for([]) is SCHEMAS["verifier_claim_checks"]
+
+
+def _analysis(invocation_id: str) -> Invocation:
+    """An ``analyze_incident`` call whose second suspect is the root cause."""
+    refs = [
+        ("suspects[0]", "#1 order-service score=0.8: error surge", "analysis"),
+        ("suspects[1]", "#2 inventory-service score=0.9 root cause: lock waits", "analysis"),
+        ("signals[0]", "order-service error_surge 1 -> 40", "analysis"),
+        ("signals[1]", "inventory-service new_template: Lock wait on table stock", "analysis"),
+        ("signals[1].evidence[0]", "10:02:20Z WARN inventory-service: Lock wait", "log"),
+    ]
+    invocation = _invocation(invocation_id, "analyze_incident", refs)
+    invocation["output"] = {
+        "suspects": [
+            {"service": "order-service", "root_cause": False, "signals": [0]},
+            {"service": "inventory-service", "root_cause": True, "signals": [1]},
+        ],
+        "signals": [{"service": "order-service"}, {"service": "inventory-service"}],
+    }
+    return invocation
+
+
+def _keys(refs: list[CitableRef]) -> list[str]:
+    return [ref_key(ref) for ref in refs]
+
+
+def test_by_relevance_puts_the_root_cause_and_its_evidence_first_for_a_why_question() -> None:
+    ledger = [*LEDGER, _analysis("inv-4")]
+    refs = citable_refs(ledger)
+    services = ["order-service", "inventory-service"]
+
+    ranked = by_relevance(refs, ledger, "Why is order-service returning 500 errors?", services)
+
+    assert sorted(_keys(ranked)) == sorted(_keys(refs))  # the same refs, none lost
+    assert _keys(ranked)[:3] == [
+        "inv-4 suspects[1]",  # the root cause the analysis named
+        "inv-1 logs[0]",  # the symptom asked about: the service and the status code
+        "inv-4 signals[1].evidence[0]",  # the observation the cause rests on
+    ]
+    # Not a why question: no root cause is pushed, the asked metric's series leads.
+    value = by_relevance(refs, ledger, "What is the CPU usage of inventory-service?", services)
+    assert _keys(value)[0] == "inv-2 series[0]"
+    assert _keys(value)[1:3] == ["inv-4 suspects[1]", "inv-4 signals[1]"]
+
+
+def test_by_relevance_keeps_the_ledger_order_when_nothing_is_named() -> None:
+    refs = citable_refs(LEDGER)
+    assert by_relevance(refs, LEDGER, "anything odd today?", []) == refs
+
+
+def test_local_profile_answer_request_lists_the_root_cause_first_for_a_why_question(
+    model_env: FakeOpenAI,  # noqa: F811 (the imported fixture)
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SUPERBIZ_MODEL_PROFILE", "local")
+    steps = ['query_logs {"level": "ERROR", "service": "order-service"}', "analyze_incident {}"]
+    model_env.fail("planner", Fault("content", text=json.dumps({"steps": steps})))
+    blank = _recorded("guided_blank_reply")
+    choice = json.dumps(_chosen(("inv-2 suspects[0]", "observation")))
+    model_env.fail(
+        "executor",
+        Fault("content", text=blank),
+        Fault("content", text=blank),
+        Fault("content", text=choice),
+    )
+
+    values, _ = _diagnose(language="en")
+
+    final = model_env.by_role("executor")[-1]
+    menu = [line for line in user_texts(final)[-1].splitlines() if line.startswith("- inv-")]
+    # The analysis ran second, yet its root-cause suspect is listed (and offered) first.
+    assert menu[0].startswith("- inv-2 suspects[0]: #1 inventory-service")
+    assert "root cause" in menu[0]
+    offered = _bindings_of(final)
+    assert offered[0] == ("inv-2", "suspects[0]")
+    # Chosen, it states the root cause like any confirmed claim.
+    assert values["root_cause"]["service"] == "inventory-service"

@@ -65,8 +65,8 @@ def strictest_status(*statuses: CoverageStatus | None) -> CoverageStatus:
     return min(given, key=lambda status: _RANK[status]) if given else "answered"
 
 
-def _names(facet: Facet, text: str) -> bool:
-    """Whether a claim text names the facet (see the module docstring)."""
+def names_facet(facet: Facet, text: str) -> bool:
+    """Whether a text (a claim, a ref) names the facet (see the module docstring)."""
     if facet["kind"] == "metric" and is_percentile(facet["name"]):
         pattern = r"(?<![a-z0-9])" + re.escape(facet["name"]) + r"(?![0-9])"
         return re.search(pattern, normalize(text)) is not None
@@ -99,7 +99,7 @@ def floor_coverage(
     facets = read["facets"]
     asked = list(dict.fromkeys(facet["name"] for facet in facets))
     open_facets = [
-        facet["name"] for facet in facets if not any(_names(facet, text) for text in confirmed)
+        facet["name"] for facet in facets if not any(names_facet(facet, text) for text in confirmed)
     ]
     unanswered = list(dict.fromkeys(open_facets))
     metrics = {facet["name"] for facet in facets if facet["kind"] == "metric"}
