@@ -21,6 +21,7 @@ from models.messages import final_text, message_text, render_call
 from models.structured import from_endpoint, with_schema
 from nodes.common import Node, context_of, emit
 from nodes.prompts import load_prompt
+from state.catalog import local_profile
 from state.context import Context
 from state.graph_state import DiagnosisState
 from state.records import (
@@ -218,6 +219,8 @@ def verify(
         known_services=known_services,
         not_run=inputs.get("not_run", []),
         recheck_of=recheck_of,
+        # A small local model's own verdict and coverage are recorded, not applied.
+        model_judges=not local_profile(),
     )
     return VerifierResult(
         **decision, reply_parse=parse, model="offline-rules" if offline else model_label(model)

@@ -32,7 +32,7 @@ from tests.test_models_http import (  # noqa: F401 (fixtures)
     model_env,
     user_texts,
 )
-from verification.executor_output import parse_executor_output
+from verification.executor_output import parse_executor_output, read_answer
 from verification.gatekeeper import run_gatekeeper
 from verification.intent import unasked_window
 from verification.output_schemas import (
@@ -50,6 +50,7 @@ from verification.output_schemas import (
     written_out,
 )
 from verification.relevance import by_relevance
+from verification.verdict import decide
 
 RECORDED: dict[str, Any] = json.loads(
     (Path(__file__).parent / "recorded" / "qwen2.5-coder-1.5b.json").read_text(encoding="utf-8")
@@ -1069,3 +1070,111 @@ def test_local_profile_answer_request_lists_the_root_cause_first_for_a_why_quest
     assert offered[0] == ("inv-2", "suspects[0]")
     # Chosen, it states the root cause like any confirmed claim.
     assert values["root_cause"]["service"] == "inventory-service"
+
+
+def test_local_profile_verbatim_claims_stand_against_the_real_verifiers_unsupported(
+    model_env: FakeOpenAI,  # noqa: F811 (the imported fixture)
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SUPERBIZ_MODEL_PROFILE", "local")
+    plan = json.dumps({"steps": ['query_logs {"level": "ERROR", "service": "order-service"}']})
+    model_env.fail("planner", Fault("content", text=plan))
+    choice = json.dumps(_chosen(("inv-1 logs[0]", "observation"), ("inv-1 logs[1]", "state")))
+    model_env.fail("executor", Fault("content", text=ORDER_CALL), Fault("content", text=choice))
+    # The real model's reply: every claim "unsupported", each detail saying it is stated, the
+    # question "unanswered", its verdict LOW_CONFID.
+    model_env.fail("verifier", Fault("content", text=_recorded("verifier_unsupported_verbatim")))
+
+    values, _ = _diagnose(language="en")
+
+    result = values["verifier_result"]
+    checks = {check["claim_id"]: check for check in result["claim_checks"]}
+    assert set(checks) == {"c1", "c2"}
+    for check in checks.values():
+        # Each claim is its verified log line word for word: nothing to judge between them.
+        assert check["model_verification"] == "unsupported"
+        assert check["verification"] == "direct_observation"
+        assert check["evidence_refs"] and check["evidence_refs"][0]["source_invocation_ids"]
+    assert result["model_verdict"] == "LOW_CONFID"
+    # Under the local profile the model's own verdict and coverage are recorded, not applied.
+    assert result["verdict"] == values["verdict"] == "PASS"
+    assert result["question_coverage"]["status"] == "answered"
+
+
+def _verbatim_case(text: str, label: str) -> tuple[Any, Any, list[Any], Any]:
+    """A one-claim answer stating ``text`` from a verified log ref of ``LOG_LINE``."""
+    status, structured = parse_executor_output(
+        json.dumps(_answer(_binding("inv-1", "logs[0]", LOG_LINE, "query_logs", "log"), text=text))
+    )
+    answer = read_answer(status, structured)
+    gatekeeper = run_gatekeeper(status, structured, LEDGER)
+    trace = [
+        {
+            "trace_ref": "t1",
+            "tool_name": "query_logs",
+            "round": 1,
+            "success": True,
+            "evidence_level": "direct",
+            "input_summary": "order-service ERROR",
+            "output_summary": "1 line",
+            "source_invocation_ids": ["inv-1"],
+        }
+    ]
+    reply = {
+        "rationale": "",
+        "claim_checks": [
+            {"claim_id": "c1", "verification": label, "detail": "d", "evidence_refs": []}
+        ],
+        "groundedness_score": None,
+        "critical_fact_count": 1,
+        "verdict": "LOW_CONFID",
+        "question_coverage": {"status": "unanswered", "asked": ["x"], "unanswered": ["x"]},
+        "notes": [],
+    }
+    return answer, gatekeeper, trace, reply
+
+
+@pytest.mark.parametrize(
+    ("text", "label", "expected"),
+    [
+        (LOG_LINE, "unsupported", "direct_observation"),  # the line itself
+        (LOG_LINE, "overstated", "direct_observation"),
+        (LOG_LINE, "contradicted", "contradicted"),  # a stricter label stands
+        ("POST /orders status=500 upstream timeout", "unsupported", "unsupported"),  # a piece
+        ("order-service answered status=500", "unsupported", "unsupported"),  # worded
+    ],
+)
+def test_decide_raises_only_a_word_for_word_claim_to_direct_observation(
+    text: str, label: str, expected: str
+) -> None:
+    answer, gatekeeper, trace, reply = _verbatim_case(text, label)
+    assert gatekeeper["verified_excerpts"].get("c1")
+    decision = decide(
+        answer,
+        gatekeeper,
+        reply,
+        parse_status={"status": "valid"},
+        trace=trace,
+        mode="model",
+        question="Why is order-service failing?",
+        known_services=["order-service"],
+    )
+    assert decision["claim_checks"][0]["verification"] == expected
+
+
+def test_decide_applies_the_models_verdict_and_coverage_unless_it_does_not_judge() -> None:
+    answer, gatekeeper, trace, reply = _verbatim_case(LOG_LINE, "direct_observation")
+    common: Any = {
+        "parse_status": {"status": "valid"},
+        "trace": trace,
+        "mode": "model",
+        "question": "Why is order-service failing?",
+        "known_services": ["order-service"],
+    }
+    judged = decide(answer, gatekeeper, reply, **common)
+    assert judged["verdict"] == "LOW_CONFID"
+    assert judged["question_coverage"]["status"] == "unanswered"
+    recorded = decide(answer, gatekeeper, reply, model_judges=False, **common)
+    assert recorded["verdict"] == "PASS" and recorded["model_verdict"] == "LOW_CONFID"
+    assert recorded["question_coverage"]["status"] == "answered"
+    assert any("recorded, not applied" in note for note in recorded["notes"])

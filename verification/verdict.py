@@ -11,7 +11,12 @@ which labels stand, derives the legacy facts, computes the groundedness score an
    whose only verified evidence is knowledge is at most ``external_unknown``; one the Gatekeeper
    flagged with ``evidence.fabricated`` is ``unsupported`` (a stricter ``contradicted`` stands);
    one flagged with ``evidence.unbound_specifics`` is at most ``overstated``; so is one whose text
-   the Verifier was shown cut (what follows the cut was never checked).
+   the Verifier was shown cut (what follows the cut was never checked). A claim whose text *is*
+   one of its Gatekeeper-verified refs, word for word (the whole text, or its first
+   ``MAX_EXCERPT_CHARS`` characters, as a guided answer's chosen claims are), is a
+   ``direct_observation`` whatever weaker label was proposed (a ``contradicted`` stands): there
+   is nothing between the claim and its evidence to judge, and a small Verifier model was
+   measured labelling such claims ``unsupported`` while its own detail said they were stated.
 2. **Facts and score.** direct_observation -> direct_evidence (1.0); reasonable_inference and
    overstated -> indirect_support (0.6); unsupported and external_unknown -> no_evidence (0.0);
    contradicted -> contradicted (the score is 0.0). The score is the mean over claims, 0.0 with
@@ -22,7 +27,10 @@ which labels stand, derives the legacy facts, computes the groundedness score an
 4. **Question coverage** (``verification.coverage``). The deterministic floor (each service,
    alert and metric the question names is in a confirmed claim), made stricter, never looser,
    by the Verifier's own ``question_coverage`` and by tool calls the budget cut.
-5. **Effective verdict.** The strictest of the model's verdict, the derived verdict, the parse
+5. **Effective verdict.** The strictest of the model's verdict (unless the model does not
+   judge: ``model_judges``, off under the local profile, where the Verifier model's labels are
+   proposals like any other but its own verdict and question coverage are only recorded), the
+   derived verdict, the parse
    cap (output not valid -> LOW_CONFID), the Gatekeeper cap (severity reject -> REJECT,
    low_confid -> LOW_CONFID), the fallback cap (the claim checker stood in for an unreadable
    reply -> LOW_CONFID), the coverage cap (question unanswered -> LOW_CONFID; a conclusion
@@ -56,6 +64,7 @@ from state.records import (
     TraceCitation,
     TraceItem,
     Verdict,
+    VerifiedExcerpt,
     VerifierMode,
     VerifierReply,
 )
@@ -63,6 +72,7 @@ from verification.catalog import FABRICATED, UNBOUND_SPECIFICS
 from verification.conclusion import check_conclusion
 from verification.coverage import coverage_cap, failed_calls, question_coverage
 from verification.gatekeeper import only_knowledge, verified_excerpts_of
+from verification.output_schemas import MAX_EXCERPT_CHARS
 from verification.verifier_reply import short
 
 LEGACY: Final[dict[ClaimLabel, FactLabel]] = {
@@ -210,6 +220,13 @@ def _check(
         detail = _with_reason(detail, "no valid evidence ref")
         label = "unsupported"
     verified = verified_excerpts_of(gatekeeper, claim_id)
+    if label in _VERBATIM_RAISED and is_verbatim(claim, verified):
+        notes.append(
+            f"{claim_id}: states its verified evidence word for word, {label} -> direct_observation"
+        )
+        detail = _with_reason(detail, "the claim is its verified evidence, word for word")
+        label = "direct_observation"
+        citations = citations or _bound_citations(claim, trace)
     if claim_id in made_up and label != "contradicted":
         # A name, code or cause nothing gathered holds was made up: never a fact, the verdict
         # is REJECT (``decide``).
@@ -247,6 +264,50 @@ def _check(
         evidence_refs=citations,
         model_verification=model_label,
     )
+
+
+_VERBATIM_RAISED: Final = frozenset(
+    {"unsupported", "external_unknown", "overstated", "reasonable_inference"}
+)
+
+
+def is_verbatim(claim: Claim, verified: Sequence[VerifiedExcerpt]) -> bool:
+    """Whether the claim's text is one of its verified refs of incident evidence, word for word.
+
+    The whole text of the ref, or its first ``MAX_EXCERPT_CHARS`` characters (a cited excerpt
+    is at most that long); whitespace at the ends aside. Knowledge (runbooks, past cases) never
+    counts: it is not evidence about the incident.
+    """
+    said = claim["claim_text"].strip()
+    if not said or not verified or only_knowledge(verified):
+        return False
+    for entry in verified:
+        text = entry["text"].strip()
+        if said == text or (
+            len(text) > MAX_EXCERPT_CHARS and said == text[:MAX_EXCERPT_CHARS].strip()
+        ):
+            return True
+    return False
+
+
+def _bound_citations(claim: Claim, trace: Mapping[str, TraceItem]) -> list[TraceCitation]:
+    """The trace items holding the invocations the claim's bindings name."""
+    cited: dict[str, TraceCitation] = {}
+    for binding in claim["evidence_bindings"]:
+        invocation_id = binding["source_invocation_id"]
+        for item in trace.values():
+            if invocation_id in item["source_invocation_ids"]:
+                citation = cited.setdefault(
+                    item["trace_ref"],
+                    TraceCitation(
+                        trace_ref=item["trace_ref"],
+                        tool_name=item["tool_name"],
+                        source_invocation_ids=[],
+                    ),
+                )
+                if invocation_id not in citation["source_invocation_ids"]:
+                    citation["source_invocation_ids"].append(invocation_id)
+    return list(cited.values())
 
 
 def flagged(gatekeeper: GatekeeperResult, rule_id: str) -> set[str]:
@@ -369,6 +430,7 @@ def decide(
     known_services: Sequence[str] = (),
     not_run: Sequence[str] = (),
     recheck_of: VerifierMode | None = None,
+    model_judges: bool = True,
 ) -> Decision:
     """Decide one round: final claim checks, facts, score, derived and effective verdicts.
 
@@ -386,6 +448,8 @@ def decide(
         known_services: The services the evidence backend knows.
         not_run: Tool calls the tool budget cut, rendered.
         recheck_of: When the decision re-checks a recorded diagnosis: the mode that judged it.
+        model_judges: Whether the model's own verdict and question coverage bound the
+            decision (rule 5); off, they are recorded and noted only.
 
     Returns:
         The decision; ``verdict`` is the effective verdict.
@@ -399,6 +463,13 @@ def decide(
         notes.append(f"verifier stated groundedness {stated}; computed {score} is used")
     derived = derive_verdict(checks, score, gatekeeper)
     model_verdict = None if mode == "fallback" else reply["verdict"]
+    # Under the local profile the model's verdict and coverage are recorded, not applied.
+    judging = model_judges or mode != "model"
+    if not judging:
+        notes.append(
+            f"verifier model's own verdict {model_verdict} and question coverage recorded, not "
+            "applied (local profile): code decides from the claim labels"
+        )
     if mode == "fallback":
         notes.append(
             "verifier output could not be parsed; deterministic claim checker used, "
@@ -414,7 +485,7 @@ def decide(
         known_services,
         answer,
         checks,
-        model=None if mode == "fallback" else reply.get("question_coverage"),
+        model=None if mode == "fallback" or not judging else reply.get("question_coverage"),
         not_run=not_run,
         failed=failed_calls(trace),
         conclusion=conclusion["status"],
@@ -437,7 +508,7 @@ def decide(
     # fallback is. A diagnosis the checker judged in the first place is re-judged by its rules.
     rechecked = mode == "offline" and recheck_of is not None and recheck_of != "offline"
     verdict = strictest(
-        model_verdict,
+        model_verdict if judging else None,
         derived,
         None if parse_status["status"] == "valid" else "LOW_CONFID",
         caps[gatekeeper["severity"]],
