@@ -55,6 +55,7 @@ def make_composer(get_model: GetModel) -> Node:
             result.get("question_coverage"),
             result.get("conclusion"),
             language=ctx.language,
+            root_cause=state.get("root_cause"),
         )
         offline = state["run_info"]["offline"]
         answer = render_template(

@@ -788,6 +788,8 @@ class Material(TypedDict):
     """Recommended actions left out because they state a cause as established."""
     conclusion: NotRequired[str]
     """The conclusion, shown first, only when code found it follows from confirmed claims."""
+    root_cause: NotRequired[str]
+    """The kept root cause worded, first of the confirmed facts (``select_material``)."""
 
 
 class ComposerOutput(TypedDict):

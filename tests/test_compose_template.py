@@ -7,8 +7,15 @@ import re
 
 import pytest
 
-from state.records import ClaimCheck, ClaimLabel, GatekeeperResult, JSONObject, Material
-from tests.records import VALID, excerpt, gatekeeper_result, json_list
+from state.records import (
+    ClaimCheck,
+    ClaimLabel,
+    GatekeeperResult,
+    JSONObject,
+    Material,
+    RootCause,
+)
+from tests.records import VALID, excerpt, gatekeeper_result, json_list, json_object
 from verification.answer import render_template
 from verification.answer import select_material as select_records
 from verification.executor_output import read_answer
@@ -368,3 +375,50 @@ def test_render_template_never_contains_executor_json() -> None:
 def test_render_template_default_language_is_chinese() -> None:
     answer = render_template(_material(), verdict="PASS", score=0.92)
     assert "校验结论：PASS（证据支撑度 0.92）" in answer
+
+
+def _root_material(
+    claim_type: str, root: RootCause, language: str = "zh", first: str = "c1"
+) -> Material:
+    """The material of the usual answer with claim c1 stating a suspect line, and ``root``."""
+    checks, structured, gatekeeper = _inputs()
+    first_claim = json_object(json_list(structured["claims"])[0])
+    first_claim["claim_type"] = claim_type
+    first_claim["claim_text"] = "#1 order-service score=0.9: root cause: error surge of HTTP 500"
+    answer = read_answer(VALID, structured)
+    return select_records(checks, answer, gatekeeper, language=language, root_cause=root)
+
+
+@pytest.mark.parametrize(("language", "verdict"), [("zh", "PASS"), ("en", "LOW_CONFID")])
+def test_kept_root_cause_of_observation_claims_leads_the_confirmed_facts(
+    language: str, verdict: str
+) -> None:
+    root = RootCause(service="order-service", mechanism="error surge of HTTP 500", claim_ids=["c1"])
+    material = _root_material("observation", root, language)
+
+    answer = render_template(material, verdict=verdict, score=0.8, language=language)
+
+    heading = CONFIRMED_HEADINGS[language][1 if verdict == "PASS" else 0]
+    first = _sections(answer, language)[heading][0]
+    if language == "zh":
+        assert first == "- 最可能的根因：order-service，机制：error surge of HTTP 500（推断）"
+    else:
+        line = "Most likely root cause: order-service, mechanism: error surge of HTTP 500"
+        assert first == f"- {line} (inference)"
+
+
+def test_root_cause_line_leaves_out_what_no_claim_states_and_is_not_repeated() -> None:
+    made_up = RootCause(service="order-service", mechanism="a bad deploy", claim_ids=["c1"])
+    material = _root_material("observation", made_up)
+    # The mechanism is in none of its claims: the line names the service only.
+    assert material.get("root_cause") == "最可能的根因：order-service"
+    # A causal claim already states the cause in words: nothing is added.
+    stated = RootCause(
+        service="order-service", mechanism="error surge of HTTP 500", claim_ids=["c1"]
+    )
+    assert "root_cause" not in _root_material("causal", stated)
+    # A root cause whose claim is not confirmed (c4 is unsupported) is never worded.
+    unconfirmed = RootCause(service="payment-service", mechanism="CPU", claim_ids=["c4"])
+    assert "root_cause" not in _root_material("observation", unconfirmed)
+    # REJECT shows no root cause.
+    assert "最可能的根因" not in render_template(material, verdict="REJECT", score=0.0)

@@ -24,6 +24,7 @@ from models.text_tool_calls import (
 )
 from nodes.planner import bounded_plan
 from state.records import Invocation
+from tests.records import VALID
 from tests.test_models_http import (  # noqa: F401 (fixtures)
     FakeOpenAI,
     Fault,
@@ -1068,8 +1069,11 @@ def test_local_profile_answer_request_lists_the_root_cause_first_for_a_why_quest
     assert "root cause" in menu[0]
     offered = _bindings_of(final)
     assert offered[0] == ("inv-2", "suspects[0]")
-    # Chosen, it states the root cause like any confirmed claim.
+    # Chosen, it states the root cause like any confirmed claim, worded first in the answer.
     assert values["root_cause"]["service"] == "inventory-service"
+    facts = [line for line in values["answer"].splitlines() if line.startswith("- ")]
+    assert facts[0].startswith("- Most likely root cause: inventory-service, mechanism: change: ")
+    assert facts[1].startswith("- #1 inventory-service score=")
 
 
 def test_local_profile_verbatim_claims_stand_against_the_real_verifiers_unsupported(
@@ -1153,7 +1157,7 @@ def test_decide_raises_only_a_word_for_word_claim_to_direct_observation(
         answer,
         gatekeeper,
         reply,
-        parse_status={"status": "valid"},
+        parse_status=VALID,
         trace=trace,
         mode="model",
         question="Why is order-service failing?",
@@ -1165,7 +1169,7 @@ def test_decide_raises_only_a_word_for_word_claim_to_direct_observation(
 def test_decide_applies_the_models_verdict_and_coverage_unless_it_does_not_judge() -> None:
     answer, gatekeeper, trace, reply = _verbatim_case(LOG_LINE, "direct_observation")
     common: Any = {
-        "parse_status": {"status": "valid"},
+        "parse_status": VALID,
         "trace": trace,
         "mode": "model",
         "question": "Why is order-service failing?",

@@ -28,6 +28,7 @@ from state.records import (
     Material,
     NextStep,
     QuestionCoverage,
+    RootCause,
 )
 from tools.registry import is_guidance
 from verification.conclusion import reason_text
@@ -63,6 +64,8 @@ _TEXT: dict[str, dict[str, str]] = {
         "gaps": "证据缺口",
         "next_steps": "下一步建议",
         "inference": "（推断）",
+        "root_line": "最可能的根因：{service}",
+        "root_mechanism": "，机制：{mechanism}",
         "basis": "（依据：{basis}）",
         "overstated": "（证据只支持其中一部分）",
         "unsupported": "（本次未找到支持该说法的证据）",
@@ -102,6 +105,8 @@ _TEXT: dict[str, dict[str, str]] = {
         "gaps": "Evidence gaps",
         "next_steps": "Next steps",
         "inference": " (inference)",
+        "root_line": "Most likely root cause: {service}",
+        "root_mechanism": ", mechanism: {mechanism}",
         "basis": " (basis: {basis})",
         "overstated": " (only partly supported by the evidence)",
         "unsupported": " (no supporting evidence found in this diagnosis)",
@@ -162,6 +167,7 @@ def select_material(
     coverage: QuestionCoverage | None = None,
     conclusion: ConclusionCheck | None = None,
     language: str = "zh",
+    root_cause: RootCause | None = None,
 ) -> Material:
     """Select the Verifier-allowed material the answer may be built from.
 
@@ -176,6 +182,12 @@ def select_material(
     is a gap too (these two kinds are shown under every verdict). The ``conclusion``, when code
     found it follows from confirmed claims (``verification.conclusion``), is the answer's first
     line; one that does not follow is a gap saying why, in ``language`` (the answer's).
+
+    A ``root_cause`` the diagnosis kept (``verification.root_cause``: its claims confirmed) whose
+    claims are all observations, as a guided answer's chosen claims are (the analysis's suspect
+    line, not a sentence naming the cause), is worded as the first confirmed line, marked as an
+    inference: the service, and its mechanism only when one of those claims states it word for
+    word. A root cause some claim already states in words (a ``causal`` claim) adds nothing.
     """
     labels = _labels(checks)
     confirmed: list[ConfirmedItem] = []
@@ -276,7 +288,32 @@ def select_material(
     )
     if "conclusion" in extra:
         material["conclusion"] = extra["conclusion"]
+    line = _root_line(root_cause, answer, confirmed, language)
+    if line:
+        material["root_cause"] = line
     return material
+
+
+def _root_line(
+    root_cause: RootCause | None,
+    answer: ExecutorAnswer,
+    confirmed: Sequence[ConfirmedItem],
+    language: str,
+) -> str:
+    """The root cause worded for the answer, or "" (see ``select_material``)."""
+    if root_cause is None:
+        return ""
+    ids = set(root_cause["claim_ids"])
+    claims = [claim for claim in answer["claims"] if claim["claim_id"] in ids]
+    stated = [item["claim_text"] for item in confirmed if item["claim_id"] in ids]
+    if not claims or len(stated) < len(ids) or any(c["claim_type"] == "causal" for c in claims):
+        return ""
+    t = _TEXT["en" if language == "en" else "zh"]
+    line = t["root_line"].format(service=root_cause["service"])
+    mechanism = root_cause["mechanism"].strip()
+    if mechanism and any(mechanism in text for text in stated):
+        line += t["root_mechanism"].format(mechanism=mechanism)
+    return safe_text(line)
 
 
 def _section(t: dict[str, str], title: str, lines: list[str]) -> str:
@@ -411,6 +448,9 @@ def render_template(
     t = _TEXT[language]
     confirmed = material["confirmed"]
     confirmed_lines = _confirmed_lines(t, confirmed)
+    if material.get("root_cause") and verdict in ("PASS", "LOW_CONFID"):
+        # The root cause the diagnosis kept leads the confirmed facts, marked as an inference.
+        confirmed_lines.insert(0, material.get("root_cause", "") + t["inference"])
     blocks: list[str] = []
     if verdict == "PASS" and material.get("conclusion"):
         blocks.append(_section(t, t["answer"], [material.get("conclusion", "")]))
