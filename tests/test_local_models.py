@@ -1182,3 +1182,39 @@ def test_decide_applies_the_models_verdict_and_coverage_unless_it_does_not_judge
     assert recorded["verdict"] == "PASS" and recorded["model_verdict"] == "LOW_CONFID"
     assert recorded["question_coverage"]["status"] == "answered"
     assert any("recorded, not applied" in note for note in recorded["notes"])
+
+
+def test_by_relevance_puts_the_asked_services_alerts_before_another_services_alert() -> None:
+    # "Is order-service alerting?" as the real model saw it: it chose the analysis's line about
+    # inventory-service's alert (listed first, since it says "alert") and no order-service alert.
+    ledger = [
+        _invocation(
+            "inv-1",
+            "query_metrics",
+            [
+                (
+                    "alerts[0]",
+                    "OrderServiceHigh5xxRate service=order-service state=firing",
+                    "alert",
+                ),
+                ("summary", "query_metrics service=order-service alerts 1 of 1", "summary"),
+            ],
+        ),
+        _invocation(
+            "inv-2",
+            "analyze_incident",
+            [
+                (
+                    "signals[2]",
+                    "inventory-service alert: InventoryServiceSlowQueries firing",
+                    "analysis",
+                )
+            ],
+        ),
+    ]
+    refs = citable_refs(list(reversed(ledger)))  # the analysis's line recorded first
+    services = ["order-service", "inventory-service"]
+
+    ranked = by_relevance(refs, ledger, "Is order-service alerting?", services)
+
+    assert _keys(ranked) == ["inv-1 alerts[0]", "inv-1 summary", "inv-2 signals[2]"]

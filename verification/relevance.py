@@ -8,8 +8,11 @@ what the question asks, in code; the model still chooses, and nothing is added o
 
 - **By what the ref names of the question**: each metric concept it asks about
   (``knowledge.vocabulary``: ``cpu``, ``latency``, ``p99``) and each alert name weighs
-  ``STRONG``; each HTTP status code and symptom concept (``timeout``, ``error``) ``MEDIUM``; each
-  service ``WEAK`` (most refs of a diagnosis about one service name it). Equal refs keep the
+  ``STRONG``; each HTTP status code and symptom concept (``timeout``, ``error``, ``alert``)
+  ``MEDIUM``; each service ``WEAK`` (most refs of a diagnosis about one service name it). A ref's
+  kind counts as its words (an ``alert`` ref is about an alert, whatever its text says). When the
+  question names services, a ref naming none of them gains nothing from concepts or codes: the
+  CPU of another service, or another service's alert, does not answer it. Equal refs keep the
   ledger's order.
 - **A why question** (``verification.question`` kind ``why``) whose incident analysis named a
   root cause: the root-cause suspect (``analyze_incident`` ``suspects[i]``) first, then the most
@@ -62,15 +65,18 @@ def _root_keys(invocations: Sequence[Invocation]) -> tuple[list[Key], list[Key]]
     return causes, evidence
 
 
-def _weight(text: str, read: QuestionFacets) -> int:
-    weight = 0
-    for facet in read["facets"]:
-        if names_facet(facet, text):
-            weight += WEAK if facet["kind"] == "service" else STRONG
+def _weight(ref: CitableRef, read: QuestionFacets) -> int:
+    text = ref["excerpt"]
+    named = [facet for facet in read["facets"] if names_facet(facet, text)]
+    services = [facet for facet in read["facets"] if facet["kind"] == "service"]
+    weight = sum(WEAK if facet["kind"] == "service" else STRONG for facet in named)
+    if services and not any(facet["kind"] == "service" for facet in named):
+        # About another service: what it says of the asked metric or symptom is not the answer.
+        return sum(STRONG for facet in named if facet["kind"] == "alert")
     for code in read["status_codes"]:
         if re.search(rf"(?<![0-9]){re.escape(code)}(?![0-9])", text):
             weight += MEDIUM
-    found = set(concepts_in(text))
+    found = set(concepts_in(f"{ref['source_type']} {text}"))
     weight += MEDIUM * sum(1 for symptom in read["symptoms"] if symptom in found)
     return weight
 
@@ -91,7 +97,7 @@ def by_relevance(
         known_services: The services the evidence backends know.
     """
     read = analyze_question(question, known_services)
-    weights = [_weight(ref["excerpt"], read) for ref in refs]
+    weights = [_weight(ref, read) for ref in refs]
     order = sorted(range(len(refs)), key=lambda index: (-weights[index], index))
     ranked = [refs[index] for index in order]
     causes, evidence = _root_keys(invocations) if read["kind"] == "why" else ([], [])
@@ -104,5 +110,5 @@ def by_relevance(
     first = [ref for ref in ranked if key(ref) in causes]
     support = [ref for ref in ranked if key(ref) in evidence]
     rest = [ref for ref in ranked if key(ref) not in causes and key(ref) not in evidence]
-    symptom = rest[:1] if rest and _weight(rest[0]["excerpt"], read) > 0 else []
+    symptom = rest[:1] if rest and _weight(rest[0], read) > 0 else []
     return [*first, *symptom, *support, *rest[len(symptom) :]]
