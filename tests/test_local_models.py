@@ -33,6 +33,7 @@ from tests.test_models_http import (  # noqa: F401 (fixtures)
     model_env,
     user_texts,
 )
+from verification.conclusion import check_conclusion
 from verification.executor_output import parse_executor_output, read_answer
 from verification.gatekeeper import run_gatekeeper
 from verification.intent import unasked_window
@@ -1218,3 +1219,33 @@ def test_by_relevance_puts_the_asked_services_alerts_before_another_services_ale
     ranked = by_relevance(refs, ledger, "Is order-service alerting?", services)
 
     assert _keys(ranked) == ["inv-1 alerts[0]", "inv-1 summary", "inv-2 signals[2]"]
+
+
+def test_a_firing_alert_chosen_as_a_negative_observation_still_shows_the_alert_firing() -> None:
+    # The real model typed the firing alert it chose as "negative_observation"; code derived
+    # "no" for "is the alert firing?" from that type alone.
+    line = "LagHigh service=billing-consumer severity=critical state=firing value=9 threshold=1"
+    ledger = [_invocation("inv-1", "query_metrics", [("alerts[0]", line, "alert")])]
+    chosen = json.dumps(_chosen(("inv-1 alerts[0]", "negative_observation")))
+    status, structured = parse_executor_output(written_out(chosen, citable_refs(ledger)))
+    answer = read_answer(status, structured)
+    gatekeeper = run_gatekeeper(status, structured, ledger)
+    checks: Any = [
+        {
+            "claim_id": "c1",
+            "verification": "direct_observation",
+            "detail": "",
+            "evidence_refs": [],
+            "model_verification": "direct_observation",
+        }
+    ]
+
+    found = check_conclusion(
+        "Is the LagHigh alert firing for billing-consumer?",
+        ["billing-consumer"],
+        answer,
+        checks,
+        gatekeeper,
+    )
+
+    assert found["status"] == "derived" and found["expected"] == "yes"

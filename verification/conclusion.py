@@ -297,10 +297,14 @@ def excerpt_signal(excerpt: VerifiedExcerpt, alerts: Sequence[str]) -> tuple[str
 def claim_signals(
     claim: Claim, excerpts: Sequence[VerifiedExcerpt], alerts: Sequence[str]
 ) -> list[tuple[str, Signal]]:
-    """What one claim's verified refs show; a negative observation is clean."""
+    """What one claim's verified refs show; a negative observation whose refs show nothing is clean.
+
+    What the refs show wins over the claim's type: a firing alert chosen as a "negative
+    observation" (as a small model typed one) still shows a problem.
+    """
     signals = [s for e in excerpts if (s := excerpt_signal(e, alerts)) is not None]
     if claim["claim_type"] == "negative_observation":
-        return [(what, "clean") for what, _ in signals] or [("any", "clean")]
+        return signals or [("any", "clean")]
     return signals
 
 
