@@ -408,3 +408,23 @@ def test_conclusion_reason_without_a_named_service() -> None:
         "ledger-api has the highest value; the conclusion names none of them first"
     )
     assert reason_text(checked, "zh") == "ledger-api 的值最高；结论没有提到其中任何一个服务"
+
+
+@pytest.mark.parametrize(
+    ("language", "first"),
+    [
+        ("en", "Yes (follows from the confirmed facts below)"),
+        ("zh", "是（由下列已确认的事实推出）"),
+    ],
+)
+def test_derived_yes_or_no_opens_the_answer(language: str, first: str) -> None:
+    claims = [("c1", "ledger-api logs timeouts", "logs[0]", ERROR_LINE)]
+    checked = _decide("Does ledger-api have errors?", claims)["conclusion"]
+    assert checked["status"] == "derived"
+    no_claims = read_answer(VALID, records.executor_output())
+    material = select_material(
+        [], no_claims, records.gatekeeper_result({}), conclusion=checked, language=language
+    )
+    answer = render_template(material, verdict="PASS", score=1.0, language=language)
+    heading = "## Answer" if language == "en" else "【回答】"
+    assert answer.splitlines()[:2] == [heading, f"- {first}"]

@@ -65,6 +65,8 @@ _TEXT: dict[str, dict[str, str]] = {
         "next_steps": "下一步建议",
         "inference": "（推断）",
         "root_line": "最可能的根因：{service}",
+        "derived_yes": "是（由下列已确认的事实推出）",
+        "derived_no": "否（由下列已确认的事实推出）",
         "root_mechanism": "，机制：{mechanism}",
         "basis": "（依据：{basis}）",
         "overstated": "（证据只支持其中一部分）",
@@ -106,6 +108,8 @@ _TEXT: dict[str, dict[str, str]] = {
         "next_steps": "Next steps",
         "inference": " (inference)",
         "root_line": "Most likely root cause: {service}",
+        "derived_yes": "Yes (follows from the confirmed facts below)",
+        "derived_no": "No (follows from the confirmed facts below)",
         "root_mechanism": ", mechanism: {mechanism}",
         "basis": " (basis: {basis})",
         "overstated": " (only partly supported by the evidence)",
@@ -181,7 +185,8 @@ def select_material(
     ``coverage``, each facet of the question left unanswered and each tool call the budget cut
     is a gap too (these two kinds are shown under every verdict). The ``conclusion``, when code
     found it follows from confirmed claims (``verification.conclusion``), is the answer's first
-    line; one that does not follow is a gap saying why, in ``language`` (the answer's).
+    line, and so is the yes or no code derived from them when the answer stated none; one that
+    does not follow is a gap saying why, in ``language`` (the answer's).
 
     A ``root_cause`` the diagnosis kept (``verification.root_cause``: its claims confirmed) whose
     claims are all observations, as a guided answer's chosen claims are (the analysis's suspect
@@ -265,6 +270,14 @@ def select_material(
         said = safe_text(conclusion["text"])
         if said:
             extra["conclusion"] = said
+    elif (
+        conclusion is not None
+        and conclusion["status"] == "derived"
+        and conclusion["expected"] in ("yes", "no")
+    ):
+        # The answer stated no yes or no; code read the one its confirmed claims show.
+        t = _TEXT["en" if language == "en" else "zh"]
+        extra["conclusion"] = t[f"derived_{conclusion['expected']}"]
     elif conclusion is not None and conclusion["status"] == "does_not_follow":
         why = _TEXT["en" if language == "en" else "zh"]["reason"].format(
             reason=reason_text(conclusion, language)
