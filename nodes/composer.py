@@ -24,6 +24,7 @@ from state.records import ComposerOutput, ComposerSection, JSONObject
 from verification.answer import render_template, select_material
 from verification.composer_check import check_composer_reply, model_material, usable_confirmed
 from verification.executor_output import parse_executor_output
+from verification.intent import CAUSE_KINDS, read_intent
 
 _SUMMARY_HEADING = {"zh": "【摘要】", "en": "## Summary"}
 
@@ -47,6 +48,9 @@ def make_composer(get_model: GetModel) -> Node:
         section = composer_section(verdict)
         emit("composer", round=state.get("round", 1), mode=section, verdict=verdict)
         result = state["verifier_result"]
+        question = state.get("question", "")
+        kind = read_intent(question, state.get("known_services", [])).kind
+        asks_cause = kind in CAUSE_KINDS
         material = select_material(
             result["claim_checks"],
             state["executor_answer"],
@@ -55,7 +59,8 @@ def make_composer(get_model: GetModel) -> Node:
             result.get("question_coverage"),
             result.get("conclusion"),
             language=ctx.language,
-            root_cause=state.get("root_cause"),
+            # The root cause leads an answer to a question about the cause, not a value's.
+            root_cause=state.get("root_cause") if asks_cause else None,
         )
         offline = state["run_info"]["offline"]
         answer = render_template(

@@ -24,6 +24,7 @@ from models.text_tool_calls import (
 )
 from nodes.planner import bounded_plan
 from state.records import Invocation
+from tests import test_models_http as models_http
 from tests.records import VALID
 from tests.test_models_http import (  # noqa: F401 (fixtures)
     FakeOpenAI,
@@ -1249,3 +1250,27 @@ def test_a_firing_alert_chosen_as_a_negative_observation_still_shows_the_alert_f
     )
 
     assert found["status"] == "derived" and found["expected"] == "yes"
+
+
+def test_local_profile_root_cause_line_leads_only_an_answer_about_the_cause(
+    model_env: FakeOpenAI,  # noqa: F811 (the imported fixture)
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SUPERBIZ_MODEL_PROFILE", "local")
+    monkeypatch.setattr(models_http, "QUESTION", "Is order-service logging errors?")
+    steps = ['query_logs {"level": "ERROR", "service": "order-service"}', "analyze_incident {}"]
+    model_env.fail("planner", Fault("content", text=json.dumps({"steps": steps})))
+    blank = _recorded("guided_blank_reply")
+    choice = json.dumps(_chosen(("inv-2 suspects[0]", "observation"), ("inv-1 logs[0]", "state")))
+    model_env.fail(
+        "executor",
+        Fault("content", text=blank),
+        Fault("content", text=blank),
+        Fault("content", text=choice),
+    )
+
+    values, _ = _diagnose(language="en")
+
+    # The root cause is kept as data, but a yes/no question about errors is not led by it.
+    assert values["root_cause"]["service"] == "inventory-service"
+    assert "Most likely root cause" not in values["answer"]

@@ -61,6 +61,8 @@ Polarity = Literal["ok", "problem"]
 YES_NO_KINDS: Final[frozenset[str]] = frozenset({"health", "metric_check", "errors", "alert_state"})
 """Kinds whose answer is a yes or a no: the conclusion states which, and code checks it."""
 CONCLUDED_KINDS: Final[frozenset[str]] = YES_NO_KINDS | {"compare"}
+CAUSE_KINDS: Final[frozenset[str]] = frozenset({"why", "overview"})
+"""Questions whose answer leads with the root cause: why, what is the cause, what is wrong."""
 """Kinds whose answer is a conclusion drawn from the claims (checked by code)."""
 
 AROUND: Final = timedelta(minutes=15)
