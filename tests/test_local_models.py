@@ -920,15 +920,30 @@ def test_local_model_recorded_chosen_answer_is_what_its_choice_writes_out_and_pa
     assert set(result["verified_excerpts"]) == {"c1"}
 
 
+def _script_logs_then(model_env: FakeOpenAI, *chosen: tuple[str, str]) -> None:  # noqa: F811
+    """A one-step plan (order-service's ERROR logs), its call, then the guided ``chosen``."""
+    plan = json.dumps({"steps": ['query_logs {"level": "ERROR", "service": "order-service"}']})
+    model_env.fail("planner", Fault("content", text=plan))
+    choice = json.dumps(_chosen(*chosen))
+    model_env.fail("executor", Fault("content", text=ORDER_CALL), Fault("content", text=choice))
+
+
+def _script_analysis_then(model_env: FakeOpenAI, *chosen: tuple[str, str]) -> None:  # noqa: F811
+    """A plan of order-service's ERROR logs and the incident analysis, both steps run as
+    written after the real model's blank replies, then a guided answer of ``chosen``."""
+    steps = ['query_logs {"level": "ERROR", "service": "order-service"}', "analyze_incident {}"]
+    model_env.fail("planner", Fault("content", text=json.dumps({"steps": steps})))
+    blank = Fault("content", text=_recorded("guided_blank_reply"))
+    choice = Fault("content", text=json.dumps(_chosen(*chosen)))
+    model_env.fail("executor", blank, blank, choice)
+
+
 def test_local_profile_writes_out_the_refs_a_guided_answer_chooses(
     model_env: FakeOpenAI,  # noqa: F811 (the imported fixture)
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("SUPERBIZ_MODEL_PROFILE", "local")
-    plan = json.dumps({"steps": ['query_logs {"level": "ERROR", "service": "order-service"}']})
-    model_env.fail("planner", Fault("content", text=plan))
-    choice = json.dumps(_chosen(("inv-1 logs[0]", "observation"), ("inv-9 logs[0]", "state")))
-    model_env.fail("executor", Fault("content", text=ORDER_CALL), Fault("content", text=choice))
+    _script_logs_then(model_env, ("inv-1 logs[0]", "observation"), ("inv-9 logs[0]", "state"))
 
     values, _ = _diagnose(language="en")
 
@@ -1051,16 +1066,7 @@ def test_local_profile_answer_request_lists_the_root_cause_first_for_a_why_quest
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("SUPERBIZ_MODEL_PROFILE", "local")
-    steps = ['query_logs {"level": "ERROR", "service": "order-service"}', "analyze_incident {}"]
-    model_env.fail("planner", Fault("content", text=json.dumps({"steps": steps})))
-    blank = _recorded("guided_blank_reply")
-    choice = json.dumps(_chosen(("inv-2 suspects[0]", "observation")))
-    model_env.fail(
-        "executor",
-        Fault("content", text=blank),
-        Fault("content", text=blank),
-        Fault("content", text=choice),
-    )
+    _script_analysis_then(model_env, ("inv-2 suspects[0]", "observation"))
 
     values, _ = _diagnose(language="en")
 
@@ -1083,10 +1089,7 @@ def test_local_profile_verbatim_claims_stand_against_the_real_verifiers_unsuppor
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("SUPERBIZ_MODEL_PROFILE", "local")
-    plan = json.dumps({"steps": ['query_logs {"level": "ERROR", "service": "order-service"}']})
-    model_env.fail("planner", Fault("content", text=plan))
-    choice = json.dumps(_chosen(("inv-1 logs[0]", "observation"), ("inv-1 logs[1]", "state")))
-    model_env.fail("executor", Fault("content", text=ORDER_CALL), Fault("content", text=choice))
+    _script_logs_then(model_env, ("inv-1 logs[0]", "observation"), ("inv-1 logs[1]", "state"))
     # The real model's reply: every claim "unsupported", each detail saying it is stated, the
     # question "unanswered", its verdict LOW_CONFID.
     model_env.fail("verifier", Fault("content", text=_recorded("verifier_unsupported_verbatim")))
@@ -1258,15 +1261,8 @@ def test_local_profile_root_cause_line_leads_only_an_answer_about_the_cause(
 ) -> None:
     monkeypatch.setenv("SUPERBIZ_MODEL_PROFILE", "local")
     monkeypatch.setattr(models_http, "QUESTION", "Is order-service logging errors?")
-    steps = ['query_logs {"level": "ERROR", "service": "order-service"}', "analyze_incident {}"]
-    model_env.fail("planner", Fault("content", text=json.dumps({"steps": steps})))
-    blank = _recorded("guided_blank_reply")
-    choice = json.dumps(_chosen(("inv-2 suspects[0]", "observation"), ("inv-1 logs[0]", "state")))
-    model_env.fail(
-        "executor",
-        Fault("content", text=blank),
-        Fault("content", text=blank),
-        Fault("content", text=choice),
+    _script_analysis_then(
+        model_env, ("inv-2 suspects[0]", "observation"), ("inv-1 logs[0]", "state")
     )
 
     values, _ = _diagnose(language="en")
