@@ -291,23 +291,17 @@ def is_verbatim(claim: Claim, verified: Sequence[VerifiedExcerpt]) -> bool:
 
 
 def _bound_citations(claim: Claim, trace: Mapping[str, TraceItem]) -> list[TraceCitation]:
-    """The trace items holding the invocations the claim's bindings name."""
-    cited: dict[str, TraceCitation] = {}
-    for binding in claim["evidence_bindings"]:
-        invocation_id = binding["source_invocation_id"]
-        for item in trace.values():
-            if invocation_id in item["source_invocation_ids"]:
-                citation = cited.setdefault(
-                    item["trace_ref"],
-                    TraceCitation(
-                        trace_ref=item["trace_ref"],
-                        tool_name=item["tool_name"],
-                        source_invocation_ids=[],
-                    ),
-                )
-                if invocation_id not in citation["source_invocation_ids"]:
-                    citation["source_invocation_ids"].append(invocation_id)
-    return list(cited.values())
+    """The trace items holding the invocations the claim's bindings name, with those ids."""
+    bound = {binding["source_invocation_id"] for binding in claim["evidence_bindings"]}
+    return [
+        TraceCitation(
+            trace_ref=item["trace_ref"],
+            tool_name=item["tool_name"],
+            source_invocation_ids=[i for i in item["source_invocation_ids"] if i in bound],
+        )
+        for item in trace.values()
+        if bound & set(item["source_invocation_ids"])
+    ]
 
 
 def flagged(gatekeeper: GatekeeperResult, rule_id: str) -> set[str]:
