@@ -1621,6 +1621,7 @@ def analyze(inputs: IncidentInputs, settings: AnalysisSettings | None = None) ->
         min_surprise=cfg.pattern_surprise,
         common_share=cfg.pattern_common_share,
         gaps=gaps,
+        start=window.i0,
     )
     signals += _alert_signals(alerts, window)
     signals = _discount_shared(signals)

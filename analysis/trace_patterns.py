@@ -23,10 +23,14 @@ traces), and points at the visit where the path departs.
   least ``MIN_EVENTS`` incident visits. Either is kept only when it is improbable under the
   baseline's share: its surprise, the number of incident visits times the relative entropy
   between the incident share and the baseline share (the exponent of the Chernoff bound on a
-  binomial tail, in nats), reaches ``PATTERN_SURPRISE``. An error event that stopped is a recovery
-  and never a divergence. An incident visit lacking a usual event but holding an event (a failure
-  aside) that no baseline visit holding the usual one held took another branch of the code
-  (different data, a reworded line), and does not diverge by it.
+  binomial tail, in nats), reaches ``PATTERN_SURPRISE``. A stated start is often late: the
+  baseline's visits of its last ``EARLY_ONSET_S`` that all lack a usual event join the
+  incident's, when ``MIN_SPANS`` visits before them remain to say what usual was; that share is
+  then taken at the lower end of its 95 % interval (the cut was chosen by looking at the data),
+  and the signal's onset is the first visit that lacked the event. An error event that stopped
+  is a recovery and never a divergence. An incident visit lacking a usual event but holding an
+  event (a failure aside) that no baseline visit holding the usual one held took another branch
+  of the code (different data, a reworded line), and does not diverge by it.
 - **Divergence point** of a request: its deepest divergent visit (no divergent visit below it). The
   service of that visit takes the blame when the visit lost or gained an event of its own (a log
   line, a local operation, an error handler) or made no call at all; when it only stopped calling
@@ -98,7 +102,12 @@ class _Visit:
 
 @dataclass(frozen=True)
 class _Divergence:
-    """An event of one kind of visit whose share moved: the counts on both sides, the surprise."""
+    """An event of one kind of visit whose share moved: the counts on both sides, the surprise.
+
+    ``since`` is the start of the first baseline visit that already lacked a missing event, when
+    the absence began before the stated start (``_Tail.absence``); those visits then count with
+    the incident's in ``incident_visits``.
+    """
 
     kind: str  # "missing" or "new"
     event: Event
@@ -108,6 +117,7 @@ class _Divergence:
     incident: int
     incident_visits: int
     surprise: float
+    since: str = ""
 
 
 def _relative_entropy(q: float, p: float) -> float:
@@ -131,6 +141,16 @@ def surprise(count: int, visits: int, baseline: int, baseline_visits: int) -> fl
         return 0.0
     p = (baseline + 0.5) / (baseline_visits + 1.0)
     return visits * _relative_entropy(count / visits, p)
+
+
+def _wilson_lower(count: int, total: int, z: float = 1.96) -> float:
+    """The lower end of the Wilson score interval (95 % at ``z`` 1.96) of a share."""
+    if total <= 0:
+        return 0.0
+    share = count / total
+    centre = share + z * z / (2 * total)
+    margin = z * math.sqrt(share * (1 - share) / total + z * z / (4 * total * total))
+    return max(0.0, (centre - margin) / (1 + z * z / total))
 
 
 @dataclass
@@ -215,6 +235,44 @@ def _is_failure(event: Event, repeat: int, text: Callable[[int], str], tied: _Lo
     return repeat > 1
 
 
+class _Tail:
+    """The baseline's visits of its last ``EARLY_ONSET_S`` before the stated start, newest last."""
+
+    def __init__(self, base: list[_Visit], start: float | None) -> None:
+        ordered = sorted(base, key=lambda visit: visit.moment)
+        since = start - thresholds.EARLY_ONSET_S if start is not None else math.inf
+        first = next((k for k, visit in enumerate(ordered) if visit.moment >= since), len(ordered))
+        self.before = first
+        """How many baseline visits precede the tail."""
+        self.visits = ordered[first:]
+        self.events = [visit.events() for visit in self.visits]
+
+    def absence(self, item: tuple[Event, int]) -> tuple[int, str]:
+        """How many of the baseline's last visits lacked an event, and the first one's start.
+
+        A stated incident start is often late (as for latency, ``EARLY_ONSET_S``): the tail's
+        visits that all lack the event belong to the incident when at least ``MIN_SPANS`` visits
+        before them remain and the last of those held it (the usual is still said by the
+        baseline's earlier part).
+
+        Returns:
+            The number of trailing baseline visits moved (0 for none) and the first one's start.
+        """
+        cut = len(self.visits)
+        while cut > 0 and item not in self.events[cut - 1]:
+            cut -= 1
+        moved = len(self.visits) - cut
+        if not moved or self.before + cut < thresholds.MIN_SPANS:
+            return 0, ""
+        return moved, self.visits[cut].entry.get("start", "")
+
+
+def _could_be_usual(held: int, fewest: int, incident_share: float, common_share: float) -> bool:
+    """Whether an event held ``held`` times could be usual with only ``fewest`` visits left."""
+    best = held / fewest if fewest > 0 else 1.0
+    return best >= common_share and incident_share <= best / 2
+
+
 def _diverging(
     base: list[_Visit],
     during: list[_Visit],
@@ -222,8 +280,13 @@ def _diverging(
     tied: _Logs,
     common_share: float,
     min_surprise: float,
+    start: float | None = None,
 ) -> list[_Divergence]:
-    """The events of one kind of visit whose share moved improbably far from the baseline's."""
+    """The events of one kind of visit whose share moved improbably far from the baseline's.
+
+    A usual event whose absence began in the baseline's last ``EARLY_ONSET_S`` before ``start``
+    is compared with the baseline before it (``_Tail.absence``).
+    """
     count_b: dict[tuple[Event, int], int] = defaultdict(int)
     count_i: dict[tuple[Event, int], int] = defaultdict(int)
     for visit in base:
@@ -234,21 +297,40 @@ def _diverging(
             count_i[item] += 1
     found: list[_Divergence] = []
     n_b, n_i = len(base), len(during)
+    tail = _Tail(base, start)
     for item in sorted(set(count_b) | set(count_i)):
         event, repeat = item
         c_b, c_i = count_b.get(item, 0), count_i.get(item, 0)
+        moved, since = 0, ""
         if c_b / n_b >= common_share and c_i / n_i <= c_b / n_b / 2:
             kind = "missing"
         elif c_b == 0 and c_i >= thresholds.MIN_EVENTS:
             kind = "new"
+        elif (
+            c_b
+            and tail.visits
+            and _could_be_usual(c_b, n_b - len(tail.visits), c_i / n_i, common_share)
+        ):
+            moved, since = tail.absence(item)
+            usual = c_b / (n_b - moved) if moved else 0.0
+            if usual < common_share or c_i / n_i > usual / 2:
+                continue
+            kind = "missing"
         else:
             continue
         failure = _is_failure(event, repeat, text, tied)
         if (kind == "missing") == failure:
             continue  # an error that stopped is a recovery; only a failure counts as new
-        score = surprise(c_i, n_i, c_b, n_b)
+        if moved:
+            score = (n_i + moved) * _relative_entropy(
+                c_i / (n_i + moved), _wilson_lower(c_b, n_b - moved)
+            )
+        else:
+            score = surprise(c_i, n_i, c_b, n_b)
         if score >= min_surprise:
-            found.append(_Divergence(kind, event, repeat, c_b, n_b, c_i, n_i, score))
+            found.append(
+                _Divergence(kind, event, repeat, c_b, n_b - moved, c_i, n_i + moved, score, since)
+            )
     return found
 
 
@@ -315,6 +397,7 @@ def pattern_signals(
     min_surprise: float = thresholds.PATTERN_SURPRISE,
     common_share: float = thresholds.PATTERN_COMMON_SHARE,
     gaps: list[str] | None = None,
+    start: float | None = None,
 ) -> list[Signal]:
     """``call_pattern`` signals: services where incident requests depart from the baseline's path.
 
@@ -327,6 +410,7 @@ def pattern_signals(
         min_surprise: ``PATTERN_SURPRISE`` unless given.
         common_share: ``PATTERN_COMMON_SHARE`` unless given.
         gaps: where to say that kinds of visit were left out (beyond ``_MAX_KINDS``).
+        start: the incident's stated start (Unix seconds), for an absence that began before it.
 
     Returns:
         One signal per blamed service, in service order.
@@ -350,7 +434,7 @@ def pattern_signals(
         base, during = by_kind[key]["b"], by_kind[key]["i"]
         if len(base) < thresholds.MIN_SPANS or len(during) < thresholds.MIN_SPANS:
             continue
-        found = _diverging(base, during, template_text, tied, common_share, min_surprise)
+        found = _diverging(base, during, template_text, tied, common_share, min_surprise, start)
         if not found:
             continue
         with_event = _co_events(base, found)
@@ -424,11 +508,12 @@ def _signal(
     strength *= min(1.0, 0.5 + 0.5 * (requests - least) / (2 * least))
     visited = where.entry.get("service", "")
     after = "" if visited == service else f", cut short after calling {service}"
+    early = f"; so since {top.since}, before the stated start" if top.since else ""
     detail = (
         f"{visited} {where.entry.get('operation', '')}: {top.incident} of {top.incident_visits}"
         f" visits (baseline {top.baseline} of {top.baseline_visits})"
         f" {_describe(top, template_text)}; {requests} requests depart from the baseline's"
-        f" call pattern{after}"
+        f" call pattern{after}{early}"
     )
     values = _values(top, template_text)
     values.update(
@@ -442,6 +527,8 @@ def _signal(
     )
     if after:
         values["cut_after"] = service
+    if top.since:
+        values["since"] = top.since
     ordered = sorted(zip(blame.visits, blame.spans, strict=True), key=lambda pair: pair[0].moment)
     pointers = [_span_pointer(span) for _, span in ordered[: thresholds.MAX_EVIDENCE]]
     if top.event[0] == "log" and int(top.event[1]) in tied.samples:
@@ -453,7 +540,7 @@ def _signal(
         phrase=Phrase(kind="call_pattern", values=values),
         baseline=round(top.baseline / top.baseline_visits, 4),
         incident=round(top.incident / top.incident_visits, 4),
-        onset=ordered[0][1].get("start") or None,
+        onset=top.since or ordered[0][1].get("start") or None,
         strength=round(strength, 4),
         evidence=pointers,
     )

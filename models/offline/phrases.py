@@ -37,7 +37,7 @@ ZH: Final[dict[str, str]] = {
     "call_pattern": (
         "{service} {operation}：{incident_visits} 次访问中有 {incident} 次{event}"
         "（基线 {baseline_visits} 次中有 {baseline} 次）；{requests} 个请求偏离了基线的调用模式"
-        "{cut}"
+        "{cut}{early}"
     ),
     "symptom": "是症状：它调用 {causes}，而后者的异常开始得不晚于它自己",
     "weaker_evidence": "证据弱于 {leader}（得分 {score}，对方 {leader_score}）",
@@ -60,6 +60,7 @@ ZH_OPTIONAL: Final[dict[str, tuple[str, str]]] = {
     "also": ("shared", "（另有 {shared} 个服务同样如此）"),
     "times": ("repeat", " {repeat} 次"),
     "cut": ("cut_after", "，在调用 {cut_after} 后中断"),
+    "early": ("since", "；自 {since} 起已如此，早于所述的开始时间"),
 }
 """Optional parts: each said only when the phrase has the value named first."""
 QUOTED: Final = frozenset({"text", "template", "name"})
