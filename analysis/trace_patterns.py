@@ -509,6 +509,8 @@ def _signal(
     visited = where.entry.get("service", "")
     after = "" if visited == service else f", cut short after calling {service}"
     early = f"; so since {top.since}, before the stated start" if top.since else ""
+    # What the visits no longer do first (an answer quotes the first words), how many requests
+    # and since when after it.
     detail = (
         f"{visited} {where.entry.get('operation', '')}: {top.incident} of {top.incident_visits}"
         f" visits (baseline {top.baseline} of {top.baseline_visits})"
@@ -546,15 +548,29 @@ def _signal(
     )
 
 
+_CORRELATION: Final = re.compile(
+    r"\b[\w.-]*(?:trace|span)[\w.-]*\s*[:=]\s*<(?:HEX|NUM|\*)>[,;]?\s*", re.IGNORECASE
+)
+
+
+def _line(template: str) -> str:
+    """A log template as a phrase quotes it: without its masked trace and span ids.
+
+    ``<HEX>``, ``<NUM>`` or drain3's ``<*>`` after a key naming a trace or a span: every line of
+    a traced service carries them; what tells the line apart comes after.
+    """
+    return clip(_CORRELATION.sub("", template).strip() or template, 100)
+
+
 def _describe(divergence: _Divergence, template_text: Callable[[int], str]) -> str:
     """What the counted visits do, in a phrase."""
     kind, name, extra = divergence.event
     times = "" if divergence.repeat == 1 else f" {divergence.repeat} times"
     if kind == "log":
-        return f"write the log line '{clip(template_text(int(name)), 100)}'{times}"
+        return f"write{times} the log line '{_line(template_text(int(name)))}'"
     if kind == "op":
-        return f"run the operation {name}{times}"
-    return f"make the call to {name} {extra}{times}"
+        return f"run{times} the operation {name}"
+    return f"make{times} the call to {name} {extra}"
 
 
 def _values(
@@ -568,7 +584,7 @@ def _values(
     kind, name, extra = divergence.event
     found: dict[str, str | list[str]] = {"event": kind}
     if kind == "log":
-        found["name"] = clip(template_text(int(name)), 100)
+        found["name"] = _line(template_text(int(name)))
     else:
         found["name"] = name
     if kind not in ("log", "op"):

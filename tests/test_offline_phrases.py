@@ -157,9 +157,9 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
         "15 个请求偏离了基线的调用模式，在调用 stock 后中断",
     ),
     (
-        "trips POST /trips: 0 of 35 visits (baseline 7 of 14) write the log line 'route priced';"
-        " 15 requests depart from the baseline's call pattern; so since 2026-05-04T09:56:00Z,"
-        " before the stated start",
+        "trips POST /trips: 0 of 35 visits (baseline 7 of 14) write 2 times the log line"
+        " 'route priced'; 15 requests depart from the baseline's call pattern; so since"
+        " 2026-05-04T09:56:00Z, before the stated start",
         {
             "kind": "call_pattern",
             "values": {
@@ -172,10 +172,11 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
                 "baseline": "7",
                 "baseline_visits": "14",
                 "requests": "15",
+                "repeat": "2",
                 "since": "2026-05-04T09:56:00Z",
             },
         },
-        "trips POST /trips：35 次访问中有 0 次写出日志“route priced”（基线 14 次中有 7 次）；"
+        "trips POST /trips：35 次访问中有 0 次写出日志“route priced” 2 次（基线 14 次中有 7 次）；"
         "15 个请求偏离了基线的调用模式；自 2026-05-04T09:56:00Z 起已如此，早于所述的开始时间",
     ),
     (
@@ -210,9 +211,22 @@ def test_phrases_worded_in_chinese_quote_the_english_values(
 
 def test_phrases_a_value_past_the_cut_leaves_the_english() -> None:
     text, phrase, _ = next(case for case in CASES if case[1]["kind"] == "call_pattern")
-    assert len(text) > 160  # cut before "stock"
-    assert worded(text, phrase, "zh", 160) == worded(text, phrase, "en", 160)
-    assert worded(text, phrase, "zh", 160).endswith("cut short …")
+    limit = text.index(" after calling")
+    assert worded(text, phrase, "zh", limit) == worded(text, phrase, "en", limit)
+    assert worded(text, phrase, "zh", limit).endswith("call pattern, cut …")
+    assert len(text) > 160  # cut before "stock": the part naming the callee blamed is needed
+
+
+def test_phrases_a_droppable_part_past_the_cut_is_left_out() -> None:
+    """The start of an early absence is said when shown, and otherwise only it is left out."""
+    text, phrase, chinese = [case for case in CASES if case[1]["kind"] == "call_pattern"][1]
+    assert worded(text, phrase, "zh", len(text)) == chinese
+    cut = text.index("2026-05-04T09:56:00Z")  # the time itself is past the cut
+    assert worded(text, phrase, "zh", cut) == chinese[: chinese.index("；自")]
+    cut = text.index("; 15 requests") + 2  # so is the number of requests
+    assert worded(text, phrase, "zh", cut) == chinese[: chinese.index("；15")]
+    # A value that is not in a droppable part still leaves the English.
+    assert worded(text, phrase, "zh", 40) == worded(text, phrase, "en", 40)
 
 
 def test_phrases_a_quoted_line_is_cut_where_the_english_cut_cuts_it() -> None:

@@ -36,8 +36,7 @@ ZH: Final[dict[str, str]] = {
     "alert": "告警 {name} 正在触发",
     "call_pattern": (
         "{service} {operation}：{incident_visits} 次访问中有 {incident} 次{event}"
-        "（基线 {baseline_visits} 次中有 {baseline} 次）；{requests} 个请求偏离了基线的调用模式"
-        "{cut}{early}"
+        "（基线 {baseline_visits} 次中有 {baseline} 次）{departing}{cut}{early}"
     ),
     "symptom": "是症状：它调用 {causes}，而后者的异常开始得不晚于它自己",
     "weaker_evidence": "证据弱于 {leader}（得分 {score}，对方 {leader_score}）",
@@ -61,8 +60,11 @@ ZH_OPTIONAL: Final[dict[str, tuple[str, str]]] = {
     "times": ("repeat", " {repeat} 次"),
     "cut": ("cut_after", "，在调用 {cut_after} 后中断"),
     "early": ("since", "；自 {since} 起已如此，早于所述的开始时间"),
+    "departing": ("requests", "；{requests} 个请求偏离了基线的调用模式"),
 }
 """Optional parts: each said only when the phrase has the value named first."""
+DROPPABLE: Final = frozenset({"early", "departing"})
+"""Optional parts left out, not the whole wording, when the cut English does not show them."""
 QUOTED: Final = frozenset({"text", "template", "name"})
 """Values that are free text (a log line, an operation): cut where the English cut cuts them."""
 SEPARATOR: Final = "、"
@@ -107,7 +109,8 @@ def _zh(template: str, text: str, shown: str, values: Mapping[str, object]) -> s
                     raise _Unworded(name)
             elif name in ZH_OPTIONAL:
                 needed, part = ZH_OPTIONAL[name]
-                parts[name] = part if needed in values else ""
+                hidden = name in DROPPABLE and str(values.get(needed, "")) not in shown
+                parts[name] = part if needed in values and not hidden else ""
             else:
                 parts[name] = "{" + name + "}"
         template = template.format_map(parts)
