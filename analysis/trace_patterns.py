@@ -118,6 +118,7 @@ class _Divergence:
     incident_visits: int
     surprise: float
     since: str = ""
+    since_span: SpanEntry | None = field(default=None, compare=False)
 
 
 def _relative_entropy(q: float, p: float) -> float:
@@ -247,8 +248,8 @@ class _Tail:
         self.visits = ordered[first:]
         self.events = [visit.events() for visit in self.visits]
 
-    def absence(self, item: tuple[Event, int]) -> tuple[int, str]:
-        """How many of the baseline's last visits lacked an event, and the first one's start.
+    def absence(self, item: tuple[Event, int]) -> tuple[int, SpanEntry | None]:
+        """How many of the baseline's last visits lacked an event, and the first one's entry span.
 
         A stated incident start is often late (as for latency, ``EARLY_ONSET_S``): the tail's
         visits that all lack the event belong to the incident when at least ``MIN_SPANS`` visits
@@ -256,15 +257,15 @@ class _Tail:
         baseline's earlier part).
 
         Returns:
-            The number of trailing baseline visits moved (0 for none) and the first one's start.
+            The number of trailing baseline visits moved (0 for none) and the first one's entry.
         """
         cut = len(self.visits)
         while cut > 0 and item not in self.events[cut - 1]:
             cut -= 1
         moved = len(self.visits) - cut
         if not moved or self.before + cut < thresholds.MIN_SPANS:
-            return 0, ""
-        return moved, self.visits[cut].entry.get("start", "")
+            return 0, None
+        return moved, self.visits[cut].entry
 
 
 def _could_be_usual(held: int, fewest: int, incident_share: float, common_share: float) -> bool:
@@ -301,7 +302,7 @@ def _diverging(
     for item in sorted(set(count_b) | set(count_i)):
         event, repeat = item
         c_b, c_i = count_b.get(item, 0), count_i.get(item, 0)
-        moved, since = 0, ""
+        moved, since = 0, None
         if c_b / n_b >= common_share and c_i / n_i <= c_b / n_b / 2:
             kind = "missing"
         elif c_b == 0 and c_i >= thresholds.MIN_EVENTS:
@@ -329,7 +330,18 @@ def _diverging(
             score = surprise(c_i, n_i, c_b, n_b)
         if score >= min_surprise:
             found.append(
-                _Divergence(kind, event, repeat, c_b, n_b - moved, c_i, n_i + moved, score, since)
+                _Divergence(
+                    kind,
+                    event,
+                    repeat,
+                    c_b,
+                    n_b - moved,
+                    c_i,
+                    n_i + moved,
+                    score,
+                    since.get("start", "") if since else "",
+                    since,
+                )
             )
     return found
 
@@ -533,6 +545,8 @@ def _signal(
         values["since"] = top.since
     ordered = sorted(zip(blame.visits, blame.spans, strict=True), key=lambda pair: pair[0].moment)
     pointers = [_span_pointer(span) for _, span in ordered[: thresholds.MAX_EVIDENCE]]
+    if top.since_span is not None:  # the first visit that already went without it
+        pointers.insert(0, _span_pointer(top.since_span))
     if top.event[0] == "log" and int(top.event[1]) in tied.samples:
         pointers.append(_log_pointer(tied.samples[int(top.event[1])][1]))
     return Signal(

@@ -233,6 +233,12 @@ def test_trace_patterns_absence_begun_shortly_before_the_stated_start_is_found()
     assert detail.endswith(f"; so since {first_early}, before the stated start")
     phrase = signal["phrase"]
     assert isinstance(phrase, dict) and phrase["values"]["since"] == first_early
+    evidence = signal["evidence"]
+    assert isinstance(evidence, list)
+    # The first visit that went without the line, then the incident's, then the line itself.
+    assert evidence[0]["kind"] == "span" and evidence[0]["start"] == first_early
+    assert (parse_time(evidence[1]["start"]) or 0) >= START
+    assert evidence[-1]["kind"] == "log" and "order accepted" in evidence[-1]["message"]
     assert all(str(value) in detail for value in phrase["values"].values())
 
 
