@@ -9,6 +9,7 @@ analysis that singles out no cause is told as such, with the candidates and no r
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -280,6 +281,48 @@ def test_an_analysis_without_a_single_cause_lists_candidates_and_states_none(
     assert first["claim_text"].startswith("The evidence does not single out one root cause")
     assert "inventory-service" in first["claim_text"]
     assert "payment-service" not in first["claim_text"]  # it cannot explain order-service
+
+
+@pytest.mark.parametrize(
+    ("question", "language", "opening"),
+    [
+        (
+            "Which service is the root cause of the errors?",
+            "en",
+            "The evidence does not single out one root cause; candidates: ",
+        ),
+        ("哪个服务是根因？", "zh", "证据未能确定单一根因，候选："),
+        ("What is wrong?", "en", "The evidence does not single out one root cause; candidates: "),
+    ],
+)
+def test_a_question_naming_no_service_is_told_the_candidates_when_none_is_singled_out(
+    monkeypatch: pytest.MonkeyPatch, question: str, language: str, opening: str
+) -> None:
+    """Asked for the cause without naming a service, an undecided analysis is said as such.
+
+    The candidates are the suspects no other suspect explains (order-service's pool is a symptom
+    of inventory-service here, so a second independent suspect is made to tie).
+    """
+    analyze = analysis.incident.analyze
+
+    def undecided(inputs: Any, settings: Any = None) -> IncidentReport:
+        report = analyze(inputs, settings)
+        report["root_cause"] = None
+        report["ambiguity"] = "two services deviate alike"
+        for suspect in report["suspects"]:
+            if suspect["service"] == "payment-service":
+                suspect["explained_by"] = []
+        return report
+
+    monkeypatch.setattr("evidence.incident.analyze", undecided)
+    state, _ = _ask(question, language)
+
+    assert state["root_cause"] is None
+    first = state["executor_answer"]["claims"][0]
+    assert first["claim_text"].startswith(opening)
+    candidates = re.findall(r"(?:：|: |、|, )([a-z-]+) ?[（(]", first["claim_text"])
+    # order-service, explained by inventory-service, is no candidate.
+    assert candidates == ["inventory-service", "payment-service"]
 
 
 @pytest.mark.parametrize(

@@ -20,9 +20,9 @@ evidence they quote stays verbatim, and the refs the claims cite stay English).
 Only suspects that can explain the services asked about are named: those services and the
 services they call, directly or not, by the call graph the analysis used (every suspect when
 the question names no service). When the analysis singles out no such root cause, a why question
-is told so with the candidates listed in one claim bound to their suspect entries, and no root
-cause is proposed; the rest of the answer then follows as without the
-analysis. The proposal
+(or "what is wrong", named services or not) is told so with the candidates listed in one claim
+bound to their suspect entries (those no other suspect explains), and no root cause is proposed;
+the rest of the answer then follows as without the analysis. The proposal
 (``root_cause``: service, mechanism, the ids of the claims stating it) is kept by the diagnosis
 only when those claims are confirmed (``verification.root_cause``).
 """
@@ -411,7 +411,10 @@ class _Section:
         }
 
     def ambiguous(self) -> None:
-        picked = self.relevant[: RUNNERS_UP + 1]
+        # A suspect the analysis found explained by another (a symptom) is no candidate, unless
+        # fewer than two would be left.
+        causes = [i for i in self.relevant if not self.suspects[i].get("explained_by")]
+        picked = (causes if len(causes) > 1 else self.relevant)[: RUNNERS_UP + 1]
         shown = [self.suspects[i] for i in picked]
         candidates = self.writer.join(
             [
@@ -442,7 +445,7 @@ def root_cause_section(writer: Writer, found: QuestionFacets, results: list[Resu
     if root is not None and root not in section.relevant:
         root = None
     if root is None:
-        if found["services"] and section.relevant:
+        if section.relevant:
             section.ambiguous()
         return False
     section.root_cause(root)
