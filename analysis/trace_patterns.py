@@ -522,16 +522,17 @@ def _signal(
     after = "" if visited == service else f", cut short after calling {service}"
     early = f"; so since {top.since}, before the stated start" if top.since else ""
     # What the visits no longer do first (an answer quotes the first words), how many requests
-    # and since when after it.
+    # and since when after it; the visited service only when it is not the one blamed (whose
+    # name the suspect carries already).
+    visitor = f"{visited} " if after else ""
     detail = (
-        f"{visited} {where.entry.get('operation', '')}: {top.incident} of {top.incident_visits}"
+        f"{visitor}{where.entry.get('operation', '')}: {top.incident} of {top.incident_visits}"
         f" visits (baseline {top.baseline} of {top.baseline_visits})"
         f" {_describe(top, template_text)}; {requests} requests depart from the baseline's"
         f" call pattern{after}{early}"
     )
     values = _values(top, template_text)
     values.update(
-        service=visited,
         operation=where.entry.get("operation", ""),
         incident=str(top.incident),
         incident_visits=str(top.incident_visits),
@@ -540,6 +541,7 @@ def _signal(
         requests=str(requests),
     )
     if after:
+        values["service"] = visited
         values["cut_after"] = service
     if top.since:
         values["since"] = top.since

@@ -157,7 +157,7 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
         "15 个请求偏离了基线的调用模式，在调用 stock 后中断",
     ),
     (
-        "trips POST /trips: 0 of 35 visits (baseline 7 of 14) write 2 times the log line"
+        "POST /trips: 0 of 35 visits (baseline 7 of 14) write 2 times the log line"
         " 'route priced'; 15 requests depart from the baseline's call pattern; so since"
         " 2026-05-04T09:56:00Z, before the stated start",
         {
@@ -165,7 +165,6 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
             "values": {
                 "event": "log",
                 "name": "route priced",
-                "service": "trips",
                 "operation": "POST /trips",
                 "incident": "0",
                 "incident_visits": "35",
@@ -176,7 +175,7 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
                 "since": "2026-05-04T09:56:00Z",
             },
         },
-        "trips POST /trips：35 次访问中有 0 次写出日志“route priced” 2 次（基线 14 次中有 7 次）；"
+        "POST /trips：35 次访问中有 0 次写出日志“route priced” 2 次（基线 14 次中有 7 次）；"
         "15 个请求偏离了基线的调用模式；自 2026-05-04T09:56:00Z 起已如此，早于所述的开始时间",
     ),
     (

@@ -162,7 +162,7 @@ def test_trace_patterns_missing_log_line_points_at_the_service_that_stopped_writ
     assert signal["kind"] == "call_pattern"
     # The trace and span ids every traced line carries are left out of the quoted line.
     assert str(signal["detail"]) == (
-        "orders POST /orders: 0 of 15 visits (baseline 60 of 60) write the log line"
+        "POST /orders: 0 of 15 visits (baseline 60 of 60) write the log line"
         " '[create][order accepted][items: <NUM>]'; 15 requests depart from the baseline's call"
         " pattern"
     )
@@ -171,7 +171,8 @@ def test_trace_patterns_missing_log_line_points_at_the_service_that_stopped_writ
     values = phrase["values"]
     assert values["event"] == "log"
     assert (values["incident"], values["incident_visits"], values["requests"]) == ("0", "15", "15")
-    assert "cut_after" not in values and "repeat" not in values
+    # The service visited is the one blamed: the suspect names it, the mechanism does not repeat it.
+    assert "cut_after" not in values and "repeat" not in values and "service" not in values
     assert all(str(value) in str(signal["detail"]) for value in values.values())
     assert signal["baseline"] == 1.0 and signal["incident"] == 0.0
     assert signal["onset"] == _at(60.001)
@@ -229,7 +230,7 @@ def test_trace_patterns_absence_begun_shortly_before_the_stated_start_is_found()
     first_early = min(span["start"] for span in early_spans if span["service"] == "orders")
     assert signal["onset"] == first_early < _at(60)
     detail = str(signal["detail"])
-    assert detail.startswith("orders POST /orders: 0 of 35 visits (baseline 7 of 14) write")
+    assert detail.startswith("POST /orders: 0 of 35 visits (baseline 7 of 14) write")
     assert detail.endswith(f"; so since {first_early}, before the stated start")
     phrase = signal["phrase"]
     assert isinstance(phrase, dict) and phrase["values"]["since"] == first_early

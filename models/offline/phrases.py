@@ -35,7 +35,7 @@ ZH: Final[dict[str, str]] = {
     "trace_errors": "span 错误率 {baseline} -> {incident}",
     "alert": "告警 {name} 正在触发",
     "call_pattern": (
-        "{service} {operation}：{incident_visits} 次访问中有 {incident} 次{event}"
+        "{visitor}{operation}：{incident_visits} 次访问中有 {incident} 次{event}"
         "（基线 {baseline_visits} 次中有 {baseline} 次）{departing}{cut}{early}"
     ),
     "symptom": "是症状：它调用 {causes}，而后者的异常开始得不晚于它自己",
@@ -61,6 +61,7 @@ ZH_OPTIONAL: Final[dict[str, tuple[str, str]]] = {
     "cut": ("cut_after", "，在调用 {cut_after} 后中断"),
     "early": ("since", "；自 {since} 起已如此，早于所述的开始时间"),
     "departing": ("requests", "；{requests} 个请求偏离了基线的调用模式"),
+    "visitor": ("service", "{service} "),
 }
 """Optional parts: each said only when the phrase has the value named first."""
 DROPPABLE: Final = frozenset({"early", "departing"})
