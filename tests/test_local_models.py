@@ -16,6 +16,7 @@ import jsonschema
 import pytest
 from langchain_core.messages import AIMessage
 
+from models.offline.planner import draft_plan
 from models.text_tool_calls import (
     read_text_calls,
     step_call,
@@ -784,6 +785,32 @@ def test_local_profile_planner_starts_from_the_rules_draft_plan(
     assert "start" not in draft and "end" not in draft.replace("order-service", "")
     system = model_env.by_role("planner")[0]["messages"][0]["content"]
     assert "draft_plan" in system
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "Something went wrong from 2023-01-30 12:15:00 UTC: which service is the root cause?",
+        "2023-01-30 12:15:00 UTC 起系统出现异常，哪个服务是根因？",
+        "What has been wrong since 2023-01-30T12:15:00Z?",
+    ],
+)
+def test_draft_plan_of_a_cause_question_naming_a_time_runs_the_analysis_from_it(
+    question: str,
+) -> None:
+    """The rules start such a question with the current time alone; the draft goes on to the
+    analysis from the time named (a 1.5B model given only the first step invented a trace
+    query over an empty window for a service that does not exist, and the answer named no
+    cause)."""
+    task = {"question": question, "known_services": ["order-service"], "round": 1}
+    steps = draft_plan(task).splitlines()
+    assert steps == [
+        "1. get_current_time {}",
+        '2. analyze_incident {"start": "2023-01-30T12:15:00Z"}',
+    ]
+    # A question about a value is not a cause question: no analysis is added.
+    value = {**task, "question": "What is the CPU of order-service since 2023-01-30 12:15 UTC?"}
+    assert "analyze_incident" not in draft_plan(value)
 
 
 def test_hosted_profile_planner_gets_no_draft_plan(

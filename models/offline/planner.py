@@ -9,7 +9,8 @@ from langchain_core.messages import AIMessage, BaseMessage
 
 from models.offline.base import OfflineModel, first_json_human
 from models.offline.question_kinds import plan_for
-from models.offline.rules import HOP_NOTE, analysis, render_steps
+from models.offline.rules import HOP_NOTE, analysis, analysis_step, render_steps
+from verification.intent import CAUSE_KINDS
 
 
 class OfflinePlanner(OfflineModel):
@@ -28,5 +29,12 @@ def draft_plan(task: Mapping[str, Any]) -> str:
 
     Under the local model profile the planner model is given it to start from
     (``nodes.planner``): a small model keeps to a concrete plan far better than it writes one.
+    A question about the cause that names a time starts the rules with the current time only
+    (their next calls follow from it); the draft adds the incident analysis from the time the
+    question names, which answers it, so the model does not have to find that step alone.
     """
-    return render_steps(plan_for(dict(task)))
+    steps = plan_for(dict(task))
+    found = analysis(dict(task))
+    if found["kind"] in CAUSE_KINDS and all(tool != "analyze_incident" for tool, _ in steps):
+        steps = [*steps, analysis_step(found, str(task.get("question", "")))]
+    return render_steps(steps)
