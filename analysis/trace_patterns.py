@@ -104,9 +104,9 @@ class _Visit:
 class _Divergence:
     """An event of one kind of visit whose share moved: the counts on both sides, the surprise.
 
-    ``since`` is the start of the first baseline visit that already lacked a missing event, when
-    the absence began before the stated start (``_Tail.absence``); those visits then count with
-    the incident's in ``incident_visits``.
+    ``since`` is the entry span of the first baseline visit that already lacked a missing event,
+    when the absence began before the stated start (``_Tail.absence``); those visits then count
+    with the incident's in ``incident_visits``.
     """
 
     kind: str  # "missing" or "new"
@@ -117,8 +117,7 @@ class _Divergence:
     incident: int
     incident_visits: int
     surprise: float
-    since: str = ""
-    since_span: SpanEntry | None = field(default=None, compare=False)
+    since: SpanEntry | None = field(default=None, compare=False)
 
 
 def _relative_entropy(q: float, p: float) -> float:
@@ -339,7 +338,6 @@ def _diverging(
                     c_i,
                     n_i + moved,
                     score,
-                    since.get("start", "") if since else "",
                     since,
                 )
             )
@@ -520,7 +518,8 @@ def _signal(
     strength *= min(1.0, 0.5 + 0.5 * (requests - least) / (2 * least))
     visited = where.entry.get("service", "")
     after = "" if visited == service else f", cut short after calling {service}"
-    early = f"; so since {top.since}, before the stated start" if top.since else ""
+    since = top.since.get("start", "") if top.since is not None else ""
+    early = f"; so since {since}, before the stated start" if since else ""
     # What the visits no longer do first (an answer quotes the first words), how many requests
     # and since when after it; the visited service only when it is not the one blamed (whose
     # name the suspect carries already).
@@ -543,12 +542,12 @@ def _signal(
     if after:
         values["service"] = visited
         values["cut_after"] = service
-    if top.since:
-        values["since"] = top.since
+    if since:
+        values["since"] = since
     ordered = sorted(zip(blame.visits, blame.spans, strict=True), key=lambda pair: pair[0].moment)
     pointers = [_span_pointer(span) for _, span in ordered[: thresholds.MAX_EVIDENCE]]
-    if top.since_span is not None:  # the first visit that already went without it
-        pointers.insert(0, _span_pointer(top.since_span))
+    if top.since is not None:  # the first visit that already went without it
+        pointers.insert(0, _span_pointer(top.since))
     if top.event[0] == "log" and int(top.event[1]) in tied.samples:
         pointers.append(_log_pointer(tied.samples[int(top.event[1])][1]))
     return Signal(
@@ -558,7 +557,7 @@ def _signal(
         phrase=Phrase(kind="call_pattern", values=values),
         baseline=round(top.baseline / top.baseline_visits, 4),
         incident=round(top.incident / top.incident_visits, 4),
-        onset=top.since or ordered[0][1].get("start") or None,
+        onset=since or ordered[0][1].get("start") or None,
         strength=round(strength, 4),
         evidence=pointers,
     )
